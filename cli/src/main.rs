@@ -1,0 +1,477 @@
+//! The `fronta` binary: every command opens the database named by `--database`
+//! (or `FRONTA_DATABASE_URL`; default `./fronta.db`) and runs migrations first.
+//!
+//! Commands: `migrate`, `enqueue`, `worker`, `runs list|show|cancel|stats`, `bench`.
+//! Errors are one line on stderr and a non-zero exit.
+
+mod bench;
+mod duration;
+mod kinds;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use fronta_engine::{
+    Dispatcher, EnqueueRequest, Registry, RunFilter, RunStatus, RunStore, Worker, WorkerConfig,
+    store::CancelReply,
+};
+use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fronta",
+    version,
+    about = "A durable run engine and automation runtime for service desks"
+)]
+struct Cli {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Clone)]
+struct DbArgs {
+    /// The database: a SQLite file path (or sqlite://PATH). Default ./fronta.db
+    /// (the bench uses a fresh temporary one unless this is given).
+    #[arg(long, global = true, env = "FRONTA_DATABASE_URL")]
+    database: Option<String>,
+    /// SQLite durability: full (every commit on disk before it is acknowledged) or normal.
+    #[arg(long, global = true, default_value = "full", value_parser = parse_sync)]
+    synchronous: Synchronous,
+}
+
+fn parse_sync(text: &str) -> Result<Synchronous, String> {
+    text.parse()
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create or upgrade the database schema.
+    Migrate,
+    /// Enqueue runs of a kind.
+    Enqueue(EnqueueArgs),
+    /// Run a worker: claim and execute runs until Ctrl-C (or until idle).
+    Worker(WorkerArgs),
+    /// Look at and act on runs.
+    #[command(subcommand)]
+    Runs(RunsCommand),
+    /// Measure enqueue and drain throughput and enqueue→start latency on a fresh database.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Args, Debug)]
+struct EnqueueArgs {
+    /// The kind (built in: noop, sleep).
+    kind: String,
+    /// The payload, as JSON.
+    #[arg(long, default_value = "{}")]
+    payload: String,
+    /// How many runs (all validated before any is written).
+    #[arg(long, default_value_t = 1)]
+    count: u64,
+    /// Start no earlier than this many seconds from now.
+    #[arg(long)]
+    delay: Option<f64>,
+    /// Retries allowed after the first attempt.
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    max_retries: i64,
+    /// At most one non-terminal run per key.
+    #[arg(long)]
+    unique_key: Option<String>,
+    /// The tenant the runs belong to.
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Higher runs first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i16,
+}
+
+#[derive(Args, Debug, Clone)]
+pub(crate) struct WorkerArgs {
+    /// Runs executing at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// Exit 0 once nothing is queued, running or due.
+    #[arg(long)]
+    until_idle: bool,
+    /// The lease of a claim (and of the durable `sleep` kind): 500ms, 30s, 5m…
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    lease: Duration,
+    /// How often to look for due runs besides wake-ups.
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    poll: Duration,
+    /// A run reclaimed more often than this fails as a crash loop.
+    #[arg(long, default_value_t = 5)]
+    max_reclaims: u32,
+    /// On Ctrl-C, how long running handlers may take before they are stopped.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    shutdown_grace: Duration,
+    /// One step of the built-in `sleep` kind (tests shorten it).
+    #[arg(long, default_value = "1s", value_parser = duration::parse, hide = true)]
+    sleep_step: Duration,
+}
+
+#[derive(Subcommand, Debug)]
+enum RunsCommand {
+    /// Newest first.
+    List {
+        #[arg(long, value_parser = parse_status)]
+        status: Option<RunStatus>,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One run with every field.
+    Show {
+        id: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Two-phase cancel: a pending run at once, a running one through its worker.
+    Cancel { id: String },
+    /// Counts per status, and total attempts, reclaims and parks.
+    Stats {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_status(text: &str) -> Result<RunStatus, String> {
+    text.parse()
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Open the store named by `--database`.
+pub(crate) fn open_store(db: &DbArgs) -> anyhow::Result<SqliteStore> {
+    let url = db.database.as_deref().unwrap_or("fronta.db");
+    let path = sqlite_path(url)?;
+    let mut config = SqliteConfig::new(path);
+    config.synchronous = db.synchronous;
+    SqliteStore::open(config).with_context(|| format!("opening database {url}"))
+}
+
+fn sqlite_path(url: &str) -> anyhow::Result<PathBuf> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        bail!("Postgres is not supported by this build yet; give a SQLite file path");
+    }
+    let path = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+        .unwrap_or(url);
+    if path.is_empty() {
+        bail!("--database is empty");
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn registry(args: &WorkerArgs) -> anyhow::Result<Registry> {
+    let mut registry = Registry::new();
+    kinds::register(
+        &mut registry,
+        &kinds::BuiltinSettings {
+            sleep_lease: args.lease,
+            sleep_step: args.sleep_step,
+        },
+    )?;
+    Ok(registry)
+}
+
+fn default_worker_args() -> WorkerArgs {
+    WorkerArgs {
+        concurrency: 4,
+        until_idle: false,
+        lease: Duration::from_secs(300),
+        poll: Duration::from_millis(500),
+        max_reclaims: 5,
+        shutdown_grace: Duration::from_secs(10),
+        sleep_step: Duration::from_secs(1),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Migrate => {
+            let store = open_store(&cli.db)?;
+            println!("database {} is up to date", store.config().path.display());
+            Ok(())
+        }
+        Command::Enqueue(args) => enqueue(&cli.db, args).await,
+        Command::Worker(args) => worker(&cli.db, args).await,
+        Command::Runs(command) => runs(&cli.db, command).await,
+        Command::Bench(args) => bench::run(&cli.db, args).await,
+    }
+}
+
+async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
+    let payload: serde_json::Value = serde_json::from_str(&args.payload)
+        .map_err(|err| anyhow::anyhow!("--payload is not valid JSON: {err}"))?;
+    if args.count == 0 {
+        bail!("--count must be at least 1");
+    }
+    if let Some(delay) = args.delay
+        && (!delay.is_finite() || delay < 0.0)
+    {
+        bail!("--delay must be zero or more seconds");
+    }
+    let store: Arc<dyn RunStore> = Arc::new(open_store(db)?);
+    let registry = registry(&default_worker_args())?;
+    let dispatcher = Dispatcher::from_registry(store, &registry);
+    let request = EnqueueRequest {
+        kind: args.kind,
+        payload,
+        max_retries: args.max_retries,
+        tenant: args.tenant,
+        trigger: fronta_engine::Trigger::Manual,
+        unique_key: args.unique_key,
+        priority: args.priority,
+        delay: args.delay.map(Duration::from_secs_f64),
+        run_at: None,
+    };
+    // Validate once up front: a bad request writes nothing.
+    dispatcher.prepare(request.clone())?;
+    const CHUNK: u64 = 10_000;
+    let mut written = 0u64;
+    let mut last: Option<fronta_engine::Enqueued> = None;
+    while written < args.count {
+        let n = CHUNK.min(args.count - written);
+        let answers = dispatcher
+            .enqueue_many((0..n).map(|_| request.clone()).collect())
+            .await?;
+        last = answers.last().copied();
+        written += n;
+        if args.count > CHUNK {
+            eprintln!("enqueued {written}/{}", args.count);
+        }
+    }
+    match (args.count, last) {
+        (1, Some(fronta_engine::Enqueued::Inserted(id))) => println!("{id}"),
+        (1, Some(fronta_engine::Enqueued::Existing(id))) => {
+            println!("{id}");
+            eprintln!("a run with this unique key is already pending or running: {id}");
+        }
+        _ => println!("enqueued {written} runs"),
+    }
+    Ok(())
+}
+
+async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
+    let store: Arc<dyn RunStore> = Arc::new(open_store(db)?);
+    let registry = Arc::new(registry(&args)?);
+    let config = WorkerConfig {
+        name: format!("worker-{}", std::process::id()),
+        max_in_flight: args.concurrency,
+        default_lease: args.lease,
+        poll_interval: args.poll,
+        max_reclaims: args.max_reclaims,
+        shutdown_grace: args.shutdown_grace,
+        until_idle: args.until_idle,
+        ..WorkerConfig::default()
+    };
+    let worker = Worker::new(store, registry, config)?;
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down");
+        on_signal.cancel();
+    });
+    let report = worker.run(shutdown).await?;
+    eprintln!(
+        "worker done: {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",
+        report.completed, report.failed, report.retried, report.cancelled, report.reclaimed
+    );
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+fn parse_id(text: &str) -> anyhow::Result<fronta_engine::RunId> {
+    text.parse().map_err(|err: String| anyhow::anyhow!(err))
+}
+
+fn when(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_else(|| "-".into())
+}
+
+async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
+    let store = open_store(db)?;
+    match command {
+        RunsCommand::List {
+            status,
+            kind,
+            limit,
+            json,
+        } => {
+            let runs = store
+                .run_list(RunFilter {
+                    status,
+                    kind,
+                    limit,
+                    ..RunFilter::default()
+                })
+                .await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&runs)?);
+            } else {
+                println!(
+                    "{:<36}  {:<10}  {:<10}  {:>8}  {:>8}  {:>5}  created",
+                    "id", "kind", "status", "attempts", "reclaims", "parks"
+                );
+                for run in &runs {
+                    println!(
+                        "{:<36}  {:<10}  {:<10}  {:>8}  {:>8}  {:>5}  {}",
+                        run.id,
+                        run.kind,
+                        run.status,
+                        run.attempts,
+                        run.reclaims,
+                        run.parks,
+                        when(Some(run.created_at))
+                    );
+                }
+            }
+        }
+        RunsCommand::Show { id, json } => {
+            let id = parse_id(&id)?;
+            let Some(run) = store.run_get(id).await? else {
+                bail!("no run with id {id}");
+            };
+            if json {
+                println!("{}", serde_json::to_string_pretty(&run)?);
+            } else {
+                println!("id:               {}", run.id);
+                println!("kind:             {}", run.kind);
+                println!("tenant:           {}", run.tenant);
+                println!("status:           {}", run.status);
+                println!("trigger:          {}", run.trigger.as_str());
+                println!("payload:          {}", run.payload);
+                println!(
+                    "attempts:         {} of {} retries",
+                    run.attempts, run.max_retries
+                );
+                println!("reclaims:         {}", run.reclaims);
+                println!("parks:            {}", run.parks);
+                println!("run at:           {}", when(Some(run.run_at)));
+                println!("created:          {}", when(Some(run.created_at)));
+                println!("started:          {}", when(run.started_at));
+                println!("finished:         {}", when(run.finished_at()));
+                println!("locked until:     {}", when(run.locked_until));
+                println!("cancel requested: {}", run.cancel_requested);
+                println!(
+                    "checkpoint:       {}",
+                    run.state
+                        .as_ref()
+                        .map_or("-".into(), |state| String::from_utf8_lossy(state)
+                            .into_owned())
+                );
+                println!(
+                    "last error:       {}",
+                    run.last_error.as_deref().unwrap_or("-")
+                );
+                println!(
+                    "result:           {}",
+                    run.result.as_ref().map_or("-".into(), ToString::to_string)
+                );
+            }
+        }
+        RunsCommand::Cancel { id } => {
+            let id = parse_id(&id)?;
+            match store.run_request_cancel(id).await {
+                Ok(CancelReply::Cancelled) => println!("cancelled {id}"),
+                Ok(CancelReply::Requested) => {
+                    println!("cancel requested for {id}: its worker will stop it")
+                }
+                Ok(CancelReply::AlreadyFinished(status)) => {
+                    println!("{id} is already {status}: nothing to cancel")
+                }
+                Err(fronta_engine::StoreError::NotFound) => bail!("no run with id {id}"),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        RunsCommand::Stats { json } => {
+            let stats = store.run_stats().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&stats)?);
+            } else {
+                for status in RunStatus::ALL {
+                    println!("{:<10} {}", status.as_str(), stats.count(status));
+                }
+                println!("{:<10} {}", "attempts", stats.attempts);
+                println!("{:<10} {}", "reclaims", stats.reclaims);
+                println!("{:<10} {}", "parks", stats.parks);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! The dispatcher: validates an enqueue (known kind, `max_retries` not negative, a JSON
+//! object or other value as payload) and hands it to the store — in its own transaction
+//! ([`Dispatcher::enqueue`]) or inside the caller's ([`Dispatcher::enqueue_in`]).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::EngineError;
+use crate::model::{DEFAULT_TENANT, NewRun, RunId, Trigger};
+use crate::registry::{PayloadCheck, Registry};
+use crate::store::{Enqueued, RunInsert, RunStore};
+
+/// The longest accepted unique key or tenant name, in bytes.
+pub const MAX_KEY_LEN: usize = 512;
+
+/// One enqueue.
+#[derive(Debug, Clone)]
+pub struct EnqueueRequest {
+    pub kind: String,
+    pub payload: serde_json::Value,
+    /// Retries allowed after the first attempt; negative is refused.
+    pub max_retries: i64,
+    pub tenant: Option<String>,
+    pub trigger: Trigger,
+    pub unique_key: Option<String>,
+    pub priority: i16,
+    pub delay: Option<Duration>,
+    pub run_at: Option<DateTime<Utc>>,
+}
+
+impl EnqueueRequest {
+    pub fn new(kind: impl Into<String>, payload: serde_json::Value, max_retries: i64) -> Self {
+        Self {
+            kind: kind.into(),
+            payload,
+            max_retries,
+            tenant: None,
+            trigger: Trigger::Api,
+            unique_key: None,
+            priority: 0,
+            delay: None,
+            run_at: None,
+        }
+    }
+
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    pub fn unique_key(mut self, key: impl Into<String>) -> Self {
+        self.unique_key = Some(key.into());
+        self
+    }
+
+    pub fn delay(mut self, delay: Duration) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+
+    pub fn trigger(mut self, trigger: Trigger) -> Self {
+        self.trigger = trigger;
+        self
+    }
+
+    pub fn priority(mut self, priority: i16) -> Self {
+        self.priority = priority;
+        self
+    }
+}
+
+/// Enqueues runs of the kinds it knows. Cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    store: Arc<dyn RunStore>,
+    kinds: Arc<HashMap<String, Option<PayloadCheck>>>,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("kinds", &self.kinds.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Dispatcher {
+    /// A dispatcher that accepts the kinds in `kinds`, without payload checks.
+    pub fn new<'a>(store: Arc<dyn RunStore>, kinds: impl IntoIterator<Item = &'a str>) -> Self {
+        Self {
+            store,
+            kinds: Arc::new(
+                kinds
+                    .into_iter()
+                    .map(|kind| (kind.to_owned(), None))
+                    .collect(),
+            ),
+        }
+    }
+
+    /// A dispatcher that accepts the registry's kinds and applies their payload checks.
+    pub fn from_registry(store: Arc<dyn RunStore>, registry: &Registry) -> Self {
+        Self {
+            store,
+            kinds: Arc::new(registry.payload_checks()),
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn RunStore> {
+        &self.store
+    }
+
+    /// Validate and build the row, without writing it.
+    pub fn prepare(&self, request: EnqueueRequest) -> Result<NewRun, EngineError> {
+        let Some(check) = self.kinds.get(&request.kind) else {
+            return Err(EngineError::UnknownKind { kind: request.kind });
+        };
+        if let Some(check) = check {
+            check(&request.payload).map_err(|reason| {
+                EngineError::Payload(format!("kind {:?}: {reason}", request.kind))
+            })?;
+        }
+        let max_retries = u32::try_from(request.max_retries).map_err(|_| {
+            if request.max_retries < 0 {
+                EngineError::NegativeMaxRetries(request.max_retries)
+            } else {
+                EngineError::Invalid(format!("max_retries {} is too large", request.max_retries))
+            }
+        })?;
+        let tenant = request.tenant.unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        if tenant.trim().is_empty() || tenant.len() > MAX_KEY_LEN {
+            return Err(EngineError::Invalid(format!(
+                "a tenant must be 1 to {MAX_KEY_LEN} bytes of text"
+            )));
+        }
+        if let Some(key) = &request.unique_key
+            && (key.is_empty() || key.len() > MAX_KEY_LEN)
+        {
+            return Err(EngineError::Invalid(format!(
+                "a unique key must be 1 to {MAX_KEY_LEN} bytes"
+            )));
+        }
+        Ok(NewRun {
+            id: RunId::new_v7(),
+            tenant,
+            kind: request.kind,
+            payload: request.payload,
+            trigger: request.trigger,
+            unique_key: request.unique_key,
+            priority: request.priority,
+            delay: request.delay,
+            run_at: request.run_at,
+            max_retries,
+        })
+    }
+
+    /// Validate and enqueue in the store's own transaction.
+    pub async fn enqueue(&self, request: EnqueueRequest) -> Result<Enqueued, EngineError> {
+        let run = self.prepare(request)?;
+        let mut answers = self.store.run_enqueue_many(vec![run]).await?;
+        answers
+            .pop()
+            .ok_or_else(|| EngineError::Invalid("the store answered no enqueue".into()))
+    }
+
+    /// Validate and enqueue many in one transaction: all or none.
+    pub async fn enqueue_many(
+        &self,
+        requests: Vec<EnqueueRequest>,
+    ) -> Result<Vec<Enqueued>, EngineError> {
+        let runs = requests
+            .into_iter()
+            .map(|request| self.prepare(request))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(self.store.run_enqueue_many(runs).await?)
+    }
+
+    /// Validate and enqueue inside the caller's transaction: the run commits with the
+    /// caller's other writes or not at all.
+    pub fn enqueue_in(
+        &self,
+        tx: &mut dyn RunInsert,
+        request: EnqueueRequest,
+    ) -> Result<Enqueued, EngineError> {
+        let run = self.prepare(request)?;
+        Ok(tx.run_insert(&run)?)
+    }
+}

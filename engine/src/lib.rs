@@ -1,0 +1,33 @@
+//! The durable run engine: the run model, the [`RunStore`] port, the registry of kinds,
+//! the worker pool with its heartbeater and completer, the dispatcher and the clock.
+//!
+//! This crate knows no SQL, no HTTP and no tickets. Stores implement [`RunStore`]
+//! (see its `# Contract`); the automation runtime registers kinds and handlers.
+//!
+//! The life of a run:
+//! `Dispatcher::enqueue` → `RunStore::run_enqueue_many` → a [`Worker`] claims it
+//! (`run_claim`, fresh owner token, lease) → the handler runs outside any transaction
+//! with a [`RunContext`] → the pure [`machine::decide`] turns its [`Outcome`] into a
+//! [`FinishAction`] → the completer writes it, owner-checked (`run_finish_many`).
+
+pub mod clock;
+pub mod dispatcher;
+pub mod error;
+pub mod machine;
+pub mod model;
+pub mod registry;
+pub mod store;
+pub mod worker;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use dispatcher::{Dispatcher, EnqueueRequest};
+pub use error::{EngineError, LeaseLost, StoreError};
+pub use machine::RetryLadder;
+pub use model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
+pub use registry::{Handler, KindConfig, Outcome, Registry, RunContext, Shape};
+pub use store::{
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
+    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, RunFilter, RunInsert, RunStats,
+    RunStore,
+};
+pub use worker::{Worker, WorkerConfig, WorkerReport};

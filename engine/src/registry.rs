@@ -1,0 +1,439 @@
+//! Kinds and their handlers: what a handler gets ([`RunContext`]) and what it answers
+//! ([`Outcome`]). Registration is where a kind's shape, lease, timeout and retry ladder
+//! are decided; nonsense (a lease under a millisecond, an empty ladder) is refused here.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatcher::Dispatcher;
+use crate::error::{EngineError, LeaseLost, StoreError};
+use crate::machine::RetryLadder;
+use crate::model::{OwnerToken, Run};
+use crate::store::{CheckpointParams, RunStore};
+
+/// The shortest lease or timeout accepted: anything shorter is a units typo.
+pub const MIN_DURATION: Duration = Duration::from_millis(1);
+
+/// The two shapes of work, differing only in registration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Short, idempotent work; the worker's default lease; no checkpoint.
+    FireAndForget { timeout: Duration },
+    /// Long work with its own lease that checkpoints and resumes from `run.state`.
+    Durable { lease: Duration, timeout: Duration },
+}
+
+/// Checks a payload at enqueue; `Err` carries a one-line reason.
+pub type PayloadCheck = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + Send + Sync>;
+
+/// A kind's settings.
+#[derive(Clone)]
+pub struct KindConfig {
+    pub shape: Shape,
+    pub ladder: RetryLadder,
+    /// Refuses a malformed payload at enqueue, before anything is written.
+    pub payload_check: Option<PayloadCheck>,
+}
+
+impl std::fmt::Debug for KindConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KindConfig")
+            .field("shape", &self.shape)
+            .field("ladder", &self.ladder)
+            .field("payload_check", &self.payload_check.is_some())
+            .finish()
+    }
+}
+
+impl KindConfig {
+    pub fn fire_and_forget(timeout: Duration) -> Self {
+        Self {
+            shape: Shape::FireAndForget { timeout },
+            ladder: RetryLadder::default(),
+            payload_check: None,
+        }
+    }
+
+    pub fn durable(lease: Duration, timeout: Duration) -> Self {
+        Self {
+            shape: Shape::Durable { lease, timeout },
+            ladder: RetryLadder::default(),
+            payload_check: None,
+        }
+    }
+
+    /// Replace the default retry ladder for this kind.
+    pub fn with_ladder(mut self, ladder: RetryLadder) -> Self {
+        self.ladder = ladder;
+        self
+    }
+
+    /// Refuse payloads that `check` rejects, at enqueue.
+    pub fn with_payload_check(
+        mut self,
+        check: impl Fn(&serde_json::Value) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.payload_check = Some(Arc::new(check));
+        self
+    }
+
+    pub fn timeout(&self) -> Duration {
+        match self.shape {
+            Shape::FireAndForget { timeout } | Shape::Durable { timeout, .. } => timeout,
+        }
+    }
+
+    /// The kind's own lease, if it has one.
+    pub fn lease(&self) -> Option<Duration> {
+        match self.shape {
+            Shape::FireAndForget { .. } => None,
+            Shape::Durable { lease, .. } => Some(lease),
+        }
+    }
+
+    fn validate(&self, kind: &str) -> Result<(), EngineError> {
+        if self.timeout() < MIN_DURATION {
+            return Err(EngineError::Config(format!(
+                "kind {kind:?}: timeout {:?} is under 1 ms (a units typo?)",
+                self.timeout()
+            )));
+        }
+        if let Some(lease) = self.lease()
+            && lease < MIN_DURATION
+        {
+            return Err(EngineError::Config(format!(
+                "kind {kind:?}: lease {lease:?} is under 1 ms (a units typo?)"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a handler answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Finished; the optional result is stored on the run.
+    Done(Option<serde_json::Value>),
+    /// Try again: after the given delay (e.g. a Retry-After), else by the kind's ladder.
+    /// Spends an attempt; over `max_retries` the run fails.
+    Retry {
+        after: Option<Duration>,
+        reason: String,
+    },
+    /// Give up now.
+    Fail(String),
+    /// Come back later without spending an attempt (long waits, full caps).
+    Snooze(Duration),
+}
+
+impl Outcome {
+    pub fn done() -> Self {
+        Outcome::Done(None)
+    }
+}
+
+/// A kind's code.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    async fn handle(&self, ctx: RunContext) -> Outcome;
+}
+
+#[async_trait]
+impl<F, Fut> Handler for F
+where
+    F: Fn(RunContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Outcome> + Send + 'static,
+{
+    async fn handle(&self, ctx: RunContext) -> Outcome {
+        (self)(ctx).await
+    }
+}
+
+/// Why a handler's signal fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum StopReason {
+    /// Somebody asked to cancel the run.
+    Cancel = 1,
+    /// Another owner holds the run now: stop, write nothing.
+    LeaseLost = 2,
+    /// The worker is shutting down: stop, the run will be given back.
+    Shutdown = 3,
+}
+
+/// The signal a handler watches, with the reason it fired. The first reason sticks.
+#[derive(Debug, Clone, Default)]
+pub struct StopSignal {
+    token: CancellationToken,
+    reason: Arc<AtomicU8>,
+}
+
+impl StopSignal {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn stop(&self, reason: StopReason) {
+        let _ = self
+            .reason
+            .compare_exchange(0, reason as u8, Ordering::SeqCst, Ordering::SeqCst);
+        self.token.cancel();
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        match self.reason.load(Ordering::SeqCst) {
+            1 => Some(StopReason::Cancel),
+            2 => Some(StopReason::LeaseLost),
+            3 => Some(StopReason::Shutdown),
+            _ => None,
+        }
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// Resolves when the handler should stop.
+    pub async fn stopped(&self) {
+        self.token.cancelled().await
+    }
+}
+
+/// Saves a durable handler's progress, owner-checked.
+#[derive(Clone)]
+pub struct Checkpointer {
+    store: Arc<dyn RunStore>,
+    run: crate::model::RunId,
+    owner: OwnerToken,
+    lease: Duration,
+    signal: StopSignal,
+}
+
+impl std::fmt::Debug for Checkpointer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpointer")
+            .field("run", &self.run)
+            .finish()
+    }
+}
+
+impl Checkpointer {
+    pub(crate) fn new(
+        store: Arc<dyn RunStore>,
+        run: crate::model::RunId,
+        owner: OwnerToken,
+        lease: Duration,
+        signal: StopSignal,
+    ) -> Self {
+        Self {
+            store,
+            run,
+            owner,
+            lease,
+            signal,
+        }
+    }
+
+    /// Store `state` as the run's checkpoint and renew its lease. `Err(LeaseLost)` when
+    /// another owner holds the run: the handler must stop (its signal fires too).
+    /// A storage outage is retried a few times, then also reported as `LeaseLost`: the
+    /// run is abandoned and resumes from its previous checkpoint after the lease.
+    pub async fn save(&self, state: Vec<u8>) -> Result<(), LeaseLost> {
+        let mut delay = Duration::from_millis(50);
+        for _ in 0..5 {
+            let params = CheckpointParams {
+                id: self.run,
+                owner: self.owner,
+                state: state.clone(),
+                lease: self.lease,
+            };
+            match self.store.run_checkpoint(params).await {
+                Ok(()) => return Ok(()),
+                Err(StoreError::Unavailable(message)) => {
+                    tracing::warn!(run = %self.run, %message, "checkpoint: storage unavailable, trying again");
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                }
+                Err(err) => {
+                    tracing::warn!(run = %self.run, error = %err, "checkpoint refused; abandoning the run");
+                    self.signal.stop(StopReason::LeaseLost);
+                    return Err(LeaseLost);
+                }
+            }
+        }
+        tracing::warn!(run = %self.run, "checkpoint: storage still unavailable; abandoning the run");
+        self.signal.stop(StopReason::LeaseLost);
+        Err(LeaseLost)
+    }
+}
+
+/// Everything a handler gets.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    /// The run as claimed (read-only): payload, last checkpoint, counters.
+    pub run: Arc<Run>,
+    /// Fires on cancel, lease loss or shutdown; see [`StopSignal::reason`].
+    pub signal: StopSignal,
+    pub checkpointer: Checkpointer,
+    /// Enqueue follow-up runs.
+    pub dispatcher: Dispatcher,
+}
+
+/// A registered kind.
+#[derive(Clone)]
+pub struct Registered {
+    pub config: KindConfig,
+    pub handler: Arc<dyn Handler>,
+}
+
+/// Kinds this process can run.
+#[derive(Clone, Default)]
+pub struct Registry {
+    kinds: HashMap<String, Registered>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("kinds", &self.kinds.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Register `kind`. Refuses an empty name, a duplicate, or a lease/timeout under 1 ms.
+    pub fn register(
+        &mut self,
+        kind: &str,
+        config: KindConfig,
+        handler: impl Handler,
+    ) -> Result<(), EngineError> {
+        if kind.trim().is_empty() {
+            return Err(EngineError::Config("a kind needs a name".into()));
+        }
+        if self.kinds.contains_key(kind) {
+            return Err(EngineError::Config(format!(
+                "kind {kind:?} is registered twice"
+            )));
+        }
+        config.validate(kind)?;
+        self.kinds.insert(
+            kind.to_owned(),
+            Registered {
+                config,
+                handler: Arc::new(handler),
+            },
+        );
+        Ok(())
+    }
+
+    pub fn get(&self, kind: &str) -> Option<&Registered> {
+        self.kinds.get(kind)
+    }
+
+    pub fn contains(&self, kind: &str) -> bool {
+        self.kinds.contains_key(kind)
+    }
+
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.kinds.keys().map(String::as_str)
+    }
+
+    /// The payload checks of every kind (`None` where a kind has none).
+    pub fn payload_checks(&self) -> HashMap<String, Option<PayloadCheck>> {
+        self.kinds
+            .iter()
+            .map(|(kind, registered)| (kind.clone(), registered.config.payload_check.clone()))
+            .collect()
+    }
+
+    /// Per-kind leases of the durable kinds.
+    pub fn leases(&self) -> HashMap<String, Duration> {
+        self.kinds
+            .iter()
+            .filter_map(|(kind, registered)| {
+                registered.config.lease().map(|lease| (kind.clone(), lease))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn noop(_ctx: RunContext) -> Outcome {
+        Outcome::done()
+    }
+
+    #[test]
+    fn a_lease_or_timeout_under_a_millisecond_is_refused() {
+        let mut registry = Registry::new();
+        let err = registry
+            .register(
+                "tiny-lease",
+                KindConfig::durable(Duration::from_micros(500), Duration::from_secs(1)),
+                noop,
+            )
+            .expect_err("a 0.5 ms lease is a units typo");
+        assert!(err.to_string().contains("under 1 ms"), "{err}");
+        let err = registry
+            .register(
+                "tiny-timeout",
+                KindConfig::fire_and_forget(Duration::ZERO),
+                noop,
+            )
+            .expect_err("a zero timeout is refused");
+        assert!(err.to_string().contains("timeout"), "{err}");
+        assert!(
+            !registry.contains("tiny-lease"),
+            "a refused kind is not registered"
+        );
+    }
+
+    #[test]
+    fn a_kind_cannot_be_registered_twice() {
+        let mut registry = Registry::new();
+        registry
+            .register(
+                "a",
+                KindConfig::fire_and_forget(Duration::from_secs(1)),
+                noop,
+            )
+            .expect("first registration");
+        assert!(
+            registry
+                .register(
+                    "a",
+                    KindConfig::fire_and_forget(Duration::from_secs(1)),
+                    noop
+                )
+                .is_err(),
+            "second registration of the same kind is refused"
+        );
+    }
+
+    #[test]
+    fn the_first_stop_reason_sticks() {
+        let signal = StopSignal::new();
+        assert_eq!(signal.reason(), None, "not stopped yet");
+        signal.stop(StopReason::Cancel);
+        signal.stop(StopReason::LeaseLost);
+        assert!(signal.is_stopped());
+        assert_eq!(
+            signal.reason(),
+            Some(StopReason::Cancel),
+            "first reason wins"
+        );
+    }
+}

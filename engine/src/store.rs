@@ -1,0 +1,294 @@
+//! The [`RunStore`] port: everything the engine asks of storage, and nothing else.
+//!
+//! Stores (`fronta-store-sqlite`, later `fronta-store-postgres`) implement it; the
+//! conformance suite in `fronta-store-tests` pins every line of the contract below on
+//! every store. A behaviour that passes on one store and not on another is a bug.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+
+use crate::error::StoreError;
+use crate::model::{NewRun, OwnerToken, Run, RunId, RunStatus};
+
+pub type StoreResult<T> = std::result::Result<T, StoreError>;
+
+/// What an enqueue did with one [`NewRun`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enqueued {
+    /// A new row was inserted.
+    Inserted(RunId),
+    /// A non-terminal run with the same unique key exists; nothing was inserted.
+    Existing(RunId),
+}
+
+impl Enqueued {
+    pub fn id(self) -> RunId {
+        match self {
+            Enqueued::Inserted(id) | Enqueued::Existing(id) => id,
+        }
+    }
+}
+
+/// One claim round.
+#[derive(Debug, Clone)]
+pub struct ClaimParams {
+    /// At most this many runs (the worker's free slots).
+    pub limit: usize,
+    /// The lease of kinds without one of their own.
+    pub default_lease: Duration,
+    /// Per-kind leases (durable kinds).
+    pub leases: HashMap<String, Duration>,
+    /// A reclaim that would make `reclaims` exceed this fails the run instead.
+    pub max_reclaims: u32,
+}
+
+impl ClaimParams {
+    pub fn lease_of(&self, kind: &str) -> Duration {
+        self.leases.get(kind).copied().unwrap_or(self.default_lease)
+    }
+}
+
+/// A run now owned by the claimer.
+#[derive(Debug, Clone)]
+pub struct ClaimedRun {
+    pub run: Run,
+    pub owner: OwnerToken,
+    /// The previous owner's lease had expired (`run.reclaims` already counts this one).
+    pub reclaimed: bool,
+}
+
+/// The result of one claim round.
+#[derive(Debug, Clone, Default)]
+pub struct ClaimBatch {
+    pub claimed: Vec<ClaimedRun>,
+    /// Expired runs whose reclaim would have exceeded `max_reclaims`: now `failed`
+    /// ("crash loop"). Their handlers never start.
+    pub crash_looped: Vec<Run>,
+    /// Expired runs whose cancel had been requested: now `cancelled`, never restarted.
+    pub cancelled: Vec<RunId>,
+}
+
+/// Renew one lease (heartbeat).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseRenewal {
+    pub id: RunId,
+    pub owner: OwnerToken,
+    pub lease: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    pub id: RunId,
+    /// The row is no longer ours: the handler must be stopped and the run abandoned.
+    pub lost: bool,
+    /// Somebody asked to cancel this run.
+    pub cancel_requested: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct CheckpointParams {
+    pub id: RunId,
+    pub owner: OwnerToken,
+    pub state: Vec<u8>,
+    /// The lease is renewed by the same write.
+    pub lease: Duration,
+}
+
+/// How a claimed run leaves the worker. Decided by [`crate::machine`], written by a store.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FinishAction {
+    /// → `completed`.
+    Complete { result: Option<serde_json::Value> },
+    /// → `failed`.
+    Fail { error: String },
+    /// → pending at now + delay, `attempts += 1`.
+    Retry { delay: Duration, error: String },
+    /// → pending at now + delay; no counter moves.
+    Snooze { delay: Duration },
+    /// → pending at now + delay, `parks += 1` (no handler for the kind here).
+    Park { delay: Duration, error: String },
+    /// → `cancelled` (the handler observed a requested cancel).
+    Cancel,
+    /// → pending and due at once; no counter moves (graceful shutdown gave it back).
+    Release,
+}
+
+impl FinishAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FinishAction::Complete { .. } => "complete",
+            FinishAction::Fail { .. } => "fail",
+            FinishAction::Retry { .. } => "retry",
+            FinishAction::Snooze { .. } => "snooze",
+            FinishAction::Park { .. } => "park",
+            FinishAction::Cancel => "cancel",
+            FinishAction::Release => "release",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finish {
+    pub id: RunId,
+    pub owner: OwnerToken,
+    pub action: FinishAction,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReply {
+    /// Written; the run's status is now this.
+    Applied { id: RunId, status: RunStatus },
+    /// Refused by fencing: nothing was written.
+    LeaseLost { id: RunId },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReply {
+    /// It was pending: cancelled now.
+    Cancelled,
+    /// It is running: the flag is set; the worker will stop it.
+    Requested,
+    /// Already terminal: nothing changed.
+    AlreadyFinished(RunStatus),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct RunFilter {
+    pub status: Option<RunStatus>,
+    pub kind: Option<String>,
+    pub tenant: Option<String>,
+    /// Only runs created before this one (pagination cursor, newest first).
+    pub before: Option<RunId>,
+    /// 0 = the store's default page (100).
+    pub limit: usize,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStats {
+    pub scheduled: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+    pub attempts: u64,
+    pub reclaims: u64,
+    pub parks: u64,
+}
+
+impl RunStats {
+    pub fn total(&self) -> u64 {
+        self.scheduled + self.queued + self.running + self.completed + self.failed + self.cancelled
+    }
+
+    pub fn count(&self, status: RunStatus) -> u64 {
+        match status {
+            RunStatus::Scheduled => self.scheduled,
+            RunStatus::Queued => self.queued,
+            RunStatus::Running => self.running,
+            RunStatus::Completed => self.completed,
+            RunStatus::Failed => self.failed,
+            RunStatus::Cancelled => self.cancelled,
+        }
+    }
+}
+
+/// Storage of runs.
+///
+/// # Contract
+///
+/// Time: every instant a store writes or compares (`run_at`, `locked_until`, due-ness,
+/// lease expiry) comes from the store's clock — the database's own clock where it has
+/// one that all processes share, an injected [`crate::Clock`] in tests. Delays in
+/// parameters are relative to that clock. Times are kept to the millisecond.
+///
+/// Enqueue (`run_enqueue_many`):
+/// - inserts every run in one transaction, all or nothing, and answers in input order;
+/// - a run with a `unique_key` held by a non-terminal run (pending or running) is not
+///   inserted: the answer is `Existing(id of that run)`; a terminal run frees its key;
+/// - a new run has status pending, `attempts = reclaims = parks = 0`, due at `run_at`,
+///   else now + `delay`, else now;
+/// - wakes this store's enqueue signal ([`RunStore::enqueue_signal`]) after commit.
+///
+/// Claim (`run_claim`):
+/// - takes at most `limit` runs among those due (pending with `run_at <= now`) and those
+///   running with an expired lease (`locked_until < now`), oldest first by priority
+///   (higher first) then `run_at`;
+/// - fairness: it takes at most one run of a tenant before it takes a second run of any
+///   tenant; its cost does not grow with the number of queued runs;
+/// - every claimed run gets a fresh [`OwnerToken`], `status = running`,
+///   `locked_until = now + lease of its kind`, `heartbeat_at = now`, and `started_at` if
+///   it had none;
+/// - an expired run is a reclaim: `reclaims += 1`, `attempts` untouched; when that would
+///   exceed `max_reclaims` the run becomes `failed` (error "crash loop: …") and is
+///   returned in `crash_looped`; when its cancel was requested it becomes `cancelled`
+///   and is returned in `cancelled`; neither is handed to a handler;
+/// - two concurrent claims (any processes) never return the same run.
+///
+/// Owner-checked writes (`run_heartbeat_many`, `run_checkpoint`, `run_finish_many`):
+/// - apply only while the row is `running` and holds the caller's owner token; otherwise
+///   they write nothing and answer lease lost (per run for the batched ones). A lease
+///   that expired but was not yet reclaimed still belongs to its owner;
+/// - heartbeat sets `locked_until = now + lease`, `heartbeat_at = now`, and answers the
+///   run's `cancel_requested`; checkpoint stores the state and renews the lease the same way;
+/// - finish clears the owner token and writes the action: `Complete` → completed with
+///   `completed_at` and result; `Fail` → failed with `failed_at` and `last_error`;
+///   `Retry` → pending at now + delay, `attempts += 1`, `last_error`; `Snooze` → pending
+///   at now + delay; `Park` → pending at now + delay, `parks += 1`, `last_error`;
+///   `Cancel` → cancelled with `cancelled_at`; `Release` → pending, due now;
+/// - a cancel request wins over putting the run back: when the row has
+///   `cancel_requested`, `Retry`, `Snooze`, `Park` and `Release` write `cancelled`
+///   instead. `Complete` and `Fail` are written as they are (they tell what happened);
+/// - a terminal run is never changed by a finish (a late completion never overwrites a
+///   cancel): the owner token was cleared, so the write is lease lost.
+///
+/// Cancel (`run_request_cancel`): pending → `cancelled` at once; running → the
+/// `cancel_requested` flag (kept across reclaims), status unchanged; terminal → nothing;
+/// unknown id → `NotFound`.
+///
+/// Reads (`run_get`, `run_list`, `run_stats`) see committed data only; `run_list` is
+/// newest first; `scheduled` vs `queued` is judged against the store's now.
+///
+/// Errors: a busy or unreachable database is `Unavailable` (the call may be repeated);
+/// no call leaves a half-written change behind.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>>;
+
+    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch>;
+
+    async fn run_heartbeat_many(
+        &self,
+        leases: Vec<LeaseRenewal>,
+    ) -> StoreResult<Vec<HeartbeatReply>>;
+
+    /// `Err(StoreError::LeaseLost)` when fenced.
+    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()>;
+
+    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>>;
+
+    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply>;
+
+    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>>;
+
+    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>>;
+
+    async fn run_stats(&self) -> StoreResult<RunStats>;
+
+    /// Notified after runs were enqueued (in this process; stores that can hear other
+    /// processes, like Postgres with LISTEN, notify for those too). Workers wait on it and
+    /// poll as a fallback.
+    fn enqueue_signal(&self) -> Arc<Notify>;
+}
+
+/// Insert runs inside a transaction the caller already holds, so a business write and the
+/// runs it triggers commit together or not at all. Implemented by each store's
+/// transaction handle; used through [`crate::Dispatcher::enqueue_in`].
+pub trait RunInsert {
+    fn run_insert(&mut self, run: &NewRun) -> StoreResult<Enqueued>;
+}

@@ -1,0 +1,734 @@
+//! The worker pool: claims only free slots and starts each run at once; a heartbeater
+//! renews every active lease in one write per round and delivers cancel flags; a
+//! completer writes finished runs in batches. Handlers run outside any transaction.
+//!
+//! What a worker does with a claimed run:
+//! - kind unknown here → parked ([`machine::decide_park`]), handler never starts;
+//! - handler answers → [`machine::decide`] → the completer writes it;
+//! - handler panics → `Fail` (a bug does not go away in a minute), the worker lives on;
+//! - handler exceeds the kind's timeout → `Retry` (spends an attempt);
+//! - heartbeat or checkpoint finds the lease lost → the handler is stopped and the run
+//!   abandoned: nothing more is written about it;
+//! - cancel requested → the handler's signal fires; what it answers becomes `Cancel`
+//!   (or `Complete` when it had finished);
+//! - shutdown → no more claims; runs get `shutdown_grace` to finish, then are stopped
+//!   and given back (`Release`, owner-checked, no counter spent).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatcher::Dispatcher;
+use crate::error::{EngineError, StoreError};
+use crate::machine;
+use crate::model::{OwnerToken, Run, RunId, RunStatus};
+use crate::registry::{
+    Checkpointer, MIN_DURATION, Outcome, Registry, RunContext, StopReason, StopSignal,
+};
+use crate::store::{
+    ClaimBatch, ClaimParams, ClaimedRun, Finish, FinishAction, FinishReply, LeaseRenewal, RunStore,
+};
+
+/// A worker's settings. Every limit is named here.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// A name for log lines.
+    pub name: String,
+    /// Runs executing at once in this worker.
+    pub max_in_flight: usize,
+    /// The lease of fire-and-forget kinds (durable kinds bring their own).
+    pub default_lease: Duration,
+    /// Time between heartbeat rounds; `None` = a third of the shortest lease.
+    pub heartbeat_every: Option<Duration>,
+    /// How often to look for due runs when no enqueue signal arrives (other processes,
+    /// delayed runs coming due).
+    pub poll_interval: Duration,
+    /// A reclaim beyond this many fails the run as a crash loop.
+    pub max_reclaims: u32,
+    /// The first park's delay; each later park doubles it.
+    pub park_base: Duration,
+    /// On shutdown, how long running handlers may take to finish.
+    pub shutdown_grace: Duration,
+    /// Exit once nothing is queued, running or due.
+    pub until_idle: bool,
+    /// The most finishes written in one batch.
+    pub completer_batch: usize,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        Self {
+            name: "worker".into(),
+            max_in_flight: 4,
+            default_lease: Duration::from_secs(300),
+            heartbeat_every: None,
+            poll_interval: Duration::from_millis(500),
+            max_reclaims: 5,
+            park_base: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            until_idle: false,
+            completer_batch: 1000,
+        }
+    }
+}
+
+impl WorkerConfig {
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let problem = if self.max_in_flight == 0 {
+            Some("max_in_flight must be at least 1".to_string())
+        } else if self.default_lease < MIN_DURATION {
+            Some(format!(
+                "default lease {:?} is under 1 ms (a units typo?)",
+                self.default_lease
+            ))
+        } else if self
+            .heartbeat_every
+            .is_some_and(|every| every < MIN_DURATION)
+        {
+            Some("heartbeat interval is under 1 ms".to_string())
+        } else if self.poll_interval < MIN_DURATION {
+            Some("poll interval is under 1 ms".to_string())
+        } else if self.completer_batch == 0 {
+            Some("completer batch must be at least 1".to_string())
+        } else {
+            None
+        };
+        problem.map_or(Ok(()), |problem| Err(EngineError::Config(problem)))
+    }
+}
+
+/// What a worker did, counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct WorkerReport {
+    pub claimed: u64,
+    pub reclaimed: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub retried: u64,
+    pub snoozed: u64,
+    pub parked: u64,
+    pub cancelled: u64,
+    pub released: u64,
+    pub abandoned: u64,
+    pub crash_looped: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    claimed: AtomicU64,
+    reclaimed: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    retried: AtomicU64,
+    snoozed: AtomicU64,
+    parked: AtomicU64,
+    cancelled: AtomicU64,
+    released: AtomicU64,
+    abandoned: AtomicU64,
+    crash_looped: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64, by: u64) {
+        counter.fetch_add(by, Ordering::Relaxed);
+    }
+
+    fn report(&self) -> WorkerReport {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WorkerReport {
+            claimed: get(&self.claimed),
+            reclaimed: get(&self.reclaimed),
+            completed: get(&self.completed),
+            failed: get(&self.failed),
+            retried: get(&self.retried),
+            snoozed: get(&self.snoozed),
+            parked: get(&self.parked),
+            cancelled: get(&self.cancelled),
+            released: get(&self.released),
+            abandoned: get(&self.abandoned),
+            crash_looped: get(&self.crash_looped),
+        }
+    }
+}
+
+struct Active {
+    run: Arc<Run>,
+    owner: OwnerToken,
+    lease: Duration,
+    signal: StopSignal,
+    abort: AbortHandle,
+}
+
+type ActiveMap = Arc<Mutex<HashMap<RunId, Active>>>;
+
+enum Ended {
+    Answered(Outcome),
+    TimedOut(Duration),
+}
+
+/// A pool of in-flight runs over one store. See the module docs.
+pub struct Worker {
+    store: Arc<dyn RunStore>,
+    registry: Arc<Registry>,
+    dispatcher: Dispatcher,
+    config: WorkerConfig,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Refuses a configuration with a limit that makes no sense (see [`WorkerConfig::validate`]).
+    pub fn new(
+        store: Arc<dyn RunStore>,
+        registry: Arc<Registry>,
+        config: WorkerConfig,
+    ) -> Result<Self, EngineError> {
+        config.validate()?;
+        let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
+        Ok(Self {
+            store,
+            registry,
+            dispatcher,
+            config,
+            counters: Arc::new(Counters::default()),
+        })
+    }
+
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dispatcher
+    }
+
+    fn heartbeat_every(&self) -> Duration {
+        if let Some(every) = self.config.heartbeat_every {
+            return every;
+        }
+        let shortest = self
+            .registry
+            .leases()
+            .into_values()
+            .chain([self.config.default_lease])
+            .min()
+            .unwrap_or(self.config.default_lease);
+        (shortest / 3).max(MIN_DURATION)
+    }
+
+    fn claim_params(&self, limit: usize) -> ClaimParams {
+        ClaimParams {
+            limit,
+            default_lease: self.config.default_lease,
+            leases: self.registry.leases(),
+            max_reclaims: self.config.max_reclaims,
+        }
+    }
+
+    /// Work until `shutdown` fires (or, with `until_idle`, until nothing is left to do).
+    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, EngineError> {
+        let name = self.config.name.clone();
+        tracing::info!(worker = %name, max_in_flight = self.config.max_in_flight,
+            lease = ?self.config.default_lease, heartbeat = ?self.heartbeat_every(),
+            kinds = ?self.registry.kinds().collect::<Vec<_>>(), "worker started");
+
+        let active: ActiveMap = Arc::new(Mutex::new(HashMap::new()));
+        let pending_finishes = Arc::new(AtomicUsize::new(0));
+        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<(Finish, Arc<Run>)>();
+        let completer = tokio::spawn(completer(
+            self.store.clone(),
+            finish_rx,
+            self.config.completer_batch,
+            pending_finishes.clone(),
+            self.counters.clone(),
+        ));
+        let heartbeat_stop = CancellationToken::new();
+        let heartbeater = tokio::spawn(heartbeater(
+            self.store.clone(),
+            active.clone(),
+            self.heartbeat_every(),
+            heartbeat_stop.clone(),
+        ));
+        let finisher = Finisher {
+            tx: finish_tx,
+            pending: pending_finishes.clone(),
+        };
+
+        let mut tasks: JoinSet<Ended> = JoinSet::new();
+        let mut task_runs: HashMap<tokio::task::Id, RunId> = HashMap::new();
+        let enqueue_signal = self.store.enqueue_signal();
+        let mut storage_backoff = Duration::from_millis(50);
+
+        loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            while let Some(joined) = tasks.try_join_next_with_id() {
+                self.reap(joined, &active, &mut task_runs, &finisher);
+            }
+            // Register for the wake-up before claiming, so an enqueue between the claim
+            // and the wait is not missed.
+            let notified = enqueue_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+
+            let free = self.config.max_in_flight.saturating_sub(tasks.len());
+            let mut claimed_now = 0;
+            if free > 0 {
+                match self.store.run_claim(self.claim_params(free)).await {
+                    Ok(batch) => {
+                        storage_backoff = Duration::from_millis(50);
+                        claimed_now =
+                            batch.claimed.len() + batch.crash_looped.len() + batch.cancelled.len();
+                        self.start_batch(batch, &active, &mut tasks, &mut task_runs, &finisher);
+                    }
+                    Err(err) => {
+                        tracing::warn!(worker = %name, error = %err, retry_in = ?storage_backoff, "claim failed");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = tokio::time::sleep(storage_backoff) => {}
+                        }
+                        storage_backoff = (storage_backoff * 2).min(Duration::from_secs(5));
+                        continue;
+                    }
+                }
+            }
+            if claimed_now > 0 && claimed_now >= free {
+                // The queue may hold more: go round again as soon as a slot frees.
+                if let Some(joined) = tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => None,
+                    joined = tasks.join_next_with_id(), if !tasks.is_empty() => joined,
+                } {
+                    self.reap(joined, &active, &mut task_runs, &finisher);
+                }
+                continue;
+            }
+            if self.config.until_idle && tasks.is_empty() && claimed_now == 0 {
+                finisher.flushed().await;
+                match self.store.run_stats().await {
+                    Ok(stats) if stats.queued == 0 && stats.running == 0 => {
+                        tracing::info!(worker = %name, "nothing queued, running or due: exiting (--until-idle)");
+                        break;
+                    }
+                    Ok(_) => {}
+                    Err(err) => tracing::warn!(worker = %name, error = %err, "stats failed"),
+                }
+            }
+            let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                    self.reap(joined, &active, &mut task_runs, &finisher);
+                }
+                _ = &mut notified, if free_after > 0 => {}
+                _ = tokio::time::sleep(self.config.poll_interval), if free_after > 0 => {}
+            }
+        }
+
+        self.shut_down(&mut tasks, &active, &mut task_runs, &finisher)
+            .await;
+        heartbeat_stop.cancel();
+        let _ = heartbeater.await;
+        finisher.flushed().await;
+        drop(finisher);
+        let _ = completer.await;
+        let report = self.counters.report();
+        tracing::info!(worker = %name, ?report, "worker stopped");
+        Ok(report)
+    }
+
+    async fn shut_down(
+        &self,
+        tasks: &mut JoinSet<Ended>,
+        active: &ActiveMap,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        if tasks.is_empty() {
+            return;
+        }
+        tracing::info!(worker = %self.config.name, running = tasks.len(), grace = ?self.config.shutdown_grace,
+            "shutting down: no more claims, waiting for running handlers");
+        let deadline = tokio::time::Instant::now() + self.config.shutdown_grace;
+        while !tasks.is_empty() {
+            match tokio::time::timeout_at(deadline, tasks.join_next_with_id()).await {
+                Ok(Some(joined)) => self.reap(joined, active, task_runs, finisher),
+                Ok(None) => break,
+                Err(_) => break,
+            }
+        }
+        if tasks.is_empty() {
+            return;
+        }
+        let left: Vec<(StopSignal, AbortHandle)> = lock(active)
+            .values()
+            .map(|entry| (entry.signal.clone(), entry.abort.clone()))
+            .collect();
+        tracing::warn!(worker = %self.config.name, left = left.len(),
+            "grace period over: stopping the remaining handlers and giving their runs back");
+        for (signal, abort) in left {
+            signal.stop(StopReason::Shutdown);
+            abort.abort();
+        }
+        while let Some(joined) = tasks.join_next_with_id().await {
+            self.reap(joined, active, task_runs, finisher);
+        }
+    }
+
+    fn start_batch(
+        &self,
+        batch: ClaimBatch,
+        active: &ActiveMap,
+        tasks: &mut JoinSet<Ended>,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        for run in &batch.crash_looped {
+            Counters::bump(&self.counters.crash_looped, 1);
+            Counters::bump(&self.counters.failed, 1);
+            tracing::error!(run = %run.id, kind = %run.kind, tenant = %run.tenant, reclaims = run.reclaims,
+                error = run.last_error.as_deref().unwrap_or(""), "run failed: crash loop");
+        }
+        for id in &batch.cancelled {
+            Counters::bump(&self.counters.cancelled, 1);
+            tracing::info!(run = %id, "run cancelled: its cancel was requested before its lease expired");
+        }
+        for claimed in batch.claimed {
+            self.start_one(claimed, active, tasks, task_runs, finisher);
+        }
+    }
+
+    fn start_one(
+        &self,
+        claimed: ClaimedRun,
+        active: &ActiveMap,
+        tasks: &mut JoinSet<Ended>,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        let ClaimedRun {
+            run,
+            owner,
+            reclaimed,
+        } = claimed;
+        Counters::bump(&self.counters.claimed, 1);
+        if reclaimed {
+            Counters::bump(&self.counters.reclaimed, 1);
+            tracing::warn!(run = %run.id, kind = %run.kind, reclaims = run.reclaims,
+                "reclaimed a run whose lease expired (its worker died or stalled)");
+        }
+        let run = Arc::new(run);
+        let Some(registered) = self.registry.get(&run.kind) else {
+            let action = machine::decide_park(&run, self.config.park_base);
+            tracing::warn!(run = %run.id, kind = %run.kind, parks = run.parks, action = action.name(),
+                "no handler for this kind here: parking the run");
+            finisher.send(
+                Finish {
+                    id: run.id,
+                    owner,
+                    action,
+                },
+                run,
+            );
+            return;
+        };
+        let lease = registered
+            .config
+            .lease()
+            .unwrap_or(self.config.default_lease);
+        let timeout = registered.config.timeout();
+        let signal = StopSignal::new();
+        let ctx = RunContext {
+            run: run.clone(),
+            signal: signal.clone(),
+            checkpointer: Checkpointer::new(
+                self.store.clone(),
+                run.id,
+                owner,
+                lease,
+                signal.clone(),
+            ),
+            dispatcher: self.dispatcher.clone(),
+        };
+        let handler = registered.handler.clone();
+        // Hold the map's lock across the spawn so the task cannot finish before it is listed.
+        let mut map = lock(active);
+        let abort = tasks.spawn(async move {
+            match tokio::time::timeout(timeout, handler.handle(ctx)).await {
+                Ok(outcome) => Ended::Answered(outcome),
+                Err(_) => Ended::TimedOut(timeout),
+            }
+        });
+        task_runs.insert(abort.id(), run.id);
+        map.insert(
+            run.id,
+            Active {
+                run,
+                owner,
+                lease,
+                signal,
+                abort,
+            },
+        );
+    }
+
+    fn reap(
+        &self,
+        joined: Result<(tokio::task::Id, Ended), JoinError>,
+        active: &ActiveMap,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        let task_id = match &joined {
+            Ok((id, _)) => *id,
+            Err(err) => err.id(),
+        };
+        let Some(run_id) = task_runs.remove(&task_id) else {
+            tracing::error!("invariant: a finished task with no run");
+            return;
+        };
+        let Some(entry) = lock(active).remove(&run_id) else {
+            tracing::error!(run = %run_id, "invariant: a finished run missing from the active set");
+            return;
+        };
+        let Active {
+            run, owner, signal, ..
+        } = entry;
+        let ladder = self
+            .registry
+            .get(&run.kind)
+            .map(|registered| registered.config.ladder.clone())
+            .unwrap_or_default();
+        let outcome = match joined {
+            Ok((_, Ended::Answered(outcome))) => Some(outcome),
+            Ok((_, Ended::TimedOut(timeout))) => Some(Outcome::Retry {
+                after: None,
+                reason: format!("timed out after {timeout:?}"),
+            }),
+            Err(err) if err.is_panic() => {
+                let message = panic_message(err.into_panic());
+                tracing::error!(run = %run.id, kind = %run.kind, %message, "handler panicked");
+                Some(Outcome::Fail(format!("handler panicked: {message}")))
+            }
+            Err(_) => None, // aborted: lease lost or shutdown
+        };
+        let action = match (signal.reason(), outcome) {
+            (Some(StopReason::LeaseLost), _) => {
+                Counters::bump(&self.counters.abandoned, 1);
+                tracing::warn!(run = %run.id, kind = %run.kind, "lease lost: run abandoned, nothing more written");
+                return;
+            }
+            (Some(StopReason::Shutdown), Some(Outcome::Done(result))) => {
+                FinishAction::Complete { result }
+            }
+            (Some(StopReason::Shutdown), _) | (None, None) => FinishAction::Release,
+            (Some(StopReason::Cancel), Some(outcome)) => machine::decide_cancelled(outcome),
+            (Some(StopReason::Cancel), None) => FinishAction::Cancel,
+            (None, Some(outcome)) => machine::decide(&run, outcome, &ladder),
+        };
+        finisher.send(
+            Finish {
+                id: run.id,
+                owner,
+                action,
+            },
+            run,
+        );
+    }
+}
+
+fn lock(active: &ActiveMap) -> std::sync::MutexGuard<'_, HashMap<RunId, Active>> {
+    active
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+/// The worker's side of the completer channel; counts finishes not yet written.
+struct Finisher {
+    tx: mpsc::UnboundedSender<(Finish, Arc<Run>)>,
+    pending: Arc<AtomicUsize>,
+}
+
+impl Finisher {
+    fn send(&self, finish: Finish, run: Arc<Run>) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        if self.tx.send((finish, run)).is_err() {
+            self.pending.fetch_sub(1, Ordering::SeqCst);
+            tracing::error!("invariant: the completer stopped before the worker");
+        }
+    }
+
+    /// Wait until every finish sent so far is written (or given up on).
+    async fn flushed(&self) {
+        while self.pending.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+/// Writes finishes in batches: whatever arrived while the previous batch was written
+/// goes together, so the batch grows with load and one commit carries many runs.
+async fn completer(
+    store: Arc<dyn RunStore>,
+    mut rx: mpsc::UnboundedReceiver<(Finish, Arc<Run>)>,
+    max_batch: usize,
+    pending: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+) {
+    let mut batch: Vec<(Finish, Arc<Run>)> = Vec::with_capacity(max_batch);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < max_batch {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let finishes: Vec<Finish> = batch.iter().map(|(finish, _)| finish.clone()).collect();
+        let mut delay = Duration::from_millis(20);
+        let mut tries = 0;
+        let replies = loop {
+            tries += 1;
+            match store.run_finish_many(finishes.clone()).await {
+                Ok(replies) => break Some(replies),
+                Err(StoreError::Unavailable(message)) if tries < 30 => {
+                    tracing::warn!(batch = finishes.len(), %message, retry_in = ?delay, "completer: storage unavailable, trying again");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
+                }
+                Err(err) => {
+                    tracing::error!(batch = finishes.len(), error = %err,
+                        "completer: could not write finished runs; their leases will expire and they will be reclaimed");
+                    break None;
+                }
+            }
+        };
+        if let Some(replies) = replies {
+            let by_id: HashMap<RunId, &(Finish, Arc<Run>)> =
+                batch.iter().map(|entry| (entry.0.id, entry)).collect();
+            for reply in replies {
+                record(&counters, reply, &by_id);
+            }
+        }
+        pending.fetch_sub(batch.len(), Ordering::SeqCst);
+        batch.clear();
+    }
+}
+
+fn record(counters: &Counters, reply: FinishReply, by_id: &HashMap<RunId, &(Finish, Arc<Run>)>) {
+    match reply {
+        FinishReply::LeaseLost { id } => {
+            Counters::bump(&counters.abandoned, 1);
+            tracing::warn!(run = %id, "finish refused: lease lost (another owner took the run); nothing written");
+        }
+        FinishReply::Applied { id, status } => {
+            let Some((finish, run)) = by_id.get(&id) else {
+                return;
+            };
+            match (&finish.action, status) {
+                (_, RunStatus::Cancelled) => {
+                    Counters::bump(&counters.cancelled, 1);
+                    tracing::info!(run = %id, kind = %run.kind, "run cancelled");
+                }
+                (FinishAction::Complete { .. }, _) => {
+                    Counters::bump(&counters.completed, 1);
+                    tracing::debug!(run = %id, kind = %run.kind, "run completed");
+                }
+                (FinishAction::Fail { error }, _) => {
+                    Counters::bump(&counters.failed, 1);
+                    tracing::error!(run = %id, kind = %run.kind, tenant = %run.tenant,
+                        attempts = run.attempts, reclaims = run.reclaims, parks = run.parks,
+                        %error, "run failed");
+                }
+                (FinishAction::Retry { delay, error }, _) => {
+                    Counters::bump(&counters.retried, 1);
+                    tracing::info!(run = %id, kind = %run.kind, attempt = run.attempts + 1,
+                        retry_in = ?delay, %error, "run will be retried");
+                }
+                (FinishAction::Snooze { delay }, _) => {
+                    Counters::bump(&counters.snoozed, 1);
+                    tracing::debug!(run = %id, kind = %run.kind, until_in = ?delay, "run snoozed");
+                }
+                (FinishAction::Park { delay, .. }, _) => {
+                    Counters::bump(&counters.parked, 1);
+                    tracing::info!(run = %id, kind = %run.kind, parks = run.parks + 1, retry_in = ?delay, "run parked");
+                }
+                (FinishAction::Release, _) => {
+                    Counters::bump(&counters.released, 1);
+                    tracing::info!(run = %id, kind = %run.kind, "run given back on shutdown");
+                }
+                (FinishAction::Cancel, _) => {
+                    Counters::bump(&counters.cancelled, 1);
+                }
+            }
+        }
+    }
+}
+
+/// Renews every active lease in one write per round and delivers cancel flags.
+async fn heartbeater(
+    store: Arc<dyn RunStore>,
+    active: ActiveMap,
+    every: Duration,
+    stop: CancellationToken,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let renewals: Vec<LeaseRenewal> = lock(&active)
+            .iter()
+            .filter(|(_, entry)| !entry.signal.is_stopped())
+            .map(|(id, entry)| LeaseRenewal {
+                id: *id,
+                owner: entry.owner,
+                lease: entry.lease,
+            })
+            .collect();
+        if renewals.is_empty() {
+            continue;
+        }
+        let replies = match store.run_heartbeat_many(renewals).await {
+            Ok(replies) => replies,
+            Err(err) => {
+                tracing::warn!(error = %err, "heartbeat failed; leases not renewed this round");
+                continue;
+            }
+        };
+        let map = lock(&active);
+        for reply in replies {
+            let Some(entry) = map.get(&reply.id) else {
+                continue;
+            };
+            if reply.lost {
+                tracing::warn!(run = %reply.id, kind = %entry.run.kind, "heartbeat: lease lost; stopping the handler");
+                entry.signal.stop(StopReason::LeaseLost);
+                entry.abort.abort();
+            } else if reply.cancel_requested && !entry.signal.is_stopped() {
+                tracing::info!(run = %reply.id, kind = %entry.run.kind, "heartbeat: cancel requested; signalling the handler");
+                entry.signal.stop(StopReason::Cancel);
+            }
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Every fronta port on embedded SQLite.
+//!
+//! - One writer path: a thread owns the write connection and group-commits every write
+//!   ([`writer`]): concurrent enqueues, claims and finishes share one `BEGIN IMMEDIATE`
+//!   transaction and one fsync, and each caller is answered only after the commit.
+//! - Reads (`run_get`, `run_list`, `run_stats`) use a small pool of read connections on
+//!   blocking threads; WAL lets them run beside the writer.
+//! - Pragmas on every connection: WAL, `synchronous` (FULL by default), `busy_timeout`,
+//!   `foreign_keys`. Several processes may share one file; SQLite's lock orders their
+//!   writers and `busy_timeout` makes them wait instead of failing.
+//! - Migrations are embedded ([`schema`]) and run on open.
+//!
+//! Left out on purpose: an ORM, async SQLite drivers (measured slower here: see
+//! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
+
+pub mod runs;
+pub mod schema;
+pub mod writer;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fronta_engine::store::{
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    HeartbeatReply, LeaseRenewal, RunFilter, RunInsert, RunStats, RunStore, StoreResult,
+};
+use fronta_engine::{Clock, NewRun, Run, RunId, StoreError, SystemClock};
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::Notify;
+
+use crate::writer::{WriterHandle, WriterState};
+
+/// How hard SQLite syncs a commit to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synchronous {
+    /// Every commit is on disk before it is acknowledged (the default).
+    Full,
+    /// WAL + NORMAL: a power loss may lose the last commits; a process crash loses nothing.
+    Normal,
+}
+
+impl std::str::FromStr for Synchronous {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text.to_ascii_lowercase().as_str() {
+            "full" => Ok(Synchronous::Full),
+            "normal" => Ok(Synchronous::Normal),
+            other => Err(format!("synchronous must be full or normal, got {other:?}")),
+        }
+    }
+}
+
+/// Settings of a SQLite store. Every limit is named here.
+#[derive(Debug, Clone)]
+pub struct SqliteConfig {
+    pub path: PathBuf,
+    pub synchronous: Synchronous,
+    /// How long a write waits for another process's write lock before "busy".
+    pub busy_timeout: Duration,
+    /// Read connections in the pool.
+    pub read_connections: usize,
+    /// The most jobs one group commit carries.
+    pub max_group: usize,
+    /// The clock that judges leases and due times.
+    pub clock: Arc<dyn Clock>,
+}
+
+impl SqliteConfig {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Self {
+            path: path.into(),
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            read_connections: 4,
+            max_group: 512,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+/// Map a driver error to a domain kind.
+pub(crate) fn map_err(err: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode;
+    match &err {
+        rusqlite::Error::SqliteFailure(failure, _) => match failure.code {
+            ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                StoreError::Unavailable(format!("database busy: {err}"))
+            }
+            ErrorCode::ConstraintViolation => StoreError::Conflict(err.to_string()),
+            ErrorCode::CannotOpen | ErrorCode::DiskFull | ErrorCode::SystemIoFailure => {
+                StoreError::Unavailable(err.to_string())
+            }
+            _ => StoreError::Internal(err.to_string()),
+        },
+        rusqlite::Error::QueryReturnedNoRows => StoreError::NotFound,
+        _ => StoreError::Internal(err.to_string()),
+    }
+}
+
+fn open_connection(config: &SqliteConfig, read_only: bool) -> Result<Connection, StoreError> {
+    let flags = if read_only {
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    } else {
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+    };
+    let conn = Connection::open_with_flags(&config.path, flags).map_err(|err| {
+        StoreError::Unavailable(format!(
+            "cannot open SQLite database {}: {err}",
+            config.path.display()
+        ))
+    })?;
+    conn.busy_timeout(config.busy_timeout).map_err(map_err)?;
+    let synchronous = match config.synchronous {
+        Synchronous::Full => "FULL",
+        Synchronous::Normal => "NORMAL",
+    };
+    let mut pragmas = format!(
+        "PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; PRAGMA temp_store = MEMORY; \
+         PRAGMA cache_size = -16000;"
+    );
+    if !read_only {
+        pragmas.insert_str(0, "PRAGMA journal_mode = WAL; ");
+    }
+    conn.execute_batch(&pragmas).map_err(map_err)?;
+    conn.set_prepared_statement_cache_capacity(64);
+    Ok(conn)
+}
+
+/// Runs on SQLite. Cheap to clone.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: SqliteConfig,
+    writer: WriterHandle,
+    readers: Mutex<Vec<Connection>>,
+    signal: Arc<Notify>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.config.path)
+            .finish()
+    }
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) and migrate.
+    pub fn open(config: SqliteConfig) -> Result<Self, StoreError> {
+        if config.read_connections == 0 || config.max_group == 0 {
+            return Err(StoreError::Invalid(
+                "read_connections and max_group must be at least 1".into(),
+            ));
+        }
+        let mut conn = open_connection(&config, false)?;
+        let applied = schema::migrate(&mut conn).map_err(map_err)?;
+        if !applied.is_empty() {
+            tracing::info!(path = %config.path.display(), ?applied, "sqlite: migrations applied");
+        }
+        let signal = Arc::new(Notify::new());
+        let writer = writer::spawn(conn, config.max_group, signal.clone());
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                writer,
+                readers: Mutex::new(Vec::new()),
+                signal,
+            }),
+        })
+    }
+
+    pub fn config(&self) -> &SqliteConfig {
+        &self.inner.config
+    }
+
+    fn now(&self) -> i64 {
+        self.inner.config.clock.now().timestamp_millis()
+    }
+
+    /// Run `op` inside the next group transaction on the writer thread: everything it
+    /// writes (its own statements and runs enqueued through [`SqliteTx`]) commits together
+    /// or not at all. An `Err` from `op` rolls back only this call's writes.
+    /// `op` must be quick: it holds the database's write lock.
+    pub async fn transaction<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut SqliteTx<'_>) -> Result<T, StoreError> + Send + 'static,
+    {
+        let clock = self.inner.config.clock.clone();
+        self.inner
+            .writer
+            .write(move |state, conn| {
+                let mut tx = SqliteTx {
+                    conn,
+                    state,
+                    now: clock.now().timestamp_millis(),
+                };
+                op(&mut tx)
+            })
+            .await
+    }
+
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut WriterState, &Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let clock = self.inner.config.clock.clone();
+        self.inner
+            .writer
+            .write(move |state, conn| op(state, conn, clock.now().timestamp_millis()))
+            .await
+    }
+
+    async fn read<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let now = self.now();
+        tokio::task::spawn_blocking(move || {
+            let pooled = inner
+                .readers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .pop();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => open_connection(&inner.config, true)?,
+            };
+            let result = op(&conn, now);
+            let mut readers = inner
+                .readers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if readers.len() < inner.config.read_connections {
+                readers.push(conn);
+            }
+            result
+        })
+        .await
+        .map_err(|err| StoreError::Internal(format!("read task failed: {err}")))?
+    }
+}
+
+/// A caller's transaction on the writer thread. Implements [`RunInsert`], so
+/// `Dispatcher::enqueue_in(&mut tx, …)` enqueues inside it.
+pub struct SqliteTx<'a> {
+    conn: &'a Connection,
+    state: &'a mut WriterState,
+    now: i64,
+}
+
+impl SqliteTx<'_> {
+    /// The connection, for the caller's own statements in this transaction.
+    pub fn connection(&self) -> &Connection {
+        self.conn
+    }
+
+    /// The store clock's now, in milliseconds since the epoch.
+    pub fn now_millis(&self) -> i64 {
+        self.now
+    }
+}
+
+impl RunInsert for SqliteTx<'_> {
+    fn run_insert(&mut self, run: &NewRun) -> Result<Enqueued, StoreError> {
+        runs::insert(self.state, self.conn, run, self.now)
+    }
+}
+
+#[async_trait]
+impl RunStore for SqliteStore {
+    async fn run_enqueue_many(&self, new_runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        self.write(move |state, conn, now| {
+            new_runs
+                .iter()
+                .map(|run| runs::insert(state, conn, run, now))
+                .collect()
+        })
+        .await
+    }
+
+    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        self.write(move |state, conn, now| runs::claim(state, conn, &params, now))
+            .await
+    }
+
+    async fn run_heartbeat_many(
+        &self,
+        leases: Vec<LeaseRenewal>,
+    ) -> StoreResult<Vec<HeartbeatReply>> {
+        self.write(move |_, conn, now| runs::heartbeat(conn, &leases, now))
+            .await
+    }
+
+    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
+        self.write(move |_, conn, now| {
+            runs::checkpoint(
+                conn,
+                params.id,
+                params.owner,
+                &params.state,
+                params.lease,
+                now,
+            )
+        })
+        .await
+    }
+
+    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
+        self.write(move |state, conn, now| runs::finish(state, conn, &finishes, now))
+            .await
+    }
+
+    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
+        self.write(move |_, conn, now| runs::request_cancel(conn, id, now))
+            .await
+    }
+
+    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
+        self.read(move |conn, now| runs::get(conn, id, now)).await
+    }
+
+    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
+        self.read(move |conn, now| runs::list(conn, &filter, now))
+            .await
+    }
+
+    async fn run_stats(&self) -> StoreResult<RunStats> {
+        self.read(runs::stats).await
+    }
+
+    fn enqueue_signal(&self) -> Arc<Notify> {
+        self.inner.signal.clone()
+    }
+}

@@ -1,0 +1,643 @@
+//! The runs port in SQL: each function runs on the writer thread (writes) or a read
+//! connection (reads) and takes `now` in milliseconds from the store's clock.
+
+use std::time::Duration;
+
+use fronta_engine::StoreError;
+use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
+use fronta_engine::store::{
+    CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
+    HeartbeatReply, LeaseRenewal, RunFilter, RunStats,
+};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use uuid::Uuid;
+
+use crate::map_err;
+use crate::writer::WriterState;
+
+pub const PENDING: i64 = 0;
+pub const RUNNING: i64 = 1;
+pub const COMPLETED: i64 = 2;
+pub const FAILED: i64 = 3;
+pub const CANCELLED: i64 = 4;
+
+/// The default page of `run_list`.
+pub const DEFAULT_PAGE: usize = 100;
+/// The largest page of `run_list`.
+pub const MAX_PAGE: usize = 10_000;
+
+const COLUMNS: &str = "id, tenant, kind, payload, state, trigger, unique_key, priority, status, \
+    run_at, attempts, max_retries, reclaims, parks, locked_by, locked_until, heartbeat_at, \
+    cancel_requested, created_at, updated_at, started_at, completed_at, failed_at, \
+    cancelled_at, last_error, result";
+
+type SqlResult<T> = Result<T, StoreError>;
+
+pub fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
+}
+
+fn at(now: i64, delay: Duration) -> i64 {
+    now.saturating_add(millis(delay))
+}
+
+fn instant(ms: i64) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+fn opt_instant(ms: Option<i64>) -> Option<chrono::DateTime<chrono::Utc>> {
+    ms.map(instant)
+}
+
+fn uuid_of(bytes: Vec<u8>) -> rusqlite::Result<Uuid> {
+    Uuid::from_slice(&bytes).map_err(|err| {
+        rusqlite::Error::FromSqlConversionFailure(16, rusqlite::types::Type::Blob, Box::new(err))
+    })
+}
+
+fn status_of(code: i64, run_at: i64, now: i64) -> RunStatus {
+    match code {
+        PENDING if run_at > now => RunStatus::Scheduled,
+        PENDING => RunStatus::Queued,
+        RUNNING => RunStatus::Running,
+        COMPLETED => RunStatus::Completed,
+        FAILED => RunStatus::Failed,
+        _ => RunStatus::Cancelled,
+    }
+}
+
+fn count(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+/// A row of `COLUMNS` as a run, judged at `now`.
+fn run_of(row: &Row<'_>, now: i64) -> rusqlite::Result<Run> {
+    let payload: String = row.get(3)?;
+    let trigger: String = row.get(5)?;
+    let run_at: i64 = row.get(9)?;
+    let result: Option<String> = row.get(25)?;
+    Ok(Run {
+        id: RunId(uuid_of(row.get(0)?)?),
+        tenant: row.get(1)?,
+        kind: row.get(2)?,
+        payload: serde_json::from_str(&payload).unwrap_or(serde_json::Value::Null),
+        state: row.get(4)?,
+        trigger: trigger.parse::<Trigger>().unwrap_or(Trigger::Api),
+        unique_key: row.get(6)?,
+        priority: row.get(7)?,
+        status: status_of(row.get(8)?, run_at, now),
+        run_at: instant(run_at),
+        attempts: count(row.get(10)?),
+        max_retries: count(row.get(11)?),
+        reclaims: count(row.get(12)?),
+        parks: count(row.get(13)?),
+        locked_by: row
+            .get::<_, Option<Vec<u8>>>(14)?
+            .map(uuid_of)
+            .transpose()?
+            .map(OwnerToken),
+        locked_until: opt_instant(row.get(15)?),
+        heartbeat_at: opt_instant(row.get(16)?),
+        cancel_requested: row.get::<_, i64>(17)? != 0,
+        created_at: instant(row.get(18)?),
+        updated_at: instant(row.get(19)?),
+        started_at: opt_instant(row.get(20)?),
+        completed_at: opt_instant(row.get(21)?),
+        failed_at: opt_instant(row.get(22)?),
+        cancelled_at: opt_instant(row.get(23)?),
+        last_error: row.get(24)?,
+        result: result.and_then(|text| serde_json::from_str(&text).ok()),
+    })
+}
+
+fn note_tenant(conn: &Connection, tenant: &str) -> SqlResult<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO run_tenants (tenant) VALUES (?1)")
+        .and_then(|mut stmt| stmt.execute([tenant]))
+        .map_err(map_err)?;
+    Ok(())
+}
+
+/// Insert one run (inside the caller's transaction).
+pub fn insert(
+    state: &mut WriterState,
+    conn: &Connection,
+    run: &NewRun,
+    now: i64,
+) -> SqlResult<Enqueued> {
+    let run_at = match (run.run_at, run.delay) {
+        (Some(run_at), _) => run_at.timestamp_millis(),
+        (None, Some(delay)) => at(now, delay),
+        (None, None) => now,
+    };
+    let payload = serde_json::to_string(&run.payload)
+        .map_err(|err| StoreError::Invalid(format!("payload is not serializable: {err}")))?;
+    let inserted = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO runs (id, tenant, kind, payload, trigger, unique_key, priority, \
+             status, run_at, max_retries, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?10)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                run.id.0.as_bytes().as_slice(),
+                run.tenant,
+                run.kind,
+                payload,
+                run.trigger.as_str(),
+                run.unique_key,
+                run.priority,
+                run_at,
+                run.max_retries,
+                now,
+            ])
+        })
+        .map_err(map_err)?;
+    if inserted == 1 {
+        note_tenant(conn, &run.tenant)?;
+        state.enqueued = true;
+        return Ok(Enqueued::Inserted(run.id));
+    }
+    let Some(key) = &run.unique_key else {
+        return Err(StoreError::Conflict(format!(
+            "run id {} already exists",
+            run.id
+        )));
+    };
+    let existing: Vec<u8> = conn
+        .prepare_cached(
+            "SELECT id FROM runs WHERE unique_key = ?1 AND status IN (0, 1) AND unique_key IS NOT NULL",
+        )
+        .and_then(|mut stmt| stmt.query_row([key], |row| row.get(0)))
+        .map_err(map_err)?;
+    Ok(Enqueued::Existing(RunId(
+        uuid_of(existing).map_err(map_err)?,
+    )))
+}
+
+/// One claim round: expired leases first, then due runs, fair between tenants.
+pub fn claim(
+    state: &mut WriterState,
+    conn: &Connection,
+    params: &ClaimParams,
+    now: i64,
+) -> SqlResult<ClaimBatch> {
+    let mut batch = ClaimBatch::default();
+    if params.limit == 0 {
+        return Ok(batch);
+    }
+    // 1. Expired leases: reclaims (or crash loops, or requested cancels).
+    let expired: Vec<(i64, i64, i64, String)> = conn
+        .prepare_cached(
+            "SELECT seq, reclaims, cancel_requested, kind FROM runs INDEXED BY runs_running \
+             WHERE status = 1 AND locked_until < ?1 ORDER BY locked_until LIMIT ?2",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map(params![now, params.limit as i64], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })?
+            .collect()
+        })
+        .map_err(map_err)?;
+    for (seq, reclaims, cancel_requested, kind) in expired {
+        if cancel_requested != 0 {
+            let id: Vec<u8> = conn
+                .prepare_cached(
+                    "UPDATE runs SET status = 4, cancelled_at = ?1, updated_at = ?1, locked_by = NULL, \
+                     locked_until = NULL WHERE seq = ?2 RETURNING id",
+                )
+                .and_then(|mut stmt| stmt.query_row(params![now, seq], |row| row.get(0)))
+                .map_err(map_err)?;
+            batch.cancelled.push(RunId(uuid_of(id).map_err(map_err)?));
+        } else if reclaims + 1 > i64::from(params.max_reclaims) {
+            let run = conn
+                .prepare_cached(&format!(
+                    "UPDATE runs SET status = 3, failed_at = ?1, updated_at = ?1, locked_by = NULL, \
+                     locked_until = NULL, reclaims = reclaims + 1, \
+                     last_error = 'crash loop: the lease expired ' || (reclaims + 1) || \
+                     ' times (max_reclaims ' || ?2 || '); the handler was not started again' \
+                     WHERE seq = ?3 RETURNING {COLUMNS}"
+                ))
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![now, params.max_reclaims, seq], |row| run_of(row, now))
+                })
+                .map_err(map_err)?;
+            batch.crash_looped.push(run);
+        } else {
+            let claimed = take(conn, seq, &kind, params, now, true)?;
+            batch.claimed.push(claimed);
+        }
+    }
+    // 2. Due runs, round-robin over tenants.
+    let mut remaining = params.limit.saturating_sub(batch.claimed.len());
+    if remaining == 0 {
+        return Ok(batch);
+    }
+    let tenants = tenants_in_turn(conn, state.tenant_cursor.as_deref())?;
+    let mut active: Vec<String> = Vec::new();
+    let mut last_served: Option<String> = None;
+    // Level 1: one run from each tenant.
+    for tenant in tenants {
+        if remaining == 0 {
+            break;
+        }
+        let due = due_of(conn, &tenant, now, 1)?;
+        match due.first() {
+            Some((seq, kind)) => {
+                batch
+                    .claimed
+                    .push(take(conn, *seq, kind, params, now, false)?);
+                remaining -= 1;
+                last_served = Some(tenant.clone());
+                active.push(tenant);
+            }
+            None => forget_tenant_if_empty(conn, &tenant)?,
+        }
+    }
+    // Later levels: the same number more from each tenant that still has work.
+    while remaining > 0 && !active.is_empty() {
+        let each = (remaining / active.len()).max(1);
+        let mut still_active = Vec::with_capacity(active.len());
+        for tenant in active {
+            if remaining == 0 {
+                break;
+            }
+            let want = each.min(remaining);
+            let seqs = due_of(conn, &tenant, now, want)?;
+            for (seq, kind) in &seqs {
+                batch
+                    .claimed
+                    .push(take(conn, *seq, kind, params, now, false)?);
+            }
+            remaining -= seqs.len();
+            if seqs.len() == want {
+                still_active.push(tenant);
+            }
+        }
+        active = still_active;
+    }
+    if last_served.is_some() {
+        state.tenant_cursor = last_served;
+    }
+    Ok(batch)
+}
+
+/// Tenants with possible work, starting after `cursor` and wrapping around.
+fn tenants_in_turn(conn: &Connection, cursor: Option<&str>) -> SqlResult<Vec<String>> {
+    let cursor = cursor.unwrap_or("");
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT tenant FROM (SELECT tenant, 0 AS turn FROM run_tenants WHERE tenant > ?1 \
+             UNION ALL SELECT tenant, 1 AS turn FROM run_tenants WHERE tenant <= ?1) \
+             ORDER BY turn, tenant",
+        )
+        .map_err(map_err)?;
+    let rows = stmt
+        .query_map([cursor], |row| row.get(0))
+        .and_then(Iterator::collect)
+        .map_err(map_err)?;
+    Ok(rows)
+}
+
+fn due_of(
+    conn: &Connection,
+    tenant: &str,
+    now: i64,
+    limit: usize,
+) -> SqlResult<Vec<(i64, String)>> {
+    conn.prepare_cached(
+        "SELECT seq, kind FROM runs INDEXED BY runs_pending \
+         WHERE tenant = ?1 AND status = 0 AND run_at <= ?2 \
+         ORDER BY priority DESC, run_at LIMIT ?3",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map(params![tenant, now, limit as i64], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })?
+        .collect()
+    })
+    .map_err(map_err)
+}
+
+fn forget_tenant_if_empty(conn: &Connection, tenant: &str) -> SqlResult<()> {
+    conn.prepare_cached(
+        "DELETE FROM run_tenants WHERE tenant = ?1 AND NOT EXISTS \
+         (SELECT 1 FROM runs INDEXED BY runs_pending WHERE tenant = ?1 AND status = 0)",
+    )
+    .and_then(|mut stmt| stmt.execute([tenant]))
+    .map_err(map_err)?;
+    Ok(())
+}
+
+fn take(
+    conn: &Connection,
+    seq: i64,
+    kind: &str,
+    params: &ClaimParams,
+    now: i64,
+    reclaim: bool,
+) -> SqlResult<ClaimedRun> {
+    let owner = OwnerToken::fresh();
+    let locked_until = at(now, params.lease_of(kind));
+    let run = conn
+        .prepare_cached(&format!(
+            "UPDATE runs SET status = 1, locked_by = ?1, locked_until = ?2, heartbeat_at = ?3, \
+             started_at = coalesce(started_at, ?3), updated_at = ?3, reclaims = reclaims + ?4 \
+             WHERE seq = ?5 RETURNING {COLUMNS}"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                params![
+                    owner.0.as_bytes().as_slice(),
+                    locked_until,
+                    now,
+                    i64::from(reclaim),
+                    seq
+                ],
+                |row| run_of(row, now),
+            )
+        })
+        .map_err(map_err)?;
+    Ok(ClaimedRun {
+        run,
+        owner,
+        reclaimed: reclaim,
+    })
+}
+
+pub fn heartbeat(
+    conn: &Connection,
+    leases: &[LeaseRenewal],
+    now: i64,
+) -> SqlResult<Vec<HeartbeatReply>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "UPDATE runs SET locked_until = ?1, heartbeat_at = ?2, updated_at = ?2 \
+             WHERE id = ?3 AND status = 1 AND locked_by = ?4 RETURNING cancel_requested",
+        )
+        .map_err(map_err)?;
+    let mut replies = Vec::with_capacity(leases.len());
+    for lease in leases {
+        let cancel: Option<i64> = stmt
+            .query_row(
+                params![
+                    at(now, lease.lease),
+                    now,
+                    lease.id.0.as_bytes().as_slice(),
+                    lease.owner.0.as_bytes().as_slice()
+                ],
+                |row| row.get(0),
+            )
+            .optional()
+            .map_err(map_err)?;
+        replies.push(HeartbeatReply {
+            id: lease.id,
+            lost: cancel.is_none(),
+            cancel_requested: cancel.unwrap_or(0) != 0,
+        });
+    }
+    Ok(replies)
+}
+
+pub fn checkpoint(
+    conn: &Connection,
+    id: RunId,
+    owner: OwnerToken,
+    state: &[u8],
+    lease: Duration,
+    now: i64,
+) -> SqlResult<()> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE runs SET state = ?1, locked_until = ?2, heartbeat_at = ?3, updated_at = ?3 \
+             WHERE id = ?4 AND status = 1 AND locked_by = ?5",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                state,
+                at(now, lease),
+                now,
+                id.0.as_bytes().as_slice(),
+                owner.0.as_bytes().as_slice()
+            ])
+        })
+        .map_err(map_err)?;
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::LeaseLost)
+    }
+}
+
+pub fn finish(
+    state: &mut WriterState,
+    conn: &Connection,
+    finishes: &[Finish],
+    now: i64,
+) -> SqlResult<Vec<FinishReply>> {
+    let mut replies = Vec::with_capacity(finishes.len());
+    for finish in finishes {
+        let id = finish.id.0.as_bytes().as_slice();
+        let owner = finish.owner.0.as_bytes().as_slice();
+        // Back-to-pending actions turn into a cancel when one was requested.
+        const BACK: &str = "status = CASE cancel_requested WHEN 0 THEN 0 ELSE 4 END, \
+            cancelled_at = CASE cancel_requested WHEN 0 THEN NULL ELSE ?1 END, \
+            locked_by = NULL, locked_until = NULL, updated_at = ?1";
+        const OWNED: &str =
+            "WHERE id = ?2 AND status = 1 AND locked_by = ?3 RETURNING status, tenant";
+        let (sql, extra): (String, Vec<rusqlite::types::Value>) = match &finish.action {
+            FinishAction::Complete { result } => (
+                format!(
+                    "UPDATE runs SET status = 2, completed_at = ?1, updated_at = ?1, locked_by = NULL, \
+                         locked_until = NULL, result = ?4 {OWNED}"
+                ),
+                vec![result.as_ref().map(|value| value.to_string()).into()],
+            ),
+            FinishAction::Fail { error } => (
+                format!(
+                    "UPDATE runs SET status = 3, failed_at = ?1, updated_at = ?1, locked_by = NULL, \
+                         locked_until = NULL, last_error = ?4 {OWNED}"
+                ),
+                vec![error.clone().into()],
+            ),
+            FinishAction::Retry { delay, error } => (
+                format!(
+                    "UPDATE runs SET {BACK}, run_at = ?4, attempts = attempts + 1, last_error = ?5 {OWNED}"
+                ),
+                vec![at(now, *delay).into(), error.clone().into()],
+            ),
+            FinishAction::Snooze { delay } => (
+                format!("UPDATE runs SET {BACK}, run_at = ?4 {OWNED}"),
+                vec![at(now, *delay).into()],
+            ),
+            FinishAction::Park { delay, error } => (
+                format!(
+                    "UPDATE runs SET {BACK}, run_at = ?4, parks = parks + 1, last_error = ?5 {OWNED}"
+                ),
+                vec![at(now, *delay).into(), error.clone().into()],
+            ),
+            FinishAction::Release => (
+                format!("UPDATE runs SET {BACK}, run_at = ?1 {OWNED}"),
+                vec![],
+            ),
+            FinishAction::Cancel => (
+                format!(
+                    "UPDATE runs SET status = 4, cancelled_at = ?1, updated_at = ?1, locked_by = NULL, \
+                         locked_until = NULL {OWNED}"
+                ),
+                vec![],
+            ),
+        };
+        let mut values: Vec<rusqlite::types::Value> =
+            vec![now.into(), id.to_vec().into(), owner.to_vec().into()];
+        values.extend(extra);
+        let row: Option<(i64, String)> = conn
+            .prepare_cached(&sql)
+            .and_then(|mut stmt| {
+                stmt.query_row(rusqlite::params_from_iter(values), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+            })
+            .map_err(map_err)?;
+        replies.push(match row {
+            Some((status, tenant)) => {
+                if status == PENDING {
+                    note_tenant(conn, &tenant)?;
+                    state.enqueued = true;
+                }
+                FinishReply::Applied {
+                    id: finish.id,
+                    status: status_of(status, now, now),
+                }
+            }
+            None => FinishReply::LeaseLost { id: finish.id },
+        });
+    }
+    Ok(replies)
+}
+
+pub fn request_cancel(conn: &Connection, id: RunId, now: i64) -> SqlResult<CancelReply> {
+    let key = id.0.as_bytes().as_slice();
+    let found: Option<(i64, i64)> = conn
+        .prepare_cached("SELECT status, run_at FROM runs WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .map_err(map_err)?;
+    let Some((status, run_at)) = found else {
+        return Err(StoreError::NotFound);
+    };
+    match status {
+        PENDING => {
+            conn.prepare_cached(
+                "UPDATE runs SET status = 4, cancelled_at = ?1, updated_at = ?1 WHERE id = ?2 AND status = 0",
+            )
+            .and_then(|mut stmt| stmt.execute(params![now, key]))
+            .map_err(map_err)?;
+            Ok(CancelReply::Cancelled)
+        }
+        RUNNING => {
+            conn.prepare_cached(
+                "UPDATE runs SET cancel_requested = 1, updated_at = ?1 WHERE id = ?2 AND status = 1",
+            )
+            .and_then(|mut stmt| stmt.execute(params![now, key]))
+            .map_err(map_err)?;
+            Ok(CancelReply::Requested)
+        }
+        other => Ok(CancelReply::AlreadyFinished(status_of(other, run_at, now))),
+    }
+}
+
+pub fn get(conn: &Connection, id: RunId, now: i64) -> SqlResult<Option<Run>> {
+    conn.prepare_cached(&format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"))
+        .and_then(|mut stmt| {
+            stmt.query_row([id.0.as_bytes().as_slice()], |row| run_of(row, now))
+                .optional()
+        })
+        .map_err(map_err)
+}
+
+pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Run>> {
+    let mut sql = format!("SELECT {COLUMNS} FROM runs WHERE 1 = 1");
+    let mut values: Vec<rusqlite::types::Value> = Vec::new();
+    if let Some(status) = filter.status {
+        let (code, due) = match status {
+            RunStatus::Scheduled => (PENDING, Some(" AND run_at > ?")),
+            RunStatus::Queued => (PENDING, Some(" AND run_at <= ?")),
+            RunStatus::Running => (RUNNING, None),
+            RunStatus::Completed => (COMPLETED, None),
+            RunStatus::Failed => (FAILED, None),
+            RunStatus::Cancelled => (CANCELLED, None),
+        };
+        sql.push_str(" AND status = ?");
+        values.push(code.into());
+        if let Some(due) = due {
+            sql.push_str(due);
+            values.push(now.into());
+        }
+    }
+    if let Some(kind) = &filter.kind {
+        sql.push_str(" AND kind = ?");
+        values.push(kind.clone().into());
+    }
+    if let Some(tenant) = &filter.tenant {
+        sql.push_str(" AND tenant = ?");
+        values.push(tenant.clone().into());
+    }
+    if let Some(before) = filter.before {
+        sql.push_str(" AND id < ?");
+        values.push(before.0.as_bytes().to_vec().into());
+    }
+    let limit = match filter.limit {
+        0 => DEFAULT_PAGE,
+        n => n.min(MAX_PAGE),
+    };
+    sql.push_str(" ORDER BY id DESC LIMIT ?");
+    values.push((limit as i64).into());
+    let mut stmt = conn.prepare_cached(&sql).map_err(map_err)?;
+    let runs = stmt
+        .query_map(rusqlite::params_from_iter(values), |row| run_of(row, now))
+        .and_then(Iterator::collect)
+        .map_err(map_err)?;
+    Ok(runs)
+}
+
+pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
+    let mut stats = RunStats::default();
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT status, run_at > ?1 AS later, count(*), sum(attempts), sum(reclaims), sum(parks) \
+             FROM runs GROUP BY status, later",
+        )
+        .map_err(map_err)?;
+    let rows: Vec<(i64, bool, i64, i64, i64, i64)> = stmt
+        .query_map([now], |row| {
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                row.get(2)?,
+                row.get(3)?,
+                row.get(4)?,
+                row.get(5)?,
+            ))
+        })
+        .and_then(Iterator::collect)
+        .map_err(map_err)?;
+    for (status, later, n, attempts, reclaims, parks) in rows {
+        let n = u64::try_from(n).unwrap_or(0);
+        let slot = match status {
+            PENDING if later => &mut stats.scheduled,
+            PENDING => &mut stats.queued,
+            RUNNING => &mut stats.running,
+            COMPLETED => &mut stats.completed,
+            FAILED => &mut stats.failed,
+            _ => &mut stats.cancelled,
+        };
+        *slot += n;
+        stats.attempts += u64::try_from(attempts).unwrap_or(0);
+        stats.reclaims += u64::try_from(reclaims).unwrap_or(0);
+        stats.parks += u64::try_from(parks).unwrap_or(0);
+    }
+    Ok(stats)
+}
