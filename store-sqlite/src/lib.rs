@@ -180,6 +180,11 @@ impl SqliteStore {
         &self.inner.config
     }
 
+    /// How many jobs the writer got and how many commits carried them.
+    pub fn writer_stats(&self) -> writer::WriterStats {
+        self.inner.writer.counters.snapshot()
+    }
+
     fn now(&self) -> i64 {
         self.inner.config.clock.now().timestamp_millis()
     }

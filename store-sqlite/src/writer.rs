@@ -7,6 +7,7 @@
 //! one fsync, and nobody hears "done" before the commit is durable.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
 use fronta_engine::StoreError;
@@ -29,10 +30,40 @@ type Reply = Box<dyn FnOnce(Option<StoreError>) + Send>;
 /// A job: runs on the writer thread inside the group transaction; `true` = keep its writes.
 pub type Job = Box<dyn FnOnce(&mut WriterState, &Connection) -> (bool, Reply) + Send>;
 
+/// Counters of the writer, for metrics and tests.
+#[derive(Debug, Default)]
+pub struct WriterCounters {
+    /// Jobs handed to the writer.
+    pub jobs_sent: AtomicU64,
+    /// Group transactions committed.
+    pub commits: AtomicU64,
+    /// Jobs carried by those commits.
+    pub jobs_committed: AtomicU64,
+}
+
+/// A snapshot of [`WriterCounters`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterStats {
+    pub jobs_sent: u64,
+    pub commits: u64,
+    pub jobs_committed: u64,
+}
+
+impl WriterCounters {
+    pub fn snapshot(&self) -> WriterStats {
+        WriterStats {
+            jobs_sent: self.jobs_sent.load(Ordering::SeqCst),
+            commits: self.commits.load(Ordering::SeqCst),
+            jobs_committed: self.jobs_committed.load(Ordering::SeqCst),
+        }
+    }
+}
+
 /// The caller's side.
 #[derive(Clone)]
 pub struct WriterHandle {
     jobs: Sender<Job>,
+    pub counters: Arc<WriterCounters>,
 }
 
 impl WriterHandle {
@@ -57,6 +88,7 @@ impl WriterHandle {
         self.jobs
             .send(job)
             .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?;
+        self.counters.jobs_sent.fetch_add(1, Ordering::SeqCst);
         rx.await
             .map_err(|_| StoreError::Unavailable("the SQLite writer dropped a job".into()))?
     }
@@ -65,14 +97,22 @@ impl WriterHandle {
 /// Start the writer thread over `conn`.
 pub fn spawn(conn: Connection, max_group: usize, signal: Arc<Notify>) -> WriterHandle {
     let (jobs, rx) = std::sync::mpsc::channel::<Job>();
+    let counters = Arc::new(WriterCounters::default());
+    let thread_counters = counters.clone();
     std::thread::Builder::new()
         .name("fronta-sqlite-writer".into())
-        .spawn(move || run(conn, rx, max_group, signal))
+        .spawn(move || run(conn, rx, max_group, signal, thread_counters))
         .expect("invariant: the OS can start a thread at start-up");
-    WriterHandle { jobs }
+    WriterHandle { jobs, counters }
 }
 
-fn run(conn: Connection, rx: Receiver<Job>, max_group: usize, signal: Arc<Notify>) {
+fn run(
+    conn: Connection,
+    rx: Receiver<Job>,
+    max_group: usize,
+    signal: Arc<Notify>,
+    counters: Arc<WriterCounters>,
+) {
     let mut state = WriterState::default();
     let mut group: Vec<Job> = Vec::with_capacity(max_group);
     let mut replies: Vec<Reply> = Vec::with_capacity(max_group);
@@ -117,6 +157,11 @@ fn run(conn: Connection, rx: Receiver<Job>, max_group: usize, signal: Arc<Notify
             tracing::warn!(error = %err, jobs = replies.len(), "sqlite writer: commit failed, rolling back the group");
             let _ = conn.execute_batch("ROLLBACK");
             state.enqueued = false;
+        } else {
+            counters.commits.fetch_add(1, Ordering::SeqCst);
+            counters
+                .jobs_committed
+                .fetch_add(replies.len() as u64, Ordering::SeqCst);
         }
         for reply in replies.drain(..) {
             reply(commit_error.clone());

@@ -1,0 +1,180 @@
+//! The `fronta` command line as a user meets it: enqueue, worker --until-idle, runs
+//! list/show/cancel/stats, and bad input answered with one clear line, a non-zero exit
+//! and nothing written.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
+
+fn fronta(db: &Path, args: &[&str]) -> Output {
+    Command::new(FRONTA)
+        .arg("--database")
+        .arg(db)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn stats(db: &Path) -> serde_json::Value {
+    let output = fronta(db, &["runs", "stats", "--json"]);
+    assert!(output.status.success(), "stats: {}", stderr(&output));
+    serde_json::from_slice(&output.stdout).expect("stats is JSON")
+}
+
+#[test]
+fn enqueue_then_a_worker_until_idle_completes_everything() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let output = fronta(
+        &db,
+        &["enqueue", "noop", "--count", "25", "--tenant", "acme"],
+    );
+    assert!(output.status.success(), "enqueue: {}", stderr(&output));
+    let output = fronta(&db, &["enqueue", "sleep", "--payload", r#"{"seconds": 0}"#]);
+    assert!(
+        output.status.success(),
+        "enqueue sleep: {}",
+        stderr(&output)
+    );
+    let sleep_id = stdout(&output).trim().to_owned();
+    assert_eq!(stats(&db)["queued"], 26, "26 queued before the worker");
+
+    let output = fronta(
+        &db,
+        &[
+            "worker",
+            "--until-idle",
+            "--concurrency",
+            "8",
+            "--poll",
+            "20ms",
+        ],
+    );
+    assert!(output.status.success(), "worker: {}", stderr(&output));
+    let after = stats(&db);
+    assert_eq!(after["completed"], 26, "all completed: {after}");
+    assert_eq!(after["queued"], 0, "none left: {after}");
+
+    let output = fronta(&db, &["runs", "show", &sleep_id, "--json"]);
+    assert!(output.status.success(), "show: {}", stderr(&output));
+    let run: serde_json::Value = serde_json::from_slice(&output.stdout).expect("run JSON");
+    assert_eq!(run["status"], "completed", "{run}");
+    assert_eq!(run["result"]["slept"], 0, "{run}");
+
+    let output = fronta(
+        &db,
+        &[
+            "runs",
+            "list",
+            "--status",
+            "completed",
+            "--limit",
+            "5",
+            "--json",
+        ],
+    );
+    let list: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).expect("list JSON");
+    assert_eq!(list.len(), 5, "limit respected");
+}
+
+#[test]
+fn a_delayed_run_is_cancelled_at_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let output = fronta(&db, &["enqueue", "noop", "--delay", "3600"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let id = stdout(&output).trim().to_owned();
+    assert_eq!(stats(&db)["scheduled"], 1, "a delayed run is scheduled");
+    let output = fronta(&db, &["runs", "cancel", &id]);
+    assert!(stdout(&output).contains("cancelled"), "{}", stdout(&output));
+    assert_eq!(stats(&db)["cancelled"], 1, "cancelled at once");
+    let output = fronta(&db, &["runs", "cancel", &id]);
+    assert!(
+        stdout(&output).contains("already cancelled"),
+        "{}",
+        stdout(&output)
+    );
+}
+
+#[test]
+fn a_unique_key_returns_the_existing_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let first = fronta(
+        &db,
+        &[
+            "enqueue",
+            "noop",
+            "--unique-key",
+            "order-1",
+            "--delay",
+            "60",
+        ],
+    );
+    let second = fronta(&db, &["enqueue", "noop", "--unique-key", "order-1"]);
+    assert!(second.status.success(), "{}", stderr(&second));
+    assert_eq!(
+        stdout(&first),
+        stdout(&second),
+        "the second enqueue answers the first run's id"
+    );
+    assert_eq!(stats(&db)["scheduled"], 1, "only one run exists");
+}
+
+#[test]
+fn bad_input_is_one_clear_line_a_failure_and_nothing_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let cases: [(&[&str], &str); 6] = [
+        (&["enqueue", "no-such-kind"], "unknown kind"),
+        (&["enqueue", "noop", "--max-retries", "-1"], "max_retries"),
+        (
+            &["enqueue", "noop", "--payload", "{not json"],
+            "not valid JSON",
+        ),
+        (
+            &["enqueue", "sleep", "--payload", "{}", "--count", "3"],
+            "seconds",
+        ),
+        (&["runs", "show", "not-an-id"], "not a run id"),
+        (
+            &["runs", "cancel", "0190a5e0-0000-7000-8000-000000000000"],
+            "no run with id",
+        ),
+    ];
+    for (args, expected) in cases {
+        let output = fronta(&db, args);
+        assert!(!output.status.success(), "{args:?} must fail");
+        let message = stderr(&output);
+        assert!(
+            message.contains(expected),
+            "{args:?}: expected {expected:?} in {message:?}"
+        );
+        assert_eq!(
+            message.trim().lines().count(),
+            1,
+            "{args:?}: one line, got {message:?}"
+        );
+    }
+    assert_eq!(stats(&db)["queued"], 0, "nothing was written");
+    let output = fronta(&db, &["worker", "--lease", "0.5ms"]);
+    assert!(
+        !output.status.success(),
+        "a sub-millisecond lease is refused at start"
+    );
+    assert!(
+        stderr(&output).contains("under 1 ms"),
+        "{}",
+        stderr(&output)
+    );
+}

@@ -1,0 +1,207 @@
+//! What only the SQLite store promises, beyond the shared conformance suite: the claim
+//! queries walk their indexes (their cost does not grow with the queue), concurrent
+//! writes share one group commit, a caller's transaction carries its enqueues, the
+//! pragmas hold on every connection, and migrations run once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fronta_engine::{Dispatcher, EnqueueRequest, RunStore, StoreError};
+use fronta_store_sqlite::{SqliteConfig, SqliteStore};
+
+fn open(dir: &tempfile::TempDir) -> SqliteStore {
+    SqliteStore::open(SqliteConfig::new(dir.path().join("test.db"))).expect("open store")
+}
+
+fn plan(conn: &rusqlite::Connection, sql: &str) -> String {
+    let mut stmt = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+        .expect("explain prepares");
+    let rows: Vec<String> = stmt
+        .query_map([], |row| row.get::<_, String>(3))
+        .expect("explain runs")
+        .collect::<Result<_, _>>()
+        .expect("explain rows");
+    rows.join(" | ")
+}
+
+#[test]
+fn claim_queries_walk_their_indexes_without_sorting_the_queue() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _store = open(&dir);
+    let conn = rusqlite::Connection::open(dir.path().join("test.db")).expect("open");
+    let due = plan(
+        &conn,
+        "SELECT seq, kind FROM runs INDEXED BY runs_pending \
+         WHERE tenant = 't' AND status = 0 AND run_at <= 5 ORDER BY priority DESC, run_at LIMIT 10",
+    );
+    assert!(
+        due.contains("runs_pending"),
+        "due-run probe uses runs_pending: {due}"
+    );
+    assert!(
+        !due.contains("TEMP B-TREE"),
+        "due-run probe must not sort: {due}"
+    );
+    assert!(
+        !due.starts_with("SCAN runs"),
+        "due-run probe must not scan: {due}"
+    );
+    let expired = plan(
+        &conn,
+        "SELECT seq, reclaims, cancel_requested, kind FROM runs INDEXED BY runs_running \
+         WHERE status = 1 AND locked_until < 5 ORDER BY locked_until LIMIT 10",
+    );
+    assert!(
+        expired.contains("runs_running"),
+        "expired-lease probe uses runs_running: {expired}"
+    );
+    assert!(
+        !expired.contains("TEMP B-TREE"),
+        "expired-lease probe must not sort: {expired}"
+    );
+    let finish = plan(
+        &conn,
+        "UPDATE runs SET status = 2 WHERE id = x'00' AND status = 1 AND locked_by = x'00'",
+    );
+    assert!(
+        finish.contains("sqlite_autoindex_runs_1") || finish.contains("USING INDEX"),
+        "an owner-checked write finds its row by id: {finish}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_share_one_commit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir);
+    let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["noop"]);
+    // Hold the writer inside a transaction until all 64 enqueues have been handed to it.
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let blocker = tokio::spawn({
+        let store = store.clone();
+        async move {
+            store
+                .transaction(move |_tx| {
+                    let _ = release_rx.recv_timeout(Duration::from_secs(10));
+                    Ok(())
+                })
+                .await
+        }
+    });
+    while store.writer_stats().jobs_sent < 1 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let before = store.writer_stats();
+    let mut enqueues = tokio::task::JoinSet::new();
+    for _ in 0..64 {
+        let dispatcher = dispatcher.clone();
+        enqueues.spawn(async move {
+            dispatcher
+                .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                .await
+        });
+    }
+    while store.writer_stats().jobs_sent < before.jobs_sent + 64 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    release_tx.send(()).expect("release the writer");
+    blocker.await.expect("blocker task").expect("blocker tx");
+    while let Some(done) = enqueues.join_next().await {
+        done.expect("task").expect("enqueue");
+    }
+    let after = store.writer_stats();
+    assert_eq!(
+        after.commits - before.commits,
+        2,
+        "the blocking transaction commits once, then the 64 enqueues that waited behind it \
+         share one commit (writer stats {after:?})"
+    );
+    assert_eq!(
+        store.run_stats().await.expect("stats").queued,
+        64,
+        "all 64 enqueued"
+    );
+}
+
+#[tokio::test]
+async fn an_enqueue_inside_a_failed_transaction_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir);
+    let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["noop"]);
+    let inside = dispatcher.clone();
+    let failed = store
+        .transaction(move |tx| {
+            tx.connection()
+                .execute_batch("CREATE TABLE IF NOT EXISTS business (n INTEGER); INSERT INTO business VALUES (1);")
+                .map_err(|err| StoreError::Internal(err.to_string()))?;
+            inside
+                .enqueue_in(tx, EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                .map_err(|err| StoreError::Internal(err.to_string()))?;
+            Err::<(), _>(StoreError::Conflict("the business rule said no".into()))
+        })
+        .await;
+    assert!(failed.is_err(), "the transaction reports its failure");
+    assert_eq!(
+        store.run_stats().await.expect("stats").total(),
+        0,
+        "the enqueue rolled back with it"
+    );
+
+    let inside = dispatcher.clone();
+    let id = store
+        .transaction(move |tx| {
+            tx.connection()
+                .execute_batch("CREATE TABLE IF NOT EXISTS business (n INTEGER); INSERT INTO business VALUES (2);")
+                .map_err(|err| StoreError::Internal(err.to_string()))?;
+            inside
+                .enqueue_in(tx, EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                .map_err(|err| StoreError::Internal(err.to_string()))
+        })
+        .await
+        .expect("committed transaction");
+    assert!(
+        store.run_get(id.id()).await.expect("get").is_some(),
+        "the run committed with the business write"
+    );
+    let conn = rusqlite::Connection::open(dir.path().join("test.db")).expect("open");
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM business WHERE n = 2", [], |row| {
+            row.get(0)
+        })
+        .expect("count");
+    assert_eq!(rows, 1, "the business write committed with the run");
+}
+
+#[test]
+fn pragmas_hold_and_migrations_run_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("test.db");
+    let _first = SqliteStore::open(SqliteConfig::new(&path)).expect("first open");
+    let _second =
+        SqliteStore::open(SqliteConfig::new(&path)).expect("second open of the same file");
+    let conn = rusqlite::Connection::open(&path).expect("open");
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .expect("journal mode");
+    assert_eq!(mode.to_lowercase(), "wal", "the database is in WAL mode");
+    let versions: i64 = conn
+        .query_row("SELECT count(*) FROM schema_migrations", [], |row| {
+            row.get(0)
+        })
+        .expect("migrations");
+    assert_eq!(
+        versions as usize,
+        fronta_store_sqlite::schema::MIGRATIONS.len(),
+        "each migration recorded once"
+    );
+}
+
+#[test]
+fn a_database_that_cannot_be_opened_is_a_clear_error() {
+    let err = SqliteStore::open(SqliteConfig::new("/nonexistent-folder/x/y.db"))
+        .expect_err("no such folder");
+    assert!(
+        err.to_string().contains("cannot open SQLite database"),
+        "the error names the problem: {err}"
+    );
+}
