@@ -232,6 +232,7 @@ pub fn claim(
     if remaining == 0 {
         return Ok(batch);
     }
+    let take_sql = take_due_sql(params);
     let tenants = tenants_in_turn(conn, state.tenant_cursor.as_deref())?;
     let mut active: Vec<String> = Vec::new();
     let mut last_served: Option<String> = None;
@@ -240,17 +241,14 @@ pub fn claim(
         if remaining == 0 {
             break;
         }
-        let due = due_of(conn, &tenant, now, 1)?;
-        match due.first() {
-            Some((seq, kind)) => {
-                batch
-                    .claimed
-                    .push(take(conn, *seq, kind, params, now, false)?);
-                remaining -= 1;
-                last_served = Some(tenant.clone());
-                active.push(tenant);
-            }
-            None => forget_tenant_if_empty(conn, &tenant)?,
+        let taken = take_due(conn, &take_sql, &tenant, now, 1)?;
+        if taken.is_empty() {
+            forget_tenant_if_empty(conn, &tenant)?;
+        } else {
+            remaining -= taken.len();
+            batch.claimed.extend(taken);
+            last_served = Some(tenant.clone());
+            active.push(tenant);
         }
     }
     // Later levels: the same number more from each tenant that still has work.
@@ -262,14 +260,11 @@ pub fn claim(
                 break;
             }
             let want = each.min(remaining);
-            let seqs = due_of(conn, &tenant, now, want)?;
-            for (seq, kind) in &seqs {
-                batch
-                    .claimed
-                    .push(take(conn, *seq, kind, params, now, false)?);
-            }
-            remaining -= seqs.len();
-            if seqs.len() == want {
+            let taken = take_due(conn, &take_sql, &tenant, now, want)?;
+            remaining -= taken.len();
+            let exhausted = taken.len() < want;
+            batch.claimed.extend(taken);
+            if !exhausted {
                 still_active.push(tenant);
             }
         }
@@ -279,6 +274,51 @@ pub fn claim(
         state.tenant_cursor = last_served;
     }
     Ok(batch)
+}
+
+/// `CASE kind WHEN 'a' THEN 1000 … ELSE default END`: each kind's lease in milliseconds.
+fn lease_case(params: &ClaimParams) -> String {
+    let mut kinds: Vec<(&String, &Duration)> = params.leases.iter().collect();
+    if kinds.is_empty() {
+        return millis(params.default_lease).to_string();
+    }
+    kinds.sort();
+    let mut sql = String::from("CASE kind");
+    for (kind, lease) in kinds {
+        sql.push_str(&format!(" WHEN '{}' THEN {}", kind.replace('\'', "''"), millis(*lease)));
+    }
+    sql.push_str(&format!(" ELSE {} END", millis(params.default_lease)));
+    sql
+}
+
+/// One statement claims up to `?3` due runs of tenant `?1`: each gets its own random
+/// owner token (`randomblob(16)`, from SQLite's OS-seeded generator) and its kind's lease.
+fn take_due_sql(params: &ClaimParams) -> String {
+    format!(
+        "UPDATE runs SET status = 1, locked_by = randomblob(16), locked_until = ?2 + {lease}, \
+         heartbeat_at = ?2, started_at = coalesce(started_at, ?2), updated_at = ?2 \
+         WHERE seq IN (SELECT seq FROM runs INDEXED BY runs_pending \
+           WHERE tenant = ?1 AND status = 0 AND run_at <= ?2 \
+           ORDER BY priority DESC, run_at LIMIT ?3) \
+         RETURNING {COLUMNS}",
+        lease = lease_case(params)
+    )
+}
+
+fn take_due(conn: &Connection, sql: &str, tenant: &str, now: i64, limit: usize) -> SqlResult<Vec<ClaimedRun>> {
+    let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
+    let runs: Vec<Run> = stmt
+        .query_map(params![tenant, now, limit as i64], |row| run_of(row, now))
+        .and_then(Iterator::collect)
+        .map_err(map_err)?;
+    runs.into_iter()
+        .map(|run| {
+            let owner = run.locked_by.ok_or_else(|| {
+                StoreError::Internal("invariant: a claimed run has an owner token".into())
+            })?;
+            Ok(ClaimedRun { run, owner, reclaimed: false })
+        })
+        .collect()
 }
 
 /// Tenants with possible work, starting after `cursor` and wrapping around.
@@ -296,26 +336,6 @@ fn tenants_in_turn(conn: &Connection, cursor: Option<&str>) -> SqlResult<Vec<Str
         .and_then(Iterator::collect)
         .map_err(map_err)?;
     Ok(rows)
-}
-
-fn due_of(
-    conn: &Connection,
-    tenant: &str,
-    now: i64,
-    limit: usize,
-) -> SqlResult<Vec<(i64, String)>> {
-    conn.prepare_cached(
-        "SELECT seq, kind FROM runs INDEXED BY runs_pending \
-         WHERE tenant = ?1 AND status = 0 AND run_at <= ?2 \
-         ORDER BY priority DESC, run_at LIMIT ?3",
-    )
-    .and_then(|mut stmt| {
-        stmt.query_map(params![tenant, now, limit as i64], |row| {
-            Ok((row.get(0)?, row.get(1)?))
-        })?
-        .collect()
-    })
-    .map_err(map_err)
 }
 
 fn forget_tenant_if_empty(conn: &Connection, tenant: &str) -> SqlResult<()> {
