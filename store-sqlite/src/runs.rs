@@ -463,7 +463,7 @@ pub fn finish(
             cancelled_at = CASE cancel_requested WHEN 0 THEN NULL ELSE ?1 END, \
             locked_by = NULL, locked_until = NULL, updated_at = ?1";
         const OWNED: &str =
-            "WHERE id = ?2 AND status = 1 AND locked_by = ?3 RETURNING status, tenant";
+            "WHERE id = ?2 AND status = 1 AND locked_by = ?3 RETURNING status, tenant, run_at";
         let (sql, extra): (String, Vec<rusqlite::types::Value>) = match &finish.action {
             FinishAction::Complete { result } => (
                 format!(
@@ -510,24 +510,24 @@ pub fn finish(
         let mut values: Vec<rusqlite::types::Value> =
             vec![now.into(), id.to_vec().into(), owner.to_vec().into()];
         values.extend(extra);
-        let row: Option<(i64, String)> = conn
+        let row: Option<(i64, String, i64)> = conn
             .prepare_cached(&sql)
             .and_then(|mut stmt| {
                 stmt.query_row(rusqlite::params_from_iter(values), |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })
                 .optional()
             })
             .map_err(map_err)?;
         replies.push(match row {
-            Some((status, tenant)) => {
+            Some((status, tenant, run_at)) => {
                 if status == PENDING {
                     note_tenant(conn, &tenant)?;
                     state.enqueued = true;
                 }
                 FinishReply::Applied {
                     id: finish.id,
-                    status: status_of(status, now, now),
+                    status: status_of(status, run_at, now),
                 }
             }
             None => FinishReply::LeaseLost { id: finish.id },
