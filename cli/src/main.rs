@@ -1,10 +1,11 @@
 //! The `fronta` binary: every command opens the database named by `--database`
 //! (or `FRONTA_DATABASE_URL`; default `./fronta.db`) and runs migrations first.
 //!
-//! Commands: `migrate`, `enqueue`, `worker`, `runs list|show|cancel|stats`, `bench`.
+//! Commands: `migrate`, `enqueue`, `worker`, `runs list|show|cancel|stats`, `demo`, `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
 mod bench;
+mod demo;
 mod duration;
 mod kinds;
 
@@ -69,6 +70,8 @@ enum Command {
     /// Look at and act on runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Show the engine's promises on a fresh database, check by check.
+    Demo(demo::DemoArgs),
     /// Measure enqueue and drain throughput and enqueue→start latency on a fresh database.
     Bench(bench::BenchArgs),
 }
@@ -249,6 +252,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Worker(args) => worker(&cli.db, args).await,
         Command::Runs(command) => runs(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
+        Command::Demo(args) => demo::run(args).await,
     }
 }
 

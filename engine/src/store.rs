@@ -209,8 +209,9 @@ impl RunStats {
 ///
 /// Enqueue (`run_enqueue_many`):
 /// - inserts every run in one transaction, all or nothing, and answers in input order;
-/// - a run with a `unique_key` held by a non-terminal run (pending or running) is not
-///   inserted: the answer is `Existing(id of that run)`; a terminal run frees its key;
+/// - a run with a `unique_key` held by a non-terminal run (pending or running) of the same
+///   tenant is not inserted: the answer is `Existing(id of that run)`; a terminal run frees
+///   its key; keys of different tenants never collide;
 /// - a new run has status pending, `attempts = reclaims = parks = 0`, due at `run_at`,
 ///   else now + `delay`, else now;
 /// - wakes this store's enqueue signal ([`RunStore::enqueue_signal`]) after commit.
@@ -243,7 +244,8 @@ impl RunStats {
 ///   `Cancel` → cancelled with `cancelled_at`; `Release` → pending, due now;
 /// - a cancel request wins over putting the run back: when the row has
 ///   `cancel_requested`, `Retry`, `Snooze`, `Park` and `Release` write `cancelled`
-///   instead. `Complete` and `Fail` are written as they are (they tell what happened);
+///   instead, and spend no counter. `Complete` and `Fail` are written as they are (they
+///   tell what happened);
 /// - a terminal run is never changed by a finish (a late completion never overwrites a
 ///   cancel): the owner token was cleared, so the write is lease lost.
 ///

@@ -243,7 +243,8 @@ impl Worker {
         let active: ActiveMap = Arc::new(Mutex::new(HashMap::new()));
         let pending_finishes = Arc::new(AtomicUsize::new(0));
         let (finish_tx, finish_rx) = mpsc::unbounded_channel::<(Finish, Arc<Run>)>();
-        let completer = tokio::spawn(completer(
+        // Both helpers die with this future: a dropped worker must not keep renewing leases.
+        let completer = AbortOnDrop::spawn(completer(
             self.store.clone(),
             finish_rx,
             self.config.completer_batch,
@@ -251,7 +252,7 @@ impl Worker {
             self.counters.clone(),
         ));
         let heartbeat_stop = CancellationToken::new();
-        let heartbeater = tokio::spawn(heartbeater(
+        let heartbeater = AbortOnDrop::spawn(heartbeater(
             self.store.clone(),
             active.clone(),
             self.heartbeat_every(),
@@ -338,10 +339,10 @@ impl Worker {
         self.shut_down(&mut tasks, &active, &mut task_runs, &finisher)
             .await;
         heartbeat_stop.cancel();
-        let _ = heartbeater.await;
+        heartbeater.join().await;
         finisher.flushed().await;
         drop(finisher);
-        let _ = completer.await;
+        completer.join().await;
         let report = self.counters.report();
         tracing::info!(worker = %name, ?report, "worker stopped");
         Ok(report)
@@ -544,6 +545,29 @@ impl Worker {
             },
             run,
         );
+    }
+}
+
+/// A spawned task that is aborted when its owner is dropped.
+struct AbortOnDrop(Option<tokio::task::JoinHandle<()>>);
+
+impl AbortOnDrop {
+    fn spawn(task: impl std::future::Future<Output = ()> + Send + 'static) -> Self {
+        Self(Some(tokio::spawn(task)))
+    }
+
+    async fn join(mut self) {
+        if let Some(handle) = self.0.take() {
+            let _ = handle.await;
+        }
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(handle) = &self.0 {
+            handle.abort();
+        }
     }
 }
 

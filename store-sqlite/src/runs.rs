@@ -165,9 +165,10 @@ pub fn insert(
     };
     let existing: Vec<u8> = conn
         .prepare_cached(
-            "SELECT id FROM runs WHERE unique_key = ?1 AND status IN (0, 1) AND unique_key IS NOT NULL",
+            "SELECT id FROM runs WHERE tenant = ?1 AND unique_key = ?2 AND status IN (0, 1) \
+             AND unique_key IS NOT NULL",
         )
-        .and_then(|mut stmt| stmt.query_row([key], |row| row.get(0)))
+        .and_then(|mut stmt| stmt.query_row([&run.tenant, key], |row| row.get(0)))
         .map_err(map_err)?;
     Ok(Enqueued::Existing(RunId(
         uuid_of(existing).map_err(map_err)?,
@@ -285,7 +286,11 @@ fn lease_case(params: &ClaimParams) -> String {
     kinds.sort();
     let mut sql = String::from("CASE kind");
     for (kind, lease) in kinds {
-        sql.push_str(&format!(" WHEN '{}' THEN {}", kind.replace('\'', "''"), millis(*lease)));
+        sql.push_str(&format!(
+            " WHEN '{}' THEN {}",
+            kind.replace('\'', "''"),
+            millis(*lease)
+        ));
     }
     sql.push_str(&format!(" ELSE {} END", millis(params.default_lease)));
     sql
@@ -305,7 +310,13 @@ fn take_due_sql(params: &ClaimParams) -> String {
     )
 }
 
-fn take_due(conn: &Connection, sql: &str, tenant: &str, now: i64, limit: usize) -> SqlResult<Vec<ClaimedRun>> {
+fn take_due(
+    conn: &Connection,
+    sql: &str,
+    tenant: &str,
+    now: i64,
+    limit: usize,
+) -> SqlResult<Vec<ClaimedRun>> {
     let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
     let runs: Vec<Run> = stmt
         .query_map(params![tenant, now, limit as i64], |row| run_of(row, now))
@@ -316,7 +327,11 @@ fn take_due(conn: &Connection, sql: &str, tenant: &str, now: i64, limit: usize) 
             let owner = run.locked_by.ok_or_else(|| {
                 StoreError::Internal("invariant: a claimed run has an owner token".into())
             })?;
-            Ok(ClaimedRun { run, owner, reclaimed: false })
+            Ok(ClaimedRun {
+                run,
+                owner,
+                reclaimed: false,
+            })
         })
         .collect()
 }
@@ -481,7 +496,7 @@ pub fn finish(
             ),
             FinishAction::Retry { delay, error } => (
                 format!(
-                    "UPDATE runs SET {BACK}, run_at = ?4, attempts = attempts + 1, last_error = ?5 {OWNED}"
+                    "UPDATE runs SET {BACK}, run_at = ?4, attempts = attempts + 1 - cancel_requested, last_error = ?5 {OWNED}"
                 ),
                 vec![at(now, *delay).into(), error.clone().into()],
             ),
@@ -491,7 +506,7 @@ pub fn finish(
             ),
             FinishAction::Park { delay, error } => (
                 format!(
-                    "UPDATE runs SET {BACK}, run_at = ?4, parks = parks + 1, last_error = ?5 {OWNED}"
+                    "UPDATE runs SET {BACK}, run_at = ?4, parks = parks + 1 - cancel_requested, last_error = ?5 {OWNED}"
                 ),
                 vec![at(now, *delay).into(), error.clone().into()],
             ),

@@ -43,8 +43,8 @@ CREATE TABLE runs (
 CREATE INDEX runs_pending ON runs (tenant, priority DESC, run_at) WHERE status = 0;
 -- Running runs by lease end: expired leases are found without a scan.
 CREATE INDEX runs_running ON runs (locked_until) WHERE status = 1;
--- One non-terminal run per unique key.
-CREATE UNIQUE INDEX runs_unique_key ON runs (unique_key)
+-- One non-terminal run per unique key within a tenant.
+CREATE UNIQUE INDEX runs_unique_key ON runs (tenant, unique_key)
     WHERE unique_key IS NOT NULL AND status IN (0, 1);
 -- Tenants that may have pending runs: the claim walks this short list, not the queue.
 CREATE TABLE run_tenants (tenant TEXT PRIMARY KEY) WITHOUT ROWID;

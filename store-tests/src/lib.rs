@@ -71,6 +71,8 @@ macro_rules! conformance_suite {
             store_cases::delayed_run_is_claimed_only_once_its_time_has_come,
             store_cases::unique_key_held_by_a_pending_or_running_run_returns_it,
             store_cases::unique_key_is_freed_when_its_run_ends,
+            store_cases::unique_key_is_scoped_to_its_tenant,
+            store_cases::put_back_turned_cancel_spends_no_counter,
             store_cases::unique_key_repeated_within_one_batch_inserts_once,
             store_cases::dispatcher_refuses_unknown_kind_and_negative_max_retries_and_writes_nothing,
             // Claim.
@@ -113,6 +115,7 @@ macro_rules! conformance_suite {
             worker_cases::fenced_worker_abandons_its_run_and_writes_nothing,
             worker_cases::heartbeat_that_finds_the_lease_lost_abandons_the_run,
             worker_cases::shutdown_gives_running_runs_back_without_spending_counters,
+            worker_cases::dropped_worker_stops_renewing_its_leases,
             worker_cases::worker_refuses_a_lease_under_a_millisecond,
         );
     };

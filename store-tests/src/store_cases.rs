@@ -197,7 +197,8 @@ pub async fn enqueue_many_answers_in_input_order(factory: &dyn StoreFactory) {
             let kind = if index % 2 == 0 { KIND_A } else { KIND_B };
             let mut request = request(kind).tenant(format!("tenant-{}", index % 3));
             if index == 4 {
-                request = request.unique_key("taken");
+                // The holder's tenant: unique keys are scoped to a tenant.
+                request = crate::support::request(kind).unique_key("taken");
             }
             env.dispatcher.prepare(request).expect("valid request")
         })
@@ -1951,4 +1952,63 @@ pub async fn run_stats_counts_every_status(factory: &dyn StoreFactory) {
         );
     }
     assert_eq!(stats.total(), 7, "every run counted once: {stats:?}");
+}
+
+/// Unique keys belong to a tenant: the same key in two tenants makes two runs, and a
+/// repeat within one tenant returns that tenant's run.
+pub async fn unique_key_is_scoped_to_its_tenant(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let acme = env
+        .enqueue(request(KIND_A).tenant("acme").unique_key("order-5001"))
+        .await;
+    let globex = env
+        .enqueue(request(KIND_A).tenant("globex").unique_key("order-5001"))
+        .await;
+    assert_ne!(acme, globex, "another tenant's key never collides");
+    let again = env
+        .dispatcher
+        .enqueue(request(KIND_A).tenant("acme").unique_key("order-5001"))
+        .await
+        .expect("enqueue answers");
+    assert_eq!(
+        again,
+        Enqueued::Existing(acme),
+        "a repeat within the tenant returns its run"
+    );
+}
+
+/// A retry or park that turns into a cancel (the cancel was requested meanwhile) spends
+/// no attempt and no park: the run did not fail, somebody stopped it.
+pub async fn put_back_turned_cancel_spends_no_counter(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    for action in [
+        FinishAction::Retry {
+            delay: Duration::from_secs(30),
+            error: "flaky".into(),
+        },
+        FinishAction::Park {
+            delay: Duration::from_secs(30),
+            error: "no handler".into(),
+        },
+    ] {
+        let (id, owner) = env.running_run().await;
+        assert_eq!(
+            env.store.run_request_cancel(id).await.expect("cancel"),
+            CancelReply::Requested,
+            "a running run's cancel is requested"
+        );
+        let name = action.name();
+        env.finish(id, owner, action).await;
+        let run = env.get(id).await;
+        assert_eq!(
+            run.status,
+            RunStatus::Cancelled,
+            "{name}: cancelled instead"
+        );
+        assert_eq!(
+            (run.attempts, run.parks),
+            (0, 0),
+            "{name}: a cancel spends no attempt and no park"
+        );
+    }
 }

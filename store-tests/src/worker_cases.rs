@@ -1080,3 +1080,60 @@ pub async fn worker_refuses_a_lease_under_a_millisecond(factory: &dyn StoreFacto
         "a 1 ms lease is accepted"
     );
 }
+
+/// A worker dropped mid-run (its process "dies" without shutting down) stops renewing
+/// its leases at once: nothing it spawned keeps the run alive, so another worker can
+/// reclaim it when the lease runs out.
+pub async fn dropped_worker_stops_renewing_its_leases(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let lease = Duration::from_millis(300);
+    let id = enqueue(
+        &dispatcher(&env, &["forever"]),
+        EnqueueRequest::new("forever", serde_json::json!({}), 3),
+    )
+    .await;
+    let started = Arc::new(Notify::new());
+    let mut registry = Registry::new();
+    {
+        let started = started.clone();
+        register(
+            &mut registry,
+            "forever",
+            KindConfig::durable(lease, LONG_TIMEOUT),
+            move |_ctx: RunContext| {
+                let started = started.clone();
+                async move {
+                    started.notify_one();
+                    std::future::pending::<()>().await;
+                    Outcome::done()
+                }
+            },
+        );
+    }
+    let worker = Running::spawn(
+        &env.store,
+        registry,
+        WorkerConfig {
+            until_idle: false,
+            ..config("doomed")
+        },
+    );
+    tokio::time::timeout(PATIENCE, started.notified())
+        .await
+        .expect("the handler started");
+    worker.task.abort();
+    let _ = worker.task.await;
+    let at_death = env.get(id).await;
+    // Several heartbeat rounds (every 100 ms) would pass here if anything still ran.
+    env.advance(Duration::from_millis(50));
+    tokio::time::sleep(lease * 2).await;
+    let later = env.get(id).await;
+    assert_eq!(
+        later.heartbeat_at, at_death.heartbeat_at,
+        "no heartbeat after the worker was dropped"
+    );
+    assert_eq!(
+        later.locked_until, at_death.locked_until,
+        "the lease was not renewed after the worker was dropped"
+    );
+}
