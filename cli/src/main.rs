@@ -160,9 +160,10 @@ fn parse_status(text: &str) -> Result<RunStatus, String> {
     text.parse()
 }
 
-fn init_logs(format: LogFormat) {
+/// Logs go to stderr; `RUST_LOG` overrides the default level (`default`).
+fn init_logs(format: LogFormat, default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -221,7 +222,12 @@ fn default_worker_args() -> WorkerArgs {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logs(cli.log_format);
+    // The demo and the bench print their own report; their logs stay at warnings.
+    let default_level = match cli.command {
+        Command::Demo(_) | Command::Bench(_) => "warn",
+        _ => "info",
+    };
+    init_logs(cli.log_format, default_level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -178,3 +178,15 @@ fn bad_input_is_one_clear_line_a_failure_and_nothing_written() {
         stderr(&output)
     );
 }
+
+#[test]
+fn the_demo_passes_every_check_and_says_so() {
+    let output = Command::new(FRONTA)
+        .args(["demo", "--runs", "2000"])
+        .output()
+        .expect("run fronta demo");
+    let text = stdout(&output);
+    assert!(output.status.success(), "demo failed:\n{text}\n{}", stderr(&output));
+    assert!(text.contains("6 checks passed, 0 failed"), "demo summary:\n{text}");
+    assert!(!text.contains("FAIL"), "no check failed:\n{text}");
+}
