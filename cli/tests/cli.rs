@@ -186,7 +186,63 @@ fn the_demo_passes_every_check_and_says_so() {
         .output()
         .expect("run fronta demo");
     let text = stdout(&output);
-    assert!(output.status.success(), "demo failed:\n{text}\n{}", stderr(&output));
-    assert!(text.contains("6 checks passed, 0 failed"), "demo summary:\n{text}");
+    assert!(
+        output.status.success(),
+        "demo failed:\n{text}\n{}",
+        stderr(&output)
+    );
+    assert!(
+        text.contains("6 checks passed, 0 failed"),
+        "demo summary:\n{text}"
+    );
     assert!(!text.contains("FAIL"), "no check failed:\n{text}");
+}
+
+#[test]
+fn two_worker_processes_share_one_database_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("shared.db");
+    let output = fronta(
+        &db,
+        &["enqueue", "noop", "--count", "3000", "--tenant", "a"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let output = fronta(
+        &db,
+        &["enqueue", "noop", "--count", "1000", "--tenant", "b"],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let spawn = || {
+        Command::new(FRONTA)
+            .arg("--database")
+            .arg(&db)
+            .args([
+                "worker",
+                "--until-idle",
+                "--concurrency",
+                "16",
+                "--poll",
+                "10ms",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start a worker")
+    };
+    let (first, second) = (spawn(), spawn());
+    for worker in [first, second] {
+        let output = worker.wait_with_output().expect("worker output");
+        assert!(output.status.success(), "worker: {}", stderr(&output));
+    }
+    let after = stats(&db);
+    assert_eq!(
+        after["completed"], 4000,
+        "every run completed once: {after}"
+    );
+    assert_eq!(after["failed"], 0, "none failed: {after}");
+    assert_eq!(
+        after["reclaims"], 0,
+        "no run was taken from a live worker: {after}"
+    );
 }

@@ -3,7 +3,7 @@
 //! against it. A store crate implements [`StoreFactory`] and writes, in
 //! `tests/conformance.rs`:
 //!
-//! ```ignore
+//! ```text
 //! fronta_store_tests::conformance_suite!(MyFactory::new());
 //! ```
 //!
