@@ -3,6 +3,9 @@
 //! - `sleep` (durable): payload `{"seconds": N}`; sleeps one second at a time,
 //!   checkpoints `{"done": k}` after each, and after a crash resumes where it stopped.
 //!   Its result tells where it resumed from: `{"slept": N, "resumedFrom": k}`.
+//! - `probe` (fire-and-forget, for the multi-process tests): payload `{"ms": N}`; appends
+//!   `start|end <run> <pid> <unix-nanos>` lines to the file named by `FRONTA_PROBE_LOG`
+//!   around an N-millisecond sleep, so a checker can prove no two owners overlapped.
 
 use std::time::Duration;
 
@@ -24,6 +27,11 @@ pub fn register(registry: &mut Registry, settings: &BuiltinSettings) -> anyhow::
         "noop",
         KindConfig::fire_and_forget(Duration::from_secs(30)),
         |_ctx: RunContext| async { Outcome::done() },
+    )?;
+    registry.register(
+        "probe",
+        KindConfig::fire_and_forget(Duration::from_secs(60)),
+        |ctx: RunContext| async move { probe(ctx).await },
     )?;
     let step = settings.sleep_step;
     registry.register(
@@ -78,4 +86,43 @@ async fn sleep(ctx: RunContext, step: Duration) -> Outcome {
         }
     }
     Outcome::Done(Some(json!({ "slept": total, "resumedFrom": resumed_from })))
+}
+
+/// The environment variable naming the file `probe` runs append to.
+pub const PROBE_LOG_ENV: &str = "FRONTA_PROBE_LOG";
+
+fn probe_line(event: &str, run: fronta_engine::RunId) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0);
+    format!("{event} {run} {} {nanos}\n", std::process::id())
+}
+
+fn probe_append(line: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let Ok(path) = std::env::var(PROBE_LOG_ENV) else {
+        return Ok(());
+    };
+    // One write of a short line with O_APPEND: lines of several processes never interleave.
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?
+        .write_all(line.as_bytes())
+}
+
+async fn probe(ctx: RunContext) -> Outcome {
+    let ms = ctx.run.payload.get("ms").and_then(Value::as_u64).unwrap_or(0);
+    if let Err(err) = probe_append(&probe_line("start", ctx.run.id)) {
+        return Outcome::Fail(format!("probe log: {err}"));
+    }
+    tokio::select! {
+        _ = ctx.signal.stopped() => return Outcome::Fail("stopped".into()),
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+    }
+    if let Err(err) = probe_append(&probe_line("end", ctx.run.id)) {
+        return Outcome::Fail(format!("probe log: {err}"));
+    }
+    Outcome::done()
 }
