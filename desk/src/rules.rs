@@ -1,0 +1,195 @@
+//! The desk's pure rules, shared by every store: who is least busy, whether a status
+//! belongs to a type, how tags merge, what a name may be.
+
+use crate::model::Member;
+
+/// The longest name of a tenant, group, member, type or status, in characters.
+pub const MAX_NAME_CHARS: usize = 200;
+
+/// A name is 1 to [`MAX_NAME_CHARS`] characters, not only white space.
+pub fn check_name(what: &str, name: &str) -> Result<(), String> {
+    if name.trim().is_empty() {
+        return Err(format!("{what} name must not be empty"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS {
+        return Err(format!(
+            "{what} name is longer than {MAX_NAME_CHARS} characters"
+        ));
+    }
+    Ok(())
+}
+
+/// A member with their current load, for [`least_busy`].
+#[derive(Debug, Clone)]
+pub struct Load<'a> {
+    pub member: &'a Member,
+    /// Open (not closed) tickets assigned to this member.
+    pub open: u32,
+}
+
+/// The member who should get the next ticket: fewest open tickets; on a tie the lowest
+/// open/capacity ratio (a zero capacity counts as full); then a stable order (name, then
+/// id) so the same state always picks the same person. `None` for an empty group.
+pub fn least_busy<'a>(loads: &[Load<'a>]) -> Option<&'a Member> {
+    loads
+        .iter()
+        .min_by(|a, b| {
+            a.open
+                .cmp(&b.open)
+                .then_with(|| ratio(a).total_cmp(&ratio(b)))
+                .then_with(|| a.member.name.cmp(&b.member.name))
+                .then_with(|| a.member.id.cmp(&b.member.id))
+        })
+        .map(|load| load.member)
+}
+
+fn ratio(load: &Load<'_>) -> f64 {
+    if load.member.capacity == 0 {
+        f64::INFINITY
+    } else {
+        f64::from(load.open) / f64::from(load.member.capacity)
+    }
+}
+
+/// Existing tags plus new ones, each once, in first-seen order; blank tags dropped.
+pub fn merge_tags(existing: &[String], added: &[String]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::with_capacity(existing.len() + added.len());
+    for tag in existing.iter().chain(added) {
+        let tag = tag.trim();
+        if !tag.is_empty() && !all.iter().any(|seen| seen == tag) {
+            all.push(tag.to_owned());
+        }
+    }
+    all
+}
+
+/// `Ok` when `status` is one of `statuses`, else a message naming the allowed ones.
+pub fn check_status(type_name: &str, statuses: &[String], status: &str) -> Result<(), String> {
+    if statuses.iter().any(|allowed| allowed == status) {
+        Ok(())
+    } else {
+        Err(format!(
+            "status {status:?} is not a status of ticket type {type_name:?} (allowed: {})",
+            statuses.join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{GroupId, MemberId};
+
+    fn member(name: &str, capacity: u32) -> Member {
+        Member {
+            id: MemberId::new(),
+            group: GroupId::new(),
+            name: name.into(),
+            email: None,
+            capacity,
+        }
+    }
+
+    #[test]
+    fn fewest_open_tickets_wins() {
+        let (eva, jan) = (member("Eva", 5), member("Jan", 5));
+        let loads = [
+            Load {
+                member: &eva,
+                open: 2,
+            },
+            Load {
+                member: &jan,
+                open: 1,
+            },
+        ];
+        assert_eq!(
+            least_busy(&loads).map(|m| &m.name),
+            Some(&jan.name),
+            "Jan has fewer open tickets"
+        );
+    }
+
+    #[test]
+    fn a_tie_goes_to_the_lowest_open_to_capacity_ratio() {
+        let (small, big) = (member("Anna", 2), member("Zdenek", 10));
+        let loads = [
+            Load {
+                member: &small,
+                open: 1,
+            },
+            Load {
+                member: &big,
+                open: 1,
+            },
+        ];
+        assert_eq!(
+            least_busy(&loads).map(|m| &m.name),
+            Some(&big.name),
+            "1/10 beats 1/2 although Anna sorts first"
+        );
+    }
+
+    #[test]
+    fn a_full_tie_is_broken_by_a_stable_order() {
+        let (a, b) = (member("Bara", 3), member("Adam", 3));
+        let forward = [
+            Load {
+                member: &a,
+                open: 0,
+            },
+            Load {
+                member: &b,
+                open: 0,
+            },
+        ];
+        let backward = [
+            Load {
+                member: &b,
+                open: 0,
+            },
+            Load {
+                member: &a,
+                open: 0,
+            },
+        ];
+        assert_eq!(
+            least_busy(&forward).map(|m| &m.name),
+            Some(&b.name),
+            "Adam by name"
+        );
+        assert_eq!(
+            least_busy(&backward).map(|m| &m.name),
+            Some(&b.name),
+            "whatever the input order"
+        );
+        assert!(least_busy(&[]).is_none(), "an empty group has nobody");
+    }
+
+    #[test]
+    fn tags_merge_keeping_existing_ones_once() {
+        let merged = merge_tags(
+            &["vip".into(), "waiting-to-pack".into()],
+            &["waiting-to-pack".into(), " ".into(), "eu".into()],
+        );
+        assert_eq!(
+            merged,
+            vec!["vip", "waiting-to-pack", "eu"],
+            "existing kept, duplicates and blanks dropped"
+        );
+    }
+
+    #[test]
+    fn a_status_outside_the_type_is_refused_with_the_allowed_ones() {
+        let statuses = vec!["waiting-to-pack".to_string(), "shipped".to_string()];
+        assert!(
+            check_status("order", &statuses, "shipped").is_ok(),
+            "a status of the type"
+        );
+        let err = check_status("order", &statuses, "lost").expect_err("not a status of order");
+        assert!(
+            err.contains("waiting-to-pack, shipped"),
+            "names the allowed statuses: {err}"
+        );
+    }
+}

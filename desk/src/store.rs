@@ -1,0 +1,200 @@
+//! The [`DeskStore`] port: what the desk asks of storage.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use thiserror::Error;
+
+use crate::model::*;
+
+/// What a desk store can answer besides success.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DeskError {
+    /// Unknown id — or an id of another tenant: the two are indistinguishable.
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("invalid: {0}")]
+    Invalid(String),
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage error: {0}")]
+    Internal(String),
+}
+
+pub type DeskResult<T> = Result<T, DeskError>;
+
+/// Create a ticket, or attach to the existing one with the same external id.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TicketUpsert {
+    pub external_id: String,
+    pub title: Option<String>,
+    pub ticket_type: Option<String>,
+    pub status: Option<String>,
+    pub tags: Vec<String>,
+    pub fields: BTreeMap<String, serde_json::Value>,
+    pub group: Option<String>,
+    /// A line for the ticket's log ("order.created from the web shop").
+    pub note: Option<String>,
+}
+
+/// A change to a ticket; `None` leaves a field as it is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TicketChange {
+    pub title: Option<String>,
+    pub ticket_type: Option<String>,
+    pub status: Option<String>,
+    pub closed: Option<bool>,
+    pub add_tags: Vec<String>,
+    /// Replace all tags (a person's edit).
+    pub set_tags: Option<Vec<String>>,
+    /// `Some(None)` unassigns.
+    pub assignee: Option<Option<MemberId>>,
+    pub group: Option<Option<String>>,
+    pub fields: BTreeMap<String, serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TicketFilter {
+    pub status: Option<String>,
+    pub tag: Option<String>,
+    pub closed: Option<bool>,
+    pub assignee: Option<MemberId>,
+    pub ticket_type: Option<String>,
+    /// Tickets numbered below this one (pagination, newest first).
+    pub before_number: Option<i64>,
+    /// 0 = the store's default page.
+    pub limit: usize,
+}
+
+/// `from → to` of one field of a change.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FieldChange {
+    pub from: serde_json::Value,
+    pub to: serde_json::Value,
+}
+
+/// What a ticket write did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TicketWrite {
+    pub ticket: Ticket,
+    pub created: bool,
+    /// The fields that changed (`status`, `tags`, `assignee`, …); empty for a create.
+    pub change: BTreeMap<String, FieldChange>,
+}
+
+/// Open an incident, or count a repeat of an open one with the same cause.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IncidentReport {
+    pub cause: String,
+    pub title: String,
+    pub impact: String,
+    pub detail: serde_json::Value,
+    pub ticket: Option<TicketId>,
+}
+
+/// Desk storage, scoped by tenant.
+///
+/// # Contract
+///
+/// - Every method but the tenant ones takes the caller's tenant, and an id of another
+///   tenant answers exactly as an id that never existed (`NotFound`).
+/// - Names (tenant, group, member, type) are 1–200 characters; a group name and a ticket
+///   type name are unique within a tenant (`Conflict`).
+/// - Tenant API tokens are stored hashed; `tenant_by_token` finds by the hash.
+/// - Tickets: numbers are 1, 2, … per tenant, never reused; `external_id` is unique per
+///   tenant; a `status` must be one of the ticket type's statuses (`Invalid`, naming the
+///   allowed ones) and a ticket with a status has a type; tags are a set in first-seen
+///   order; every create and change appends a log line saying what changed and who did it.
+/// - `ticket_upsert` with an existing external id changes nothing but the fields it
+///   names (tags are added, never removed) and logs the event; `created` tells which.
+/// - `ticket_assign_least_busy` picks by [`crate::rules::least_busy`] over the group's
+///   members and their open tickets, in one atomic step (two concurrent calls count each
+///   other's assignment).
+/// - Incidents: while an incident with the same `cause` is open in the tenant, a report
+///   bumps its `count` (and `updated_at`) instead of opening another.
+#[async_trait]
+pub trait DeskStore: Send + Sync + 'static {
+    /// A new tenant and its API token (shown once; only its hash is kept).
+    async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)>;
+    async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>>;
+    async fn tenant_list(&self) -> DeskResult<Vec<Tenant>>;
+
+    async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group>;
+    async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>>;
+    async fn group_get(&self, tenant: TenantId, id: GroupId) -> DeskResult<Group>;
+    async fn group_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<Group>;
+    async fn group_rename(&self, tenant: TenantId, id: GroupId, name: &str) -> DeskResult<Group>;
+    /// Deletes the group and its members; their tickets keep their history.
+    async fn group_delete(&self, tenant: TenantId, id: GroupId) -> DeskResult<()>;
+
+    async fn member_add(
+        &self,
+        tenant: TenantId,
+        group: GroupId,
+        name: &str,
+        email: Option<&str>,
+        capacity: u32,
+    ) -> DeskResult<Member>;
+    async fn member_list(&self, tenant: TenantId, group: GroupId) -> DeskResult<Vec<Member>>;
+    async fn member_update(
+        &self,
+        tenant: TenantId,
+        member: MemberId,
+        name: Option<&str>,
+        email: Option<Option<&str>>,
+        capacity: Option<u32>,
+    ) -> DeskResult<Member>;
+    async fn member_delete(&self, tenant: TenantId, member: MemberId) -> DeskResult<()>;
+
+    async fn ticket_type_create(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        statuses: &[String],
+        fields: &[FieldDef],
+    ) -> DeskResult<TicketType>;
+    async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>>;
+    async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType>;
+    async fn ticket_type_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<TicketType>;
+
+    async fn ticket_upsert(
+        &self,
+        tenant: TenantId,
+        upsert: TicketUpsert,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite>;
+    async fn ticket_change(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        change: TicketChange,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite>;
+    async fn ticket_assign_least_busy(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        group: &str,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite>;
+    async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket>;
+    async fn ticket_log(&self, tenant: TenantId, id: TicketId) -> DeskResult<Vec<TicketLogEntry>>;
+    async fn ticket_log_append(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        entry: TicketLogEntry,
+    ) -> DeskResult<()>;
+    async fn ticket_list(&self, tenant: TenantId, filter: TicketFilter) -> DeskResult<Vec<Ticket>>;
+
+    async fn incident_report(
+        &self,
+        tenant: TenantId,
+        report: IncidentReport,
+    ) -> DeskResult<(Incident, bool)>;
+    async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>>;
+    async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident>;
+    async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident>;
+}
