@@ -31,6 +31,10 @@ pub struct BenchArgs {
     /// Concurrent enqueue callers (each enqueues one run per call).
     #[arg(long, default_value_t = 32)]
     callers: u64,
+    /// Drain with this many `fronta worker` child processes instead of a worker in this
+    /// process (0 = in this process).
+    #[arg(long, default_value_t = 0)]
+    processes: usize,
     /// Runs in the latency phase (0 = skip it).
     #[arg(long, default_value_t = 2_000)]
     latency_runs: u64,
@@ -74,6 +78,60 @@ fn progress(label: &'static str, total: u64, done: Arc<AtomicU64>, stop: Cancell
             eprintln!("{label}: {n}/{total} ({rate:.0}/s)");
         }
     });
+}
+
+/// Drain with `--processes` child workers; answers the runs they claimed, summed from
+/// their reports. Progress comes from the database's counts.
+async fn drain_in_processes(
+    db: &DbArgs,
+    args: &BenchArgs,
+    store: Arc<dyn RunStore>,
+    progress_count: Arc<AtomicU64>,
+) -> anyhow::Result<u64> {
+    let exe = std::env::current_exe().context("finding the fronta binary")?;
+    let database = db.database.clone().unwrap_or_default();
+    let mut children = Vec::new();
+    for _ in 0..args.processes {
+        let child = tokio::process::Command::new(&exe)
+            .args(["--database", &database, "--synchronous"])
+            .arg(format!("{:?}", db.synchronous).to_lowercase())
+            .args(["worker", "--until-idle", "--poll", "5ms", "--concurrency"])
+            .arg(args.in_flight.to_string())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting a worker process")?;
+        children.push(child);
+    }
+    let watching = tokio::spawn(async move {
+        loop {
+            if let Ok(stats) = store.run_stats().await {
+                progress_count.store(stats.completed, Ordering::Relaxed);
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    });
+    let mut claimed = 0u64;
+    for child in children {
+        let output = child.wait_with_output().await?;
+        let text = String::from_utf8_lossy(&output.stderr);
+        if !output.status.success() {
+            bail!("a worker process failed: {text}");
+        }
+        let report = text
+            .lines()
+            .find_map(|line| line.strip_prefix("worker done: "))
+            .context("a worker process printed no report")?;
+        claimed += report
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse::<u64>().ok())
+            .context("a worker report without a claimed count")?;
+    }
+    watching.abort();
+    Ok(claimed)
 }
 
 pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
@@ -166,24 +224,30 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     );
     let stop = CancellationToken::new();
     progress("drain", args.runs, drained.clone(), stop.clone());
-    let config = WorkerConfig {
-        name: "bench-drain".into(),
-        max_in_flight: args.in_flight,
-        poll_interval: Duration::from_millis(5),
-        until_idle: true,
-        ..WorkerConfig::default()
-    };
     let start = Instant::now();
-    Worker::new(store.clone(), registry.clone(), config)?
-        .run(CancellationToken::new())
-        .await?;
+    if args.processes == 0 {
+        let config = WorkerConfig {
+            name: "bench-drain".into(),
+            max_in_flight: args.in_flight,
+            poll_interval: Duration::from_millis(5),
+            until_idle: true,
+            ..WorkerConfig::default()
+        };
+        Worker::new(store.clone(), registry.clone(), config)?
+            .run(CancellationToken::new())
+            .await?;
+    } else {
+        let claimed = drain_in_processes(&db, &args, store.clone(), drained.clone()).await?;
+        // Each run claimed exactly once across every process: no duplicate, no loss.
+        drained.store(claimed, Ordering::Relaxed);
+    }
     let drain_seconds = start.elapsed().as_secs_f64();
     stop.cancel();
     let ran = drained.load(Ordering::Relaxed);
     let stats = store.run_stats().await?;
     if ran != args.runs || stats.completed != args.runs {
         bail!(
-            "correctness check failed: {} handler calls and {} completed runs for {} enqueued",
+            "correctness check failed: {} runs ran (claims in worker processes) and {} completed for {} enqueued",
             ran,
             stats.completed,
             args.runs

@@ -113,7 +113,12 @@ fn probe_append(line: &str) -> std::io::Result<()> {
 }
 
 async fn probe(ctx: RunContext) -> Outcome {
-    let ms = ctx.run.payload.get("ms").and_then(Value::as_u64).unwrap_or(0);
+    let ms = ctx
+        .run
+        .payload
+        .get("ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     if let Err(err) = probe_append(&probe_line("start", ctx.run.id)) {
         return Outcome::Fail(format!("probe log: {err}"));
     }

@@ -336,9 +336,15 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         on_signal.cancel();
     });
     let report = worker.run(shutdown).await?;
+    // The bench reads the first number of this line: keep `claimed` first.
     eprintln!(
-        "worker done: {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",
-        report.completed, report.failed, report.retried, report.cancelled, report.reclaimed
+        "worker done: {} claimed, {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",
+        report.claimed,
+        report.completed,
+        report.failed,
+        report.retried,
+        report.cancelled,
+        report.reclaimed
     );
     Ok(())
 }
