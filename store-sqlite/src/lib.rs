@@ -3,16 +3,20 @@
 //! - One writer path: a thread owns the write connection and group-commits every write
 //!   ([`writer`]): concurrent enqueues, claims and finishes share one `BEGIN IMMEDIATE`
 //!   transaction and one fsync, and each caller is answered only after the commit.
-//! - Reads (`run_get`, `run_list`, `run_stats`) use a small pool of read connections on
-//!   blocking threads; WAL lets them run beside the writer.
+//! - Reads (`run_get`, `run_list`, `run_stats`, the desk's reads) use a small pool of
+//!   read connections on blocking threads; WAL lets them run beside the writer.
 //! - Pragmas on every connection: WAL, `synchronous` (FULL by default), `busy_timeout`,
 //!   `foreign_keys`. Several processes may share one file; SQLite's lock orders their
 //!   writers and `busy_timeout` makes them wait instead of failing.
 //! - Migrations are embedded ([`schema`]) and run on open.
+//! - The desk port ([`desk`]: tenants, groups, tickets, incidents) takes the same two
+//!   paths: each of its writes is one job on the writer thread, so everything a ticket
+//!   write does commits together; its reads use the read pool.
 //!
 //! Left out on purpose: an ORM, async SQLite drivers (measured slower here: see
 //! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
 
+pub mod desk;
 pub mod runs;
 pub mod schema;
 pub mod writer;
@@ -229,6 +233,17 @@ impl SqliteStore {
         T: Send + 'static,
         F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
     {
+        self.read_with(op, std::convert::identity).await
+    }
+
+    /// [`read`](Self::read) for a port with an error type of its own: the pool's own
+    /// failures (cannot open, task failed) reach the caller through `from_store`.
+    async fn read_with<T, E, F>(&self, op: F, from_store: fn(StoreError) -> E) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, E> + Send + 'static,
+    {
         let inner = self.inner.clone();
         let now = self.now();
         tokio::task::spawn_blocking(move || {
@@ -239,7 +254,7 @@ impl SqliteStore {
                 .pop();
             let conn = match pooled {
                 Some(conn) => conn,
-                None => open_connection(&inner.config, true)?,
+                None => open_connection(&inner.config, true).map_err(from_store)?,
             };
             let result = op(&conn, now);
             let mut readers = inner
@@ -252,7 +267,7 @@ impl SqliteStore {
             result
         })
         .await
-        .map_err(|err| StoreError::Internal(format!("read task failed: {err}")))?
+        .map_err(|err| from_store(StoreError::Internal(format!("read task failed: {err}"))))?
     }
 }
 

@@ -5,7 +5,7 @@
 use rusqlite::Connection;
 
 /// `(version, name, sql)`, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", RUNS_V1)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", RUNS_V1), (2, "desk", DESK_V2)];
 
 /// The runs table. `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled.
 /// Instants are milliseconds since the Unix epoch (UTC).
@@ -48,6 +48,117 @@ CREATE UNIQUE INDEX runs_unique_key ON runs (tenant, unique_key)
     WHERE unique_key IS NOT NULL AND status IN (0, 1);
 -- Tenants that may have pending runs: the claim walks this short list, not the queue.
 CREATE TABLE run_tenants (tenant TEXT PRIMARY KEY) WITHOUT ROWID;
+"#;
+
+/// The service desk (the `DeskStore` port). Ids are UUID bytes (BLOB, like `runs.id`);
+/// instants are milliseconds since the Unix epoch (UTC); lists (statuses, fields, tags)
+/// and maps (ticket fields, incident detail) are JSON text. Every row but a tenant's
+/// carries its tenant, and every query the port makes is scoped by it.
+const DESK_V2: &str = r#"
+CREATE TABLE desk_tenants (
+    id         BLOB    PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL
+);
+-- API tokens, by their SHA-256 hash only (the raw token is shown once and never stored).
+CREATE TABLE desk_tenant_tokens (
+    hash       TEXT    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    created_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE desk_groups (
+    id         BLOB    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (tenant, name)
+);
+CREATE TABLE desk_members (
+    id         BLOB    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    group_id   BLOB    NOT NULL REFERENCES desk_groups (id) ON DELETE CASCADE,
+    name       TEXT    NOT NULL,
+    email      TEXT,
+    capacity   INTEGER NOT NULL CHECK (capacity >= 0),
+    created_at INTEGER NOT NULL
+);
+CREATE INDEX desk_members_group ON desk_members (group_id, name);
+CREATE TABLE desk_ticket_types (
+    id         BLOB    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name       TEXT    NOT NULL,
+    statuses   TEXT    NOT NULL,
+    fields     TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    UNIQUE (tenant, name)
+);
+-- The last ticket number given out per tenant: numbers are never reused.
+CREATE TABLE desk_ticket_counters (
+    tenant      BLOB    PRIMARY KEY REFERENCES desk_tenants (id),
+    last_number INTEGER NOT NULL
+) WITHOUT ROWID;
+-- `type_name` and `group_name` are names (a type is never renamed; a group rename is
+-- carried to its tickets). `assignee_name` keeps who handled a closed ticket after the
+-- member is deleted; a rename is carried to it.
+CREATE TABLE desk_tickets (
+    id            BLOB    PRIMARY KEY,
+    tenant        BLOB    NOT NULL REFERENCES desk_tenants (id),
+    number        INTEGER NOT NULL,
+    external_id   TEXT,
+    title         TEXT    NOT NULL,
+    type_name     TEXT,
+    status        TEXT,
+    closed        INTEGER NOT NULL DEFAULT 0,
+    tags          TEXT    NOT NULL DEFAULT '[]',
+    assignee      BLOB,
+    assignee_name TEXT,
+    group_name    TEXT,
+    fields        TEXT    NOT NULL DEFAULT '{}',
+    created_at    INTEGER NOT NULL,
+    updated_at    INTEGER NOT NULL
+);
+-- Numbers are unique per tenant; newest first is a walk of this index backwards.
+CREATE UNIQUE INDEX desk_tickets_number ON desk_tickets (tenant, number);
+CREATE UNIQUE INDEX desk_tickets_external_id ON desk_tickets (tenant, external_id)
+    WHERE external_id IS NOT NULL;
+-- The filters of `ticket_list`, each walked newest first.
+CREATE INDEX desk_tickets_status ON desk_tickets (tenant, status, number);
+CREATE INDEX desk_tickets_type ON desk_tickets (tenant, type_name, number);
+CREATE INDEX desk_tickets_closed ON desk_tickets (tenant, closed, number);
+CREATE INDEX desk_tickets_assignee ON desk_tickets (tenant, assignee, number)
+    WHERE assignee IS NOT NULL;
+-- Open tickets per assignee: the least-busy count.
+CREATE INDEX desk_tickets_open_by_assignee ON desk_tickets (tenant, assignee)
+    WHERE closed = 0 AND assignee IS NOT NULL;
+CREATE TABLE desk_ticket_log (
+    seq     INTEGER PRIMARY KEY,
+    ticket  BLOB    NOT NULL REFERENCES desk_tickets (id),
+    at      INTEGER NOT NULL,
+    kind    TEXT    NOT NULL,
+    message TEXT    NOT NULL,
+    run_id  TEXT
+);
+CREATE INDEX desk_ticket_log_ticket ON desk_ticket_log (ticket, seq);
+-- `status`: 'open' or 'resolved'.
+CREATE TABLE desk_incidents (
+    id          BLOB    PRIMARY KEY,
+    tenant      BLOB    NOT NULL REFERENCES desk_tenants (id),
+    cause       TEXT    NOT NULL,
+    title       TEXT    NOT NULL,
+    impact      TEXT    NOT NULL,
+    detail      TEXT    NOT NULL,
+    status      TEXT    NOT NULL CHECK (status IN ('open', 'resolved')),
+    count       INTEGER NOT NULL,
+    ticket      BLOB    REFERENCES desk_tickets (id),
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    resolved_at INTEGER
+);
+-- At most one open incident per cause within a tenant.
+CREATE UNIQUE INDEX desk_incidents_open_cause ON desk_incidents (tenant, cause)
+    WHERE status = 'open';
+CREATE INDEX desk_incidents_tenant ON desk_incidents (tenant, created_at);
+CREATE INDEX desk_incidents_created ON desk_incidents (created_at);
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.

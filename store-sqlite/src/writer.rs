@@ -1,10 +1,10 @@
 //! The one writer path: a thread that owns the write connection and group-commits.
 //!
-//! Every write (enqueue, claim, heartbeat, checkpoint, finish, a caller's transaction)
-//! is a job sent to this thread. The thread takes every job waiting, runs them in one
-//! `BEGIN IMMEDIATE` transaction, each inside its own savepoint (a failing job rolls back
-//! alone), commits once, and only then answers each caller. So concurrent callers share
-//! one fsync, and nobody hears "done" before the commit is durable.
+//! Every write (enqueue, claim, heartbeat, checkpoint, finish, a caller's transaction, a
+//! desk write) is a job sent to this thread. The thread takes every job waiting, runs them
+//! in one `BEGIN IMMEDIATE` transaction, each inside its own savepoint (a failing job rolls
+//! back alone), commits once, and only then answers each caller. So concurrent callers
+//! share one fsync, and nobody hears "done" before the commit is durable.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -73,6 +73,19 @@ impl WriterHandle {
         T: Send + 'static,
         F: FnOnce(&mut WriterState, &Connection) -> Result<T, StoreError> + Send + 'static,
     {
+        self.write_with(op, std::convert::identity).await
+    }
+
+    /// [`write`](Self::write) for a port with an error type of its own (the desk's): an
+    /// `Err` from `op` rolls back this job's writes exactly as a `StoreError` does, and the
+    /// writer's own failures (stopped, commit failed) reach the caller through
+    /// `from_store`.
+    pub async fn write_with<T, E, F>(&self, op: F, from_store: fn(StoreError) -> E) -> Result<T, E>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        F: FnOnce(&mut WriterState, &Connection) -> Result<T, E> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let job: Job = Box::new(move |state, conn| {
             let result = op(state, conn);
@@ -80,17 +93,22 @@ impl WriterHandle {
             let reply: Reply = Box::new(move |commit_error| {
                 let _ = tx.send(match commit_error {
                     None => result,
-                    Some(err) => Err(err),
+                    Some(err) => Err(from_store(err)),
                 });
             });
             (keep, reply)
         });
-        self.jobs
-            .send(job)
-            .map_err(|_| StoreError::Unavailable("the SQLite writer has stopped".into()))?;
+        self.jobs.send(job).map_err(|_| {
+            from_store(StoreError::Unavailable(
+                "the SQLite writer has stopped".into(),
+            ))
+        })?;
         self.counters.jobs_sent.fetch_add(1, Ordering::SeqCst);
-        rx.await
-            .map_err(|_| StoreError::Unavailable("the SQLite writer dropped a job".into()))?
+        rx.await.map_err(|_| {
+            from_store(StoreError::Unavailable(
+                "the SQLite writer dropped a job".into(),
+            ))
+        })?
     }
 }
 

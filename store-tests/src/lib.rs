@@ -10,6 +10,10 @@
 //! and gets every case as its own named test. New store behaviour goes into this suite
 //! first (a case here and a line in [`conformance_suite!`]), then every store passes it.
 //!
+//! The desk port (`fronta_desk::DeskStore`) has its own list: a store implements
+//! [`DeskStoreFactory`] and writes `fronta_store_tests::desk_conformance_suite!(…)` in
+//! `tests/desk_conformance.rs` (cases in [`desk_cases`]).
+//!
 //! What it leaves out: store-specific checks (migrations, pragmas, the claim query's
 //! plan) stay in each store's own tests. Time is an input: every case hands the store a
 //! [`ManualClock`] and moves it instead of sleeping; only the worker's own timers
@@ -19,6 +23,7 @@ use std::sync::Arc;
 
 use fronta_engine::{ManualClock, RunStore};
 
+pub mod desk_cases;
 pub mod store_cases;
 mod support;
 pub mod worker_cases;
@@ -35,6 +40,13 @@ pub trait StoreFactory: Send + Sync {
     /// Each call is a separate database; the suite shares the returned `Arc` between
     /// workers when it needs two handles on one store.
     async fn open(&self, clock: ManualClock) -> Arc<dyn RunStore>;
+}
+
+/// Opens fresh desk stores for the desk suite ([`desk_conformance_suite!`]).
+#[async_trait]
+pub trait DeskStoreFactory: Send + Sync {
+    /// A fresh, empty desk store: no tenants. Each call is a separate database.
+    async fn open_desk(&self) -> Arc<dyn fronta_desk::DeskStore>;
 }
 
 /// Not public API: what [`conformance_suite!`] expands to needs.
@@ -125,6 +137,76 @@ macro_rules! conformance_suite {
             fn $case() {
                 $crate::__private::run_case(async {
                     $crate::$module::$case(&$factory).await;
+                });
+            }
+        )+
+    };
+}
+
+/// Expands to one `#[test]` per desk case ([`desk_cases`], pinning the `DeskStore`
+/// `# Contract`), each on a two-thread tokio runtime, each opening its own store from
+/// `$factory` (an expression evaluated once per test, implementing [`DeskStoreFactory`]).
+///
+/// The list below is the only list of desk cases: a new case is a `pub async fn` in
+/// [`desk_cases`] and one line here.
+#[macro_export]
+macro_rules! desk_conformance_suite {
+    ($factory:expr) => {
+        $crate::desk_conformance_suite!(@cases $factory;
+            // Tenants and names.
+            tenant_token_is_found_by_its_hash_only,
+            tenant_list_shows_every_tenant_in_creation_order,
+            names_must_be_one_to_two_hundred_characters,
+            group_and_ticket_type_names_are_unique_within_a_tenant,
+            writes_for_an_unknown_tenant_are_not_found,
+            // Groups, members, ticket types.
+            groups_are_created_read_listed_renamed_and_deleted,
+            members_are_added_listed_updated_and_deleted,
+            ticket_types_keep_their_statuses_and_fields,
+            deleting_a_member_unassigns_its_open_tickets_and_keeps_closed_ones,
+            deleting_a_group_removes_its_members_and_keeps_its_tickets,
+            renaming_a_member_or_a_group_shows_on_their_tickets,
+            // Tenant isolation.
+            another_tenants_ids_answer_exactly_like_unknown_ids,
+            lists_never_show_another_tenants_rows,
+            // Tickets.
+            ticket_numbers_count_from_one_per_tenant_independently,
+            upsert_creates_a_ticket_with_what_it_names,
+            upsert_with_a_known_external_id_attaches_instead_of_creating,
+            concurrent_upserts_of_one_external_id_create_one_ticket,
+            status_outside_the_type_is_refused_naming_the_allowed_ones,
+            status_on_a_ticket_without_a_type_is_refused,
+            changing_the_type_rechecks_the_current_status,
+            refused_ticket_write_leaves_no_trace,
+            ticket_change_reports_each_changed_field_from_and_to,
+            change_that_changes_nothing_logs_nothing,
+            tags_are_a_set_in_first_seen_order,
+            every_ticket_write_logs_what_changed_and_who,
+            ticket_log_append_adds_the_entry_as_given,
+            // Least busy.
+            least_busy_assigns_to_the_member_with_fewest_open_tickets,
+            closed_tickets_do_not_count_towards_least_busy,
+            least_busy_tie_goes_to_the_lowest_open_to_capacity_ratio,
+            warehouse_of_three_gets_two_orders_to_two_different_people,
+            concurrent_least_busy_assignments_spread_evenly,
+            least_busy_in_an_unknown_or_empty_group_is_refused,
+            least_busy_again_keeps_the_assignee_and_logs_why,
+            // Incidents.
+            incident_report_opens_one_with_its_faces,
+            same_cause_while_open_bumps_the_count_instead_of_opening_another,
+            after_resolve_the_same_cause_opens_a_new_incident,
+            incidents_are_scoped_to_their_tenant_and_the_admin_sees_all,
+            // Listing tickets.
+            ticket_list_filters_by_status_tag_closed_assignee_and_type,
+            ticket_list_is_newest_first_and_pages_by_number,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_case(async {
+                    $crate::desk_cases::$case(&$factory).await;
                 });
             }
         )+

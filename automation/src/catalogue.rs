@@ -1,0 +1,221 @@
+//! The catalogue of action ops (API.md, "Built-in steps"): their names, the inputs each
+//! takes (and which are required) and the outputs each publishes.
+//!
+//! The validator reads it to check inputs and template names; the executor will match on
+//! [`Op`] to pick the implementation. What an op *does* lives elsewhere — this is only
+//! the shape. An op that is not in the catalogue parses as [`Op::Unknown`], so the
+//! validator can name it instead of the parser failing on it.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// An action's op, e.g. `ticket/upsert`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Op {
+    TicketUpsert,
+    TicketSetType,
+    TicketAddTags,
+    TicketSetStatus,
+    TicketClose,
+    TicketAssignLeastBusy,
+    IncidentCreate,
+    FlowPause,
+    FlowLog,
+    HttpRequest,
+    McpCallTool,
+    /// Not in the catalogue; the validator reports it and the executor refuses it.
+    Unknown(String),
+}
+
+impl Op {
+    /// Every op of the catalogue, in the order of API.md's table.
+    pub const KNOWN: [Op; 11] = [
+        Op::TicketUpsert,
+        Op::TicketSetType,
+        Op::TicketAddTags,
+        Op::TicketSetStatus,
+        Op::TicketClose,
+        Op::TicketAssignLeastBusy,
+        Op::IncidentCreate,
+        Op::FlowPause,
+        Op::FlowLog,
+        Op::HttpRequest,
+        Op::McpCallTool,
+    ];
+
+    /// Reads an op name; anything outside the catalogue is [`Op::Unknown`].
+    pub fn parse(name: &str) -> Op {
+        Op::KNOWN
+            .iter()
+            .find(|op| op.as_str() == name)
+            .cloned()
+            .unwrap_or_else(|| Op::Unknown(name.to_owned()))
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Op::TicketUpsert => "ticket/upsert",
+            Op::TicketSetType => "ticket/set-type",
+            Op::TicketAddTags => "ticket/add-tags",
+            Op::TicketSetStatus => "ticket/set-status",
+            Op::TicketClose => "ticket/close",
+            Op::TicketAssignLeastBusy => "ticket/assign-least-busy",
+            Op::IncidentCreate => "incident/create",
+            Op::FlowPause => "flow/pause",
+            Op::FlowLog => "flow/log",
+            Op::HttpRequest => "http/request",
+            Op::McpCallTool => "mcp/call-tool",
+            Op::Unknown(name) => name,
+        }
+    }
+
+    pub fn is_known(&self) -> bool {
+        !matches!(self, Op::Unknown(_))
+    }
+
+    /// Connector ops call a third-party service and name it in the step's `service`.
+    pub fn is_connector(&self) -> bool {
+        matches!(self, Op::HttpRequest | Op::McpCallTool)
+    }
+
+    /// Inputs the step must have.
+    pub fn required_inputs(&self) -> &'static [&'static str] {
+        match self {
+            Op::TicketUpsert => &["externalId"],
+            Op::TicketSetType => &["ticket", "type"],
+            Op::TicketAddTags => &["ticket", "tags"],
+            Op::TicketSetStatus => &["ticket", "status"],
+            Op::TicketClose => &["ticket"],
+            Op::TicketAssignLeastBusy => &["ticket", "group"],
+            Op::IncidentCreate => &["title", "impact"],
+            Op::FlowPause => &["seconds"],
+            Op::FlowLog => &["message"],
+            Op::HttpRequest => &["url"],
+            Op::McpCallTool => &["server", "tool"],
+            Op::Unknown(_) => &[],
+        }
+    }
+
+    /// Inputs the step may have besides the required ones.
+    pub fn optional_inputs(&self) -> &'static [&'static str] {
+        match self {
+            Op::TicketUpsert => &["title", "type", "status", "tags", "fields", "group"],
+            Op::IncidentCreate => &["ticket"],
+            Op::HttpRequest => &["method", "headers", "query", "body", "timeoutSec"],
+            Op::McpCallTool => &["arguments"],
+            _ => &[],
+        }
+    }
+
+    /// Whether `input` is an input this op takes (always true for an unknown op: its
+    /// problem is the op, not the inputs).
+    pub fn takes_input(&self, input: &str) -> bool {
+        !self.is_known()
+            || self.required_inputs().contains(&input)
+            || self.optional_inputs().contains(&input)
+    }
+
+    /// Outputs the step publishes (as `<step>.<key>`, and as the bare key when free).
+    pub fn outputs(&self) -> &'static [&'static str] {
+        match self {
+            Op::TicketUpsert => &["id", "number", "created"],
+            Op::TicketSetType => &["type"],
+            Op::TicketAddTags => &["tags"],
+            Op::TicketSetStatus => &["status"],
+            Op::TicketClose => &["closed"],
+            Op::TicketAssignLeastBusy => &["assignee", "group"],
+            Op::IncidentCreate => &["id", "opened"],
+            Op::FlowPause | Op::FlowLog => &[],
+            Op::HttpRequest => &["status", "headers", "body"],
+            Op::McpCallTool => &["content", "structured", "isError"],
+            Op::Unknown(_) => &[],
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Op {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Op {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(Op::parse(&name))
+    }
+}
+
+/// The catalogue's op names joined for messages: `ticket/upsert, ticket/set-type, …`.
+pub(crate) fn known_names() -> String {
+    Op::KNOWN
+        .iter()
+        .map(Op::as_str)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_op_parses_back_from_its_name() {
+        for op in Op::KNOWN {
+            assert_eq!(Op::parse(op.as_str()), op, "{op} must round-trip");
+        }
+    }
+
+    #[test]
+    fn an_op_outside_the_catalogue_is_unknown_and_keeps_its_name() {
+        let op = Op::parse("ticket/next-phase");
+        assert_eq!(
+            op,
+            Op::Unknown("ticket/next-phase".into()),
+            "unknown ops are kept"
+        );
+        assert!(!op.is_known(), "an unknown op is not known");
+        assert_eq!(
+            op.as_str(),
+            "ticket/next-phase",
+            "the name is kept as written"
+        );
+    }
+
+    #[test]
+    fn upsert_requires_external_id_and_publishes_id_number_created() {
+        assert_eq!(
+            Op::TicketUpsert.required_inputs(),
+            &["externalId"],
+            "API.md: externalId is required"
+        );
+        assert_eq!(
+            Op::TicketUpsert.outputs(),
+            &["id", "number", "created"],
+            "API.md's outputs of ticket/upsert"
+        );
+        assert!(
+            !Op::TicketUpsert.takes_input("phase"),
+            "a phase is not an input"
+        );
+    }
+
+    #[test]
+    fn only_http_and_mcp_are_connectors() {
+        let connectors: Vec<&str> = Op::KNOWN
+            .iter()
+            .filter(|op| op.is_connector())
+            .map(Op::as_str)
+            .collect();
+        assert_eq!(
+            connectors,
+            vec!["http/request", "mcp/call-tool"],
+            "the connector ops"
+        );
+    }
+}

@@ -1,0 +1,65 @@
+//! The pure core of fronta's automation runtime: the automation model and its parser
+//! ([`model`]), the step catalogue ([`catalogue`]), validation on save ([`validate`]),
+//! the webhook contract ([`contract`]), `{{name}}` templates ([`template`]), the run
+//! context ([`context`]) and conditions ([`condition`]).
+//!
+//! Deliberately left out: storage, HTTP, the step-tree executor, connectors and the
+//! scheduler. Everything here is a function of its inputs — no clock, no I/O — so the
+//! executor and the server can lean on it and tests need no setup.
+//!
+//! The flow these pieces serve: a webhook body goes through [`contract::extract`] into a
+//! [`Context`]; the executor walks the [`Automation`]'s steps, renders each input with
+//! [`template::render`], publishes outputs with [`Context::publish_outputs`] and
+//! branches on [`condition::evaluate`], whose log lines go to the run's step log.
+//!
+//! ```
+//! use fronta_automation::{Automation, Context, Step, Trigger, ValidationContext};
+//! use fronta_automation::{condition, contract, template, validate::validate};
+//! use serde_json::json;
+//!
+//! let automation = Automation::from_json(r#"{
+//!   "name": "Orders", "trigger": {"type": "webhook", "params": [
+//!     {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+//!   "steps": [
+//!     {"name": "big", "type": "condition",
+//!      "rules": [{"field": "_body.total", "operator": "gt", "value": 1000}],
+//!      "then": [{"name": "note", "op": "flow/log", "input": {"message": "big order {{orderId}}"}}]}
+//!   ]}"#).expect("parses");
+//! assert!(validate(&automation, &ValidationContext::default()).is_empty(), "valid");
+//!
+//! let Trigger::Webhook { params } = &automation.trigger else { unreachable!() };
+//! let body = json!({"data": {"order": {"id": "5001"}}, "total": "1500"});
+//! let context = Context::from_params(contract::extract(params, &body).expect("fits"));
+//!
+//! let Step::Condition(big) = &automation.steps[0] else { unreachable!() };
+//! let outcome = condition::evaluate(big, &context);
+//! assert!(outcome.met, "1500 > 1000 as numbers");
+//! assert_eq!(outcome.lines[0],
+//!     "Condition: _body.total gt 1000: met | _body.total = \"1500\", compared with 1000 as numbers");
+//!
+//! let Step::Action(note) = &big.then_steps[0] else { unreachable!() };
+//! let input = template::render_map(&note.input, &context).expect("renders");
+//! assert_eq!(input["message"], json!("big order 5001"), "the template is filled");
+//! ```
+
+pub mod catalogue;
+pub mod condition;
+pub mod context;
+pub mod contract;
+pub mod instant;
+pub mod model;
+pub mod problem;
+pub mod template;
+pub mod validate;
+
+pub use catalogue::Op;
+pub use condition::{ConditionOutcome, RuleOutcome};
+pub use context::{BODY_KEY, Context, Published};
+pub use contract::ContractError;
+pub use model::{
+    ActionStep, Automation, ConditionStep, EventKind, ForEachStep, Match, Operator, ParamType,
+    PollSource, Rule, Step, Trigger, WebhookParam,
+};
+pub use problem::{Problem, Problems};
+pub use template::{Lookup, TemplateError};
+pub use validate::{MAX_ACTIONS, MAX_STEPS, ValidationContext};

@@ -1,0 +1,1106 @@
+//! Validation on save: [`validate`] lists **every** problem of an automation that parsed,
+//! each with its path, so a user fixes everything in one round.
+//!
+//! What it checks: ops against the catalogue and their inputs (required, unknown, the
+//! shape of literal values); conditions (at least one rule, known operators, a value
+//! exactly when the operator takes one, fields that name something); template names
+//! (`{{name}}` must be something the run could hold at that step); the step cap
+//! [`MAX_STEPS`] over the whole tree; literal ticket types and statuses against
+//! [`ValidationContext`]; duplicate step names; poll intervals; webhook parameter names
+//! and paths; cron field counts.
+//!
+//! What a name may be, at a given step: a trigger parameter, `_body` (webhook and
+//! manual triggers), `ticket`/`change` (event triggers), `secrets.<name>`, the variable
+//! of an enclosing `forEach`, an earlier step's output as `<step>.<key>`, or an earlier
+//! step's output key bare. Anything below those is not checked (`_body.anything`,
+//! `ticket.anything`, `call.body.anything` are fine): the shape of outside data is not
+//! known on save. "Earlier" is document order, branches included — a step in a `then`
+//! branch may not have run, but it could have, and that is enough.
+//!
+//! Not checked here: cron syntax beyond its field count and time-zone names (the
+//! scheduler's cron library owns those), groups and services (not in the context yet).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::catalogue::{Op, known_names};
+use crate::context::BODY_KEY;
+use crate::contract::path_problem;
+use crate::model::{
+    ActionStep, Automation, ConditionStep, ForEachStep, Operator, Rule, Step, Trigger,
+    WebhookParam, count_steps, json_kind,
+};
+use crate::problem::{Problem, field_path, index_path};
+use crate::template::{self, Segment};
+
+/// At most this many steps in a tree (every node once: actions, conditions, loops and
+/// all inside them), checked on save.
+pub const MAX_STEPS: usize = 50;
+/// At most this many executed steps in one run, loop passes included — the executor's
+/// cap at run time.
+pub const MAX_ACTIONS: usize = 1000;
+/// The shortest poll interval: shorter is not polling but an attack on the service.
+pub const MIN_POLL_INTERVAL_SEC: u64 = 10;
+
+/// What validation needs to know about the tenant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ValidationContext {
+    /// Ticket type name → its statuses.
+    pub ticket_types: HashMap<String, Vec<String>>,
+}
+
+impl ValidationContext {
+    /// A context with the given ticket types and their statuses.
+    pub fn with_ticket_types<I, T, S>(types: I) -> ValidationContext
+    where
+        I: IntoIterator<Item = (T, Vec<S>)>,
+        T: Into<String>,
+        S: Into<String>,
+    {
+        ValidationContext {
+            ticket_types: types
+                .into_iter()
+                .map(|(name, statuses)| {
+                    (name.into(), statuses.into_iter().map(Into::into).collect())
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Every problem of the automation, in document order; empty when it may be saved.
+pub fn validate(automation: &Automation, context: &ValidationContext) -> Vec<Problem> {
+    let mut validator = Validator::new(automation, context);
+    if automation.name.trim().is_empty() {
+        validator.report("name", "the automation needs a name");
+    }
+    validator.trigger(&automation.trigger);
+    let count = count_steps(&automation.steps);
+    if count > MAX_STEPS {
+        validator.report(
+            "steps",
+            format!(
+                "the automation has {count} steps; at most {MAX_STEPS} are allowed (every step \
+                 counts once: actions, conditions, loops and everything inside them)"
+            ),
+        );
+    }
+    validator.steps(&automation.steps, "steps");
+    validator.problems
+}
+
+const OPERATOR_NAMES: &str =
+    "eq, neq, gt, gte, lt, lte, contains, notContains, isEmpty, isNotEmpty";
+const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
+/// The ticket an event trigger carries (API.md), for suggestions.
+const TICKET_FIELDS: [&str; 11] = [
+    "id",
+    "number",
+    "externalId",
+    "title",
+    "type",
+    "status",
+    "closed",
+    "tags",
+    "assignee",
+    "group",
+    "fields",
+];
+const RESERVED_PARAM_NAMES: [&str; 2] = [BODY_KEY, "secrets"];
+
+struct Validator<'a> {
+    context: &'a ValidationContext,
+    problems: Vec<Problem>,
+    params: Vec<&'a str>,
+    body_available: bool,
+    event: bool,
+    /// Every step name in the tree, to tell "comes later" from "does not exist".
+    all_steps: HashSet<&'a str>,
+    /// Steps before the current one, in document order.
+    earlier: Vec<&'a Step>,
+    /// Variables of the enclosing loops, innermost last.
+    loop_variables: Vec<&'a str>,
+    /// Step name → path of its first use.
+    seen: HashMap<&'a str, String>,
+}
+
+impl<'a> Validator<'a> {
+    fn new(automation: &'a Automation, context: &'a ValidationContext) -> Self {
+        let params = match &automation.trigger {
+            Trigger::Webhook { params } => params.iter().map(|p| p.name.as_str()).collect(),
+            _ => Vec::new(),
+        };
+        let mut all_steps = HashSet::new();
+        collect_names(&automation.steps, &mut all_steps);
+        Validator {
+            context,
+            problems: Vec::new(),
+            params,
+            body_available: matches!(
+                automation.trigger,
+                Trigger::Webhook { .. } | Trigger::Manual
+            ),
+            event: matches!(automation.trigger, Trigger::Event { .. }),
+            all_steps,
+            earlier: Vec::new(),
+            loop_variables: Vec::new(),
+            seen: HashMap::new(),
+        }
+    }
+
+    fn report(&mut self, path: &str, message: impl Into<String>) {
+        self.problems.push(Problem::new(path, message));
+    }
+
+    fn trigger(&mut self, trigger: &Trigger) {
+        match trigger {
+            Trigger::Webhook { params } => self.webhook_params(params),
+            Trigger::Poll {
+                interval_sec: Some(seconds),
+                ..
+            } if *seconds < MIN_POLL_INTERVAL_SEC => self.report(
+                "trigger.intervalSec",
+                format!(
+                    "a poll interval of {seconds} s is below the minimum of \
+                     {MIN_POLL_INTERVAL_SEC} s"
+                ),
+            ),
+            Trigger::Schedule { cron, timezone } => {
+                let fields = cron.split_whitespace().count();
+                if fields == 0 {
+                    self.report("trigger.cron", "the cron expression is empty");
+                } else if !(5..=7).contains(&fields) {
+                    self.report(
+                        "trigger.cron",
+                        format!(
+                            "cron \"{cron}\" has {fields} fields; it needs 5 (minute hour \
+                             day-of-month month day-of-week), or 6–7 with seconds and year"
+                        ),
+                    );
+                }
+                if timezone
+                    .as_deref()
+                    .is_some_and(|zone| zone.trim().is_empty())
+                {
+                    self.report(
+                        "trigger.timezone",
+                        "the time zone is empty; leave it out for UTC",
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn webhook_params(&mut self, params: &[WebhookParam]) {
+        let mut first_use: HashMap<&str, usize> = HashMap::new();
+        for (index, param) in params.iter().enumerate() {
+            let path = index_path("trigger.params", index);
+            let name = param.name.as_str();
+            if name.trim().is_empty() {
+                self.report(&field_path(&path, "name"), "a parameter needs a name");
+            } else if RESERVED_PARAM_NAMES.contains(&name) {
+                self.report(
+                    &field_path(&path, "name"),
+                    format!("\"{name}\" is reserved; choose another parameter name"),
+                );
+            } else if name.contains(['{', '}']) || name.trim() != name {
+                self.report(
+                    &field_path(&path, "name"),
+                    format!("parameter name \"{name}\" cannot hold braces or surrounding spaces"),
+                );
+            } else if let Some(first) = first_use.get(name) {
+                self.report(
+                    &field_path(&path, "name"),
+                    format!("parameter \"{name}\" is already declared at trigger.params[{first}]"),
+                );
+            } else {
+                first_use.insert(name, index);
+            }
+            if let Some(problem) = path_problem(&param.path) {
+                self.report(
+                    &field_path(&path, "path"),
+                    format!("{problem}: \"{}\"", param.path),
+                );
+            }
+        }
+    }
+
+    fn steps(&mut self, steps: &'a [Step], path: &str) {
+        for (index, step) in steps.iter().enumerate() {
+            let step_path = index_path(path, index);
+            self.step_name(step.name(), &step_path);
+            match step {
+                Step::Action(action) => self.action(action, &step_path),
+                Step::Condition(condition) => self.condition(condition, &step_path),
+                Step::ForEach(each) => self.for_each(each, &step_path),
+            }
+            self.earlier.push(step);
+        }
+    }
+
+    fn step_name(&mut self, name: &'a str, path: &str) {
+        let name_path = field_path(path, "name");
+        if name.trim().is_empty() {
+            self.report(&name_path, "a step needs a name");
+            return;
+        }
+        if name.contains('.') || name.contains(['{', '}']) || name.trim() != name {
+            self.report(
+                &name_path,
+                format!(
+                    "step name \"{name}\" cannot hold dots, braces or surrounding spaces \
+                     (outputs are published as <step>.<key>)"
+                ),
+            );
+        }
+        if let Some(first) = self.seen.get(name) {
+            let message = format!("step name \"{name}\" is already used at {first}");
+            self.report(&name_path, message);
+        } else {
+            self.seen.insert(name, path.to_owned());
+        }
+    }
+
+    fn action(&mut self, action: &'a ActionStep, path: &str) {
+        let op = &action.op;
+        if let Op::Unknown(name) = op {
+            self.report(
+                &field_path(path, "op"),
+                format!("unknown op \"{name}\" (ops: {})", known_names()),
+            );
+        }
+        if action.service.is_some() && op.is_known() && !op.is_connector() {
+            self.report(
+                &field_path(path, "service"),
+                format!(
+                    "\"service\" is for connector steps (http/request, mcp/call-tool), not {op}"
+                ),
+            );
+        }
+        let input_path = field_path(path, "input");
+        if op.is_known() {
+            let missing: Vec<&str> = op
+                .required_inputs()
+                .iter()
+                .copied()
+                .filter(|key| action.input.get(*key).is_none_or(Value::is_null))
+                .collect();
+            for key in &missing {
+                self.report(
+                    &field_path(&input_path, key),
+                    format!(
+                        "missing input \"{key}\" ({op} needs: {})",
+                        op.required_inputs().join(", ")
+                    ),
+                );
+            }
+            for key in action.input.keys() {
+                if !op.takes_input(key) {
+                    let takes: Vec<&str> = op
+                        .required_inputs()
+                        .iter()
+                        .chain(op.optional_inputs())
+                        .copied()
+                        .collect();
+                    self.report(
+                        &field_path(&input_path, key),
+                        format!(
+                            "unknown input \"{key}\" for {op} (its inputs: {})",
+                            takes.join(", ")
+                        ),
+                    );
+                }
+            }
+        }
+        for (key, value) in &action.input {
+            self.templates(value, &field_path(&input_path, key));
+        }
+        self.literal_inputs(action, &input_path);
+    }
+
+    /// Checks the literal values an op can be sure of on save.
+    fn literal_inputs(&mut self, action: &ActionStep, input_path: &str) {
+        let input = &action.input;
+        let at = |key: &str| field_path(input_path, key);
+        match &action.op {
+            Op::TicketUpsert => {
+                let ticket_type = input.get("type").and_then(literal_string);
+                if let Some(ticket_type) = ticket_type {
+                    self.known_type(ticket_type, &at("type"));
+                    if let Some(status) = input.get("status").and_then(literal_string) {
+                        self.status_of_type(status, ticket_type, &at("status"));
+                    }
+                }
+                self.string_or_template(input.get("type"), &at("type"));
+                self.string_or_template(input.get("status"), &at("status"));
+                self.tags(input.get("tags"), &at("tags"));
+                self.object_or_template(input.get("fields"), &at("fields"), "fields");
+            }
+            Op::TicketSetType => {
+                if let Some(ticket_type) = input.get("type").and_then(literal_string) {
+                    self.known_type(ticket_type, &at("type"));
+                }
+                self.string_or_template(input.get("type"), &at("type"));
+            }
+            Op::TicketSetStatus => {
+                if let Some(status) = input.get("status").and_then(literal_string) {
+                    match self.type_of_ticket(input.get("ticket")) {
+                        Some(ticket_type) => {
+                            self.status_of_type(status, &ticket_type, &at("status"))
+                        }
+                        None => self.status_of_any_type(status, &at("status")),
+                    }
+                }
+                self.string_or_template(input.get("status"), &at("status"));
+            }
+            Op::TicketAddTags => self.tags(input.get("tags"), &at("tags")),
+            Op::FlowPause => {
+                if let Some(seconds) = input.get("seconds") {
+                    let fine = match seconds {
+                        Value::Number(number) => number.as_f64().is_some_and(|s| s >= 0.0),
+                        Value::String(text) => template::single_name(text).is_some(),
+                        _ => false,
+                    };
+                    if !fine && !seconds.is_null() {
+                        self.report(
+                            &at("seconds"),
+                            format!(
+                                "seconds must be a non-negative number (or one {{{{name}}}}), found {seconds}"
+                            ),
+                        );
+                    }
+                }
+            }
+            Op::HttpRequest => {
+                if let Some(method) = input.get("method").and_then(literal_string)
+                    && !HTTP_METHODS.contains(&method.to_ascii_uppercase().as_str())
+                {
+                    self.report(
+                        &at("method"),
+                        format!(
+                            "unknown HTTP method \"{method}\" (methods: {})",
+                            HTTP_METHODS.join(", ")
+                        ),
+                    );
+                }
+                if let Some(url) = input.get("url").and_then(literal_string)
+                    && !(url.starts_with("https://") || url.starts_with("http://"))
+                {
+                    self.report(
+                        &at("url"),
+                        format!("url \"{url}\" must start with https:// or http://"),
+                    );
+                }
+                if let Some(timeout) = input.get("timeoutSec") {
+                    let fine = match timeout {
+                        Value::Number(number) => number.as_f64().is_some_and(|s| s > 0.0),
+                        Value::String(text) => template::single_name(text).is_some(),
+                        _ => false,
+                    };
+                    if !fine {
+                        self.report(
+                            &at("timeoutSec"),
+                            format!("timeoutSec must be a positive number, found {timeout}"),
+                        );
+                    }
+                }
+                self.object_or_template(input.get("headers"), &at("headers"), "headers");
+                self.object_or_template(input.get("query"), &at("query"), "query");
+            }
+            Op::McpCallTool => {
+                self.object_or_template(input.get("arguments"), &at("arguments"), "arguments");
+            }
+            _ => {}
+        }
+    }
+
+    fn known_type(&mut self, ticket_type: &str, path: &str) {
+        if !self.context.ticket_types.contains_key(ticket_type) {
+            let message = format!(
+                "unknown ticket type \"{ticket_type}\" ({})",
+                self.type_list()
+            );
+            self.report(path, message);
+        }
+    }
+
+    fn type_list(&self) -> String {
+        let mut names: Vec<&str> = self
+            .context
+            .ticket_types
+            .keys()
+            .map(String::as_str)
+            .collect();
+        names.sort_unstable();
+        if names.is_empty() {
+            "no ticket types exist yet".to_owned()
+        } else {
+            format!("types: {}", names.join(", "))
+        }
+    }
+
+    fn status_of_type(&mut self, status: &str, ticket_type: &str, path: &str) {
+        let Some(statuses) = self.context.ticket_types.get(ticket_type) else {
+            return; // the unknown type is reported on its own
+        };
+        if !statuses.iter().any(|known| known == status) {
+            self.report(
+                path,
+                format!(
+                    "status \"{status}\" is not a status of ticket type \"{ticket_type}\" \
+                     (its statuses: {})",
+                    statuses.join(", ")
+                ),
+            );
+        }
+    }
+
+    fn status_of_any_type(&mut self, status: &str, path: &str) {
+        let known = self
+            .context
+            .ticket_types
+            .values()
+            .any(|statuses| statuses.iter().any(|s| s == status));
+        if !known {
+            let message = format!(
+                "status \"{status}\" is not a status of any ticket type ({})",
+                self.type_list()
+            );
+            self.report(path, message);
+        }
+    }
+
+    /// The literal type of the ticket a `{{step.id}}` names, when that earlier step is a
+    /// `ticket/upsert` with a literal type and no later `ticket/set-type` touches it.
+    fn type_of_ticket(&self, ticket: Option<&Value>) -> Option<String> {
+        let name = template::single_name(ticket?.as_str()?)?;
+        let step_name = name.strip_suffix(".id")?;
+        let mut found = None;
+        for step in &self.earlier {
+            let Step::Action(action) = step else { continue };
+            let refers = action.name == step_name
+                || action
+                    .input
+                    .get("ticket")
+                    .and_then(Value::as_str)
+                    .and_then(template::single_name)
+                    == Some(name);
+            if !refers {
+                continue;
+            }
+            found = match action.op {
+                Op::TicketUpsert | Op::TicketSetType => action
+                    .input
+                    .get("type")
+                    .and_then(literal_string)
+                    .map(str::to_owned),
+                _ => found,
+            };
+        }
+        found
+    }
+
+    fn string_or_template(&mut self, value: Option<&Value>, path: &str) {
+        if let Some(value) = value
+            && !value.is_string()
+            && !value.is_null()
+        {
+            self.report(
+                path,
+                format!("must be a string, found {}", json_kind(value)),
+            );
+        }
+    }
+
+    fn tags(&mut self, value: Option<&Value>, path: &str) {
+        match value {
+            None | Some(Value::Null) => {}
+            Some(Value::String(text)) if template::single_name(text).is_some() => {}
+            Some(Value::Array(items)) => {
+                for (index, item) in items.iter().enumerate() {
+                    if !item.is_string() {
+                        self.report(
+                            &index_path(path, index),
+                            format!("a tag must be a string, found {}", json_kind(item)),
+                        );
+                    }
+                }
+            }
+            Some(other) => self.report(
+                path,
+                format!(
+                    "tags must be an array of strings (or one {{{{name}}}}), found {}",
+                    json_kind(other)
+                ),
+            ),
+        }
+    }
+
+    fn object_or_template(&mut self, value: Option<&Value>, path: &str, what: &str) {
+        match value {
+            None | Some(Value::Null) | Some(Value::Object(_)) => {}
+            Some(Value::String(text)) if template::single_name(text).is_some() => {}
+            Some(other) => self.report(
+                path,
+                format!(
+                    "{what} must be an object (or one {{{{name}}}}), found {}",
+                    json_kind(other)
+                ),
+            ),
+        }
+    }
+
+    fn condition(&mut self, condition: &'a ConditionStep, path: &str) {
+        if condition.rules.is_empty() {
+            self.report(
+                &field_path(path, "rules"),
+                "a condition needs at least one rule",
+            );
+        }
+        let rules_path = field_path(path, "rules");
+        for (index, rule) in condition.rules.iter().enumerate() {
+            self.rule(rule, &index_path(&rules_path, index));
+        }
+        // Branches see the steps before the condition and each other in document order.
+        self.steps(&condition.then_steps, &field_path(path, "then"));
+        self.steps(&condition.else_steps, &field_path(path, "else"));
+    }
+
+    fn rule(&mut self, rule: &'a Rule, path: &str) {
+        match &rule.operator {
+            Operator::Unknown(name) => self.report(
+                &field_path(path, "operator"),
+                format!("unknown operator \"{name}\" (operators: {OPERATOR_NAMES})"),
+            ),
+            operator if operator.takes_value() && rule.value.is_none() => self.report(
+                &field_path(path, "value"),
+                format!("operator {operator} needs a \"value\" to compare with"),
+            ),
+            operator if !operator.takes_value() && rule.value.is_some() => self.report(
+                &field_path(path, "value"),
+                format!("operator {operator} takes no \"value\"; remove it"),
+            ),
+            _ => {}
+        }
+        if let Some(value) = &rule.value {
+            self.templates(value, &field_path(path, "value"));
+        }
+        let (key, field) = match (&rule.field, &rule.field_id) {
+            (Some(field), _) => ("field", field.as_str()),
+            (None, Some(id)) => ("fieldId", id.as_str()),
+            (None, None) => {
+                self.report(path, "a rule needs \"field\" (or \"fieldId\")");
+                return;
+            }
+        };
+        if field.trim().is_empty() {
+            self.report(&field_path(path, key), "the field is empty");
+            return;
+        }
+        if let Some(step) = &rule.step {
+            self.rule_step(step, field, &field_path(path, "step"));
+        } else if let Err(reason) = self.provides(field) {
+            self.report(
+                &field_path(path, key),
+                format!("\"{field}\" names nothing: {reason}"),
+            );
+        }
+    }
+
+    fn rule_step(&mut self, step_name: &str, field: &str, path: &str) {
+        let Some(step) = self.earlier_step(step_name) else {
+            let message = if self.all_steps.contains(step_name) {
+                format!("step \"{step_name}\" does not run before this condition")
+            } else {
+                format!("there is no step \"{step_name}\"")
+            };
+            self.report(path, message);
+            return;
+        };
+        let key = field.split('.').next().unwrap_or(field);
+        if let Err(reason) = step_output(step, key) {
+            self.report(path, reason);
+        }
+    }
+
+    fn for_each(&mut self, each: &'a ForEachStep, path: &str) {
+        let as_path = field_path(path, "as");
+        let variable = each.variable.as_str();
+        if variable.trim().is_empty() {
+            self.report(&as_path, "a forEach needs a variable name in \"as\"");
+        } else if variable.contains(['.', '{', '}']) || variable.trim() != variable {
+            self.report(
+                &as_path,
+                format!("variable \"{variable}\" cannot hold dots, braces or surrounding spaces"),
+            );
+        }
+        let items_path = field_path(path, "items");
+        match &each.items {
+            Value::String(text) if template::single_name(text).is_some() => {
+                self.templates(&each.items, &items_path);
+            }
+            Value::Array(_) => self.templates(&each.items, &items_path),
+            other => self.report(
+                &items_path,
+                format!(
+                    "items must be an array or exactly one {{{{name}}}}, found {}",
+                    match other {
+                        Value::String(text) => format!("the text \"{text}\""),
+                        other => json_kind(other).to_owned(),
+                    }
+                ),
+            ),
+        }
+        self.loop_variables.push(variable);
+        self.steps(&each.steps, &field_path(path, "steps"));
+        self.loop_variables.pop();
+    }
+
+    /// Checks template syntax and names in every string of a value.
+    fn templates(&mut self, value: &Value, path: &str) {
+        match value {
+            Value::String(text) => match template::parse(text) {
+                Err(error) => self.report(path, error.to_string()),
+                Ok(segments) => {
+                    let mut checked: Vec<&str> = Vec::new();
+                    for segment in segments {
+                        let Segment::Name(name) = segment else {
+                            continue;
+                        };
+                        if checked.contains(&name) {
+                            continue;
+                        }
+                        checked.push(name);
+                        if let Err(reason) = self.provides(name) {
+                            self.report(path, format!("{{{{{name}}}}} names nothing: {reason}"));
+                        }
+                    }
+                }
+            },
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    self.templates(item, &index_path(path, index));
+                }
+            }
+            Value::Object(map) => {
+                for (key, item) in map {
+                    self.templates(item, &field_path(path, key));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn earlier_step(&self, name: &str) -> Option<&'a Step> {
+        self.earlier
+            .iter()
+            .rev()
+            .find(|step| step.name() == name)
+            .copied()
+    }
+
+    /// Whether something at this point of the tree could provide `name`; else why not.
+    fn provides(&self, name: &str) -> Result<(), String> {
+        let first = name.split('.').next().unwrap_or(name);
+        let under = |root: &str| name == root || name.starts_with(&format!("{root}."));
+        if self.loop_variables.iter().any(|variable| under(variable)) {
+            return Ok(());
+        }
+        if first == BODY_KEY {
+            return if self.body_available {
+                Ok(())
+            } else {
+                Err("_body is only there for webhook and manual triggers".to_owned())
+            };
+        }
+        if first == "secrets" {
+            return if name.len() > "secrets.".len() {
+                Ok(())
+            } else {
+                Err("name the secret: {{secrets.<name>}}".to_owned())
+            };
+        }
+        if self.params.iter().any(|param| under(param)) {
+            return Ok(());
+        }
+        if self.event && (first == "ticket" || first == "change") {
+            return Ok(());
+        }
+        let mut step_reason = None;
+        for step in self.earlier.iter().rev() {
+            let Some(rest) = name
+                .strip_prefix(step.name())
+                .and_then(|rest| rest.strip_prefix('.'))
+            else {
+                continue;
+            };
+            let key = rest.split('.').next().unwrap_or(rest);
+            match step_output(step, key) {
+                Ok(()) => return Ok(()),
+                Err(reason) => {
+                    step_reason.get_or_insert(reason);
+                }
+            }
+        }
+        let bare = self.earlier.iter().any(|step| match step {
+            Step::Action(action) => action.op.outputs().contains(&first),
+            _ => false,
+        });
+        if bare {
+            return Ok(());
+        }
+        if let Some(reason) = step_reason {
+            return Err(reason);
+        }
+        if self.all_steps.contains(first) {
+            return Err(format!("step \"{first}\" does not run before this one"));
+        }
+        if first == "ticket" || first == "change" {
+            return Err(format!("\"{first}\" is only there for event triggers"));
+        }
+        let sources = if self.body_available {
+            "no trigger parameter, earlier step output, loop variable or _body"
+        } else if self.event {
+            "no earlier step output, loop variable or event value (ticket, change)"
+        } else {
+            "no earlier step output or loop variable"
+        };
+        let mut reason = format!("{sources} provides \"{first}\"");
+        if let Some(suggestion) = self.suggest(first) {
+            reason.push_str(&format!(" (did you mean \"{suggestion}\"?)"));
+        }
+        Err(reason)
+    }
+
+    /// A known name close to `name` (same letters in another case, or a typo or two).
+    fn suggest(&self, name: &str) -> Option<String> {
+        let mut candidates: Vec<&str> = Vec::new();
+        candidates.extend(self.params.iter().copied());
+        candidates.extend(self.loop_variables.iter().copied());
+        for step in &self.earlier {
+            candidates.push(step.name());
+            if let Step::Action(action) = step {
+                candidates.extend(action.op.outputs().iter().copied());
+            }
+        }
+        if self.body_available {
+            candidates.push(BODY_KEY);
+        }
+        if self.event {
+            candidates.extend(["ticket", "change"]);
+        }
+        if self.event && TICKET_FIELDS.contains(&name) {
+            return Some(format!("ticket.{name}"));
+        }
+        let lower = name.to_lowercase();
+        candidates
+            .iter()
+            .find(|candidate| candidate.to_lowercase() == lower)
+            .or_else(|| {
+                candidates
+                    .iter()
+                    .filter(|candidate| name.len() >= 4 && candidate.len() >= 4)
+                    .find(|candidate| edit_distance(&lower, &candidate.to_lowercase()) <= 2)
+            })
+            .map(|candidate| (*candidate).to_owned())
+    }
+}
+
+/// Whether an earlier step publishes output `key`; else why not.
+fn step_output(step: &Step, key: &str) -> Result<(), String> {
+    match step {
+        Step::Action(action) if !action.op.is_known() => Ok(()), // its op is the problem
+        Step::Action(action) if action.op.outputs().contains(&key) => Ok(()),
+        Step::Action(action) if action.op.outputs().is_empty() => Err(format!(
+            "step \"{}\" ({}) has no outputs",
+            action.name, action.op
+        )),
+        Step::Action(action) => Err(format!(
+            "step \"{}\" ({}) has no output \"{key}\" (its outputs: {})",
+            action.name,
+            action.op,
+            action.op.outputs().join(", ")
+        )),
+        other => Err(format!(
+            "step \"{}\" is a {} and has no outputs",
+            other.name(),
+            other.kind()
+        )),
+    }
+}
+
+fn collect_names<'a>(steps: &'a [Step], names: &mut HashSet<&'a str>) {
+    for step in steps {
+        names.insert(step.name());
+        match step {
+            Step::Action(_) => {}
+            Step::Condition(condition) => {
+                collect_names(&condition.then_steps, names);
+                collect_names(&condition.else_steps, names);
+            }
+            Step::ForEach(each) => collect_names(&each.steps, names),
+        }
+    }
+}
+
+/// A string without templates.
+fn literal_string(value: &Value) -> Option<&str> {
+    value.as_str().filter(|text| template::is_literal(text))
+}
+
+/// Levenshtein distance, for suggestions only (short names).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut current = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let substitution = previous[j] + usize::from(ca != *cb);
+            let insertion = current[j] + 1;
+            let deletion = previous[j + 1] + 1;
+            current.push(substitution.min(insertion).min(deletion));
+        }
+        previous = current;
+    }
+    previous[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn types() -> ValidationContext {
+        ValidationContext::with_ticket_types([
+            ("order", vec!["waiting-to-pack", "shipped"]),
+            ("error", vec!["new", "solved"]),
+        ])
+    }
+
+    fn problems_of(value: Value) -> Vec<String> {
+        let automation = Automation::from_value(&value).expect("the test automation parses");
+        validate(&automation, &types())
+            .iter()
+            .map(Problem::to_string)
+            .collect()
+    }
+
+    fn webhook(steps: Value) -> Value {
+        json!({
+            "name": "w",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "data.order.id", "type": "string", "required": true},
+                {"name": "status", "path": "status"}
+            ]},
+            "steps": steps
+        })
+    }
+
+    fn log(name: &str, message: &str) -> Value {
+        json!({"name": name, "op": "flow/log", "input": {"message": message}})
+    }
+
+    #[test]
+    fn api_example_is_valid() {
+        let found = problems_of(json!({
+          "name": "Orders from the web shop", "enabled": true,
+          "trigger": {"type": "webhook", "params": [
+              {"name": "kind", "path": "kind", "type": "string", "required": true},
+              {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+          "steps": [{"name": "ticket", "op": "ticket/upsert",
+             "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                       "type": "order", "status": "waiting-to-pack", "tags": ["waiting-to-pack"]}}]
+        }));
+        assert!(
+            found.is_empty(),
+            "API.md's example has no problems: {found:#?}"
+        );
+    }
+
+    #[test]
+    fn names_of_params_body_outputs_secrets_and_loop_variables_resolve() {
+        let found = problems_of(webhook(json!([
+            {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "o-{{orderId}}", "title": "{{_body.anything.0}}"}},
+            {"name": "call", "op": "http/request", "service": "shop",
+             "input": {"url": "https://shop.test/{{ticket.number}}", "headers": {"Authorization": "Bearer {{secrets.shop}}"}}},
+            log("bare", "{{id}} {{created}} {{call.body.lines.0}} {{status}}"),
+            {"name": "each", "type": "forEach", "items": "{{call.body.lines}}", "as": "line", "steps": [
+                log("inLoop", "{{line.sku}} {{line}}")
+            ]}
+        ])));
+        assert!(found.is_empty(), "every name is provided: {found:#?}");
+    }
+
+    #[test]
+    fn event_triggers_provide_ticket_and_change_but_no_body() {
+        let found = problems_of(json!({
+            "name": "e", "trigger": {"type": "event", "event": "ticket.changed"},
+            "steps": [
+                {"name": "assign", "op": "ticket/assign-least-busy", "input": {"ticket": "{{ticket.id}}", "group": "warehouse"}},
+                log("note", "{{change.status.to}} {{_body.x}}")
+            ]
+        }));
+        assert_eq!(
+            found,
+            vec![
+                "steps[1].input.message: {{_body.x}} names nothing: _body is only there for webhook and manual triggers"
+            ],
+            "ticket and change resolve, _body does not"
+        );
+    }
+
+    #[test]
+    fn step_tree_of_four_with_a_loop_is_within_the_cap() {
+        let found = problems_of(webhook(json!([
+            {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "x"}},
+            {"name": "each", "type": "forEach", "items": "{{_body.lines}}", "as": "line", "steps": [
+                log("a", "{{line}}"), log("b", "{{line}}")
+            ]}
+        ])));
+        assert!(
+            found.is_empty(),
+            "4 steps, though a loop over 26 items executes 52: {found:#?}"
+        );
+    }
+
+    #[test]
+    fn more_than_fifty_steps_over_the_whole_tree_is_refused() {
+        let inner: Vec<Value> = (0..50).map(|i| log(&format!("s{i}"), "m")).collect();
+        let found = problems_of(webhook(json!([
+            {"name": "each", "type": "forEach", "items": [1], "as": "i", "steps": inner}
+        ])));
+        assert_eq!(
+            found,
+            vec![
+                "steps: the automation has 51 steps; at most 50 are allowed (every step counts once: actions, conditions, loops and everything inside them)"
+            ],
+            "50 logs inside a loop plus the loop is 51"
+        );
+    }
+
+    #[test]
+    fn a_template_naming_a_later_step_says_so() {
+        let found = problems_of(webhook(json!([
+            log("first", "{{second.status}}"),
+            {"name": "second", "op": "ticket/set-status", "input": {"ticket": "t", "status": "shipped"}}
+        ])));
+        assert_eq!(
+            found,
+            vec![
+                "steps[0].input.message: {{second.status}} names nothing: step \"second\" does not run before this one"
+            ],
+            "later steps are not yet there"
+        );
+    }
+
+    #[test]
+    fn a_template_naming_a_missing_output_lists_the_outputs() {
+        let found = problems_of(webhook(json!([
+            {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "x"}},
+            log("note", "{{ticket.ids}}")
+        ])));
+        assert_eq!(
+            found,
+            vec![
+                "steps[1].input.message: {{ticket.ids}} names nothing: step \"ticket\" (ticket/upsert) has no output \"ids\" (its outputs: id, number, created)"
+            ],
+            "the step's outputs are listed"
+        );
+    }
+
+    #[test]
+    fn typo_gets_a_suggestion() {
+        let found = problems_of(webhook(json!([log("note", "{{orderid}} {{ordrId}}")])));
+        assert_eq!(
+            found,
+            vec![
+                "steps[0].input.message: {{orderid}} names nothing: no trigger parameter, earlier step output, loop variable or _body provides \"orderid\" (did you mean \"orderId\"?)",
+                "steps[0].input.message: {{ordrId}} names nothing: no trigger parameter, earlier step output, loop variable or _body provides \"ordrId\" (did you mean \"orderId\"?)",
+            ],
+            "case and a typo are both suggested"
+        );
+    }
+
+    #[test]
+    fn loop_variable_is_only_visible_inside_the_loop() {
+        let found = problems_of(webhook(json!([
+            {"name": "each", "type": "forEach", "items": [1, 2], "as": "line", "steps": [log("in", "{{line}}")]},
+            log("out", "{{line}}")
+        ])));
+        assert_eq!(
+            found.len(),
+            1,
+            "only the use after the loop fails: {found:#?}"
+        );
+        assert!(
+            found[0].starts_with("steps[1].input.message: {{line}} names nothing"),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn set_status_is_checked_against_the_upserted_type() {
+        let found = problems_of(webhook(json!([
+            {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "x", "type": "order"}},
+            {"name": "s1", "op": "ticket/set-status", "input": {"ticket": "{{ticket.id}}", "status": "new"}},
+            {"name": "s2", "op": "ticket/set-status", "input": {"ticket": "{{_body.ticket}}", "status": "new"}},
+            {"name": "s3", "op": "ticket/set-status", "input": {"ticket": "{{_body.ticket}}", "status": "lost"}}
+        ])));
+        assert_eq!(
+            found,
+            vec![
+                "steps[1].input.status: status \"new\" is not a status of ticket type \"order\" (its statuses: waiting-to-pack, shipped)",
+                "steps[3].input.status: status \"lost\" is not a status of any ticket type (types: error, order)",
+            ],
+            "the upserted type decides when known; any type otherwise"
+        );
+    }
+
+    #[test]
+    fn templated_statuses_and_types_are_left_to_run_time() {
+        let found = problems_of(webhook(json!([
+            {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "x", "type": "{{_body.type}}", "status": "{{status}}"}},
+            {"name": "s", "op": "ticket/set-status", "input": {"ticket": "{{ticket.id}}", "status": "{{status}}"}}
+        ])));
+        assert!(found.is_empty(), "templates are not literals: {found:#?}");
+    }
+
+    #[test]
+    fn condition_rules_are_checked() {
+        let found = problems_of(webhook(json!([
+            {"name": "tool", "op": "mcp/call-tool", "service": "crm", "input": {"server": "crm", "tool": "t"}},
+            {"name": "c", "type": "condition", "match": "any", "rules": [
+                {"field": "status", "operator": "eq", "value": "x"},
+                {"field": "status", "step": "tool", "operator": "eq", "value": "x"},
+                {"field": "content", "step": "tool", "operator": "isNotEmpty"},
+                {"field": "result", "operator": "isEmpty", "value": ""},
+                {"field": "status", "operator": "gt"},
+                {"fieldId": "x", "operator": "like", "value": 1},
+                {"operator": "isEmpty"},
+                {"field": "content", "step": "later", "operator": "isEmpty"},
+                {"field": "content", "step": "nope", "operator": "isEmpty"}
+            ]},
+            {"name": "later", "op": "flow/log", "input": {"message": "m"}}
+        ])));
+        insta::assert_snapshot!(found.join("\n"), @r#"
+        steps[1].rules[1].step: step "tool" (mcp/call-tool) has no output "status" (its outputs: content, structured, isError)
+        steps[1].rules[3].value: operator isEmpty takes no "value"; remove it
+        steps[1].rules[3].field: "result" names nothing: no trigger parameter, earlier step output, loop variable or _body provides "result"
+        steps[1].rules[4].value: operator gt needs a "value" to compare with
+        steps[1].rules[5].operator: unknown operator "like" (operators: eq, neq, gt, gte, lt, lte, contains, notContains, isEmpty, isNotEmpty)
+        steps[1].rules[5].fieldId: "x" names nothing: no trigger parameter, earlier step output, loop variable or _body provides "x"
+        steps[1].rules[6]: a rule needs "field" (or "fieldId")
+        steps[1].rules[7].step: step "later" does not run before this condition
+        steps[1].rules[8].step: there is no step "nope"
+        "#);
+    }
+
+    #[test]
+    fn edit_distance_counts_single_edits() {
+        assert_eq!(edit_distance("orderid", "orderId"), 1, "one substitution");
+        assert_eq!(edit_distance("ordrId", "orderId"), 1, "one insertion");
+        assert_eq!(edit_distance("", "abc"), 3, "all insertions");
+    }
+}
