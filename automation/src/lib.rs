@@ -49,6 +49,7 @@ pub mod contract;
 pub mod instant;
 pub mod model;
 pub mod problem;
+pub mod store;
 pub mod template;
 pub mod validate;
 

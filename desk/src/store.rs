@@ -198,3 +198,36 @@ pub trait DeskStore: Send + Sync + 'static {
     async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident>;
     async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident>;
 }
+
+/// What a ticket write announces: `ticket.created` or `ticket.changed`, with the ticket as
+/// committed, what changed, and who changed it. Stores hand it to their event sink inside
+/// the write's transaction, so the runs it triggers commit with the change or not at all.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TicketEvent {
+    /// A UUIDv7, unique per event: follow-up work dedupes by it.
+    pub id: String,
+    pub tenant: TenantId,
+    pub kind: TicketEventKind,
+    pub ticket: Ticket,
+    pub change: BTreeMap<String, FieldChange>,
+    pub origin: Origin,
+    pub at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum TicketEventKind {
+    #[serde(rename = "ticket.created")]
+    Created,
+    #[serde(rename = "ticket.changed")]
+    Changed,
+}
+
+impl TicketEventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TicketEventKind::Created => "ticket.created",
+            TicketEventKind::Changed => "ticket.changed",
+        }
+    }
+}
