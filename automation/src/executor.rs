@@ -1,0 +1,777 @@
+//! The durable executor: an automation run is a durable engine run that walks the step
+//! tree, checkpointing its cursor, context and step log after every action, so a retry
+//! or a crash reclaim resumes at the step that failed and never repeats a finished one.
+//!
+//! Also here: the routing of ticket events (a `ticket.created`/`ticket.changed` event,
+//! committed with the change as one routing run, fans out to the tenant's automations
+//! with the loop guards applied), and the failure path (an incident whose `title` and
+//! `impact` a customer can read, and whose `detail` only admins see).
+//!
+//! Left out: connectors (`http/request`, `mcp/call-tool`), polling and cron.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fronta_desk::store::{IncidentReport, TicketEvent};
+use fronta_desk::{DeskError, DeskStore, Origin, TenantId, TicketLogEntry};
+use fronta_engine::{
+    Dispatcher, EngineError, EnqueueRequest, KindConfig, NewRun, Outcome, Registry, RunContext,
+    Trigger as RunTrigger,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::condition;
+use crate::context::Context;
+use crate::model::{Automation, Step, Trigger};
+use crate::steps::{self, StepEnv, StepError, ticket_json};
+use crate::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
+use crate::template;
+use crate::validate::MAX_ACTIONS;
+
+/// The engine kind of automation runs (durable).
+pub const AUTOMATION_KIND: &str = "automation";
+/// The engine kind of event routing runs (fire-and-forget, idempotent).
+pub const ROUTE_KIND: &str = "automation.route";
+/// Retries of an automation run after its first attempt: with the default ladder that
+/// is attempts at once, after 30 s, 2 min, 10 min and 1 h.
+pub const AUTOMATION_MAX_RETRIES: i64 = 4;
+/// Loop guard: at most this many runs of one automation over one ticket …
+pub const GUARD_MAX_RUNS: u32 = 5;
+/// … within this window.
+pub const GUARD_WINDOW: Duration = Duration::from_secs(60);
+
+/// What an automation run is started with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunPayload {
+    pub automation_id: AutomationId,
+    pub tenant: TenantId,
+    /// The context the tree starts from: trigger parameters and `_body`, or `ticket` and
+    /// `change` for events.
+    pub context: Map<String, Value>,
+}
+
+/// Where a block of steps is: the path of (step index, branch) from the root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Branch {
+    Then,
+    Else,
+    Body,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Loop {
+    pub items: Vec<Value>,
+    pub position: usize,
+    pub variable: String,
+    /// What the loop variable's name held before the loop (restored after it).
+    pub shadowed: Option<Value>,
+}
+
+/// One level of the cursor: a block and the index of its next step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Frame {
+    pub block: Vec<(usize, Branch)>,
+    pub index: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub each: Option<Loop>,
+}
+
+/// One line of a run's step log (API.md's `steps`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepLog {
+    pub name: String,
+    pub op: String,
+    /// `ok`, `failed`, `met`, `not met`, `looping`, `paused`.
+    pub status: String,
+    pub started_at: DateTime<Utc>,
+    pub finished_at: DateTime<Utc>,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<Value>,
+}
+
+/// The checkpoint of an automation run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecState {
+    pub stack: Vec<Frame>,
+    pub context: Context,
+    /// Executed steps so far, loop passes included (capped by `MAX_ACTIONS`).
+    pub executed: usize,
+    pub steps: Vec<StepLog>,
+    /// The last ticket a step touched: `(id, "TK-n")`.
+    pub ticket: Option<(String, String)>,
+    /// A long `flow/pause` sleeps until then.
+    pub pause_until: Option<DateTime<Utc>>,
+}
+
+impl ExecState {
+    fn new(context: Context) -> Self {
+        Self {
+            stack: vec![Frame {
+                block: Vec::new(),
+                index: 0,
+                each: None,
+            }],
+            context,
+            executed: 0,
+            steps: Vec::new(),
+            ticket: None,
+            pause_until: None,
+        }
+    }
+
+    /// Decode a checkpoint.
+    pub fn decode(bytes: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(bytes).map_err(|err| format!("the checkpoint cannot be read: {err}"))
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+/// The steps of the block at `path` (empty when the tree changed under a checkpoint).
+fn block<'a>(steps: &'a [Step], path: &[(usize, Branch)]) -> Option<&'a [Step]> {
+    let mut current = steps;
+    for (index, branch) in path {
+        current = match (current.get(*index)?, branch) {
+            (Step::Condition(condition), Branch::Then) => &condition.then_steps,
+            (Step::Condition(condition), Branch::Else) => &condition.else_steps,
+            (Step::ForEach(each), Branch::Body) => &each.steps,
+            _ => return None,
+        };
+    }
+    Some(current)
+}
+
+/// The automation runtime: the stores the executor works on, and the clock long pauses
+/// and the loop guard are judged by (the run store's, so tests can move it).
+pub struct Runtime {
+    pub desk: Arc<dyn DeskStore>,
+    pub automations: Arc<dyn AutomationStore>,
+    pub clock: Arc<dyn fronta_engine::Clock>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Runtime")
+    }
+}
+
+/// Register the automation and routing kinds.
+pub fn register(
+    registry: &mut Registry,
+    runtime: Arc<Runtime>,
+    lease: Duration,
+) -> Result<(), EngineError> {
+    let executor = runtime.clone();
+    registry.register(
+        AUTOMATION_KIND,
+        KindConfig::durable(lease, Duration::from_secs(3600)).with_payload_check(|payload| {
+            serde_json::from_value::<RunPayload>(payload.clone())
+                .map(|_| ())
+                .map_err(|err| format!("not an automation run payload: {err}"))
+        }),
+        move |ctx: RunContext| {
+            let runtime = executor.clone();
+            async move { runtime.execute(ctx).await }
+        },
+    )?;
+    registry.register(
+        ROUTE_KIND,
+        KindConfig::fire_and_forget(Duration::from_secs(60)),
+        move |ctx: RunContext| {
+            let runtime = runtime.clone();
+            async move { runtime.route(ctx).await }
+        },
+    )?;
+    Ok(())
+}
+
+/// The event sink stores call inside a ticket write: one routing run per event, committed
+/// with the change. `dispatcher` must know [`ROUTE_KIND`].
+pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
+    Arc::new(move |event: &TicketEvent| {
+        let request = EnqueueRequest::new(
+            ROUTE_KIND,
+            serde_json::to_value(event).unwrap_or(Value::Null),
+            AUTOMATION_MAX_RETRIES,
+        )
+        .tenant(event.tenant.to_string())
+        .trigger(RunTrigger::Event)
+        .unique_key(format!("route:{}", event.id));
+        match dispatcher.prepare(request) {
+            Ok(run) => vec![run],
+            Err(err) => {
+                tracing::error!(event = %event.id, error = %err, "cannot route a ticket event");
+                Vec::new()
+            }
+        }
+    })
+}
+
+/// The enqueue of a run of `stored` with `context`.
+pub fn run_request(
+    stored: &StoredAutomation,
+    trigger: RunTrigger,
+    context: Map<String, Value>,
+) -> EnqueueRequest {
+    let payload = RunPayload {
+        automation_id: stored.id,
+        tenant: stored.tenant,
+        context,
+    };
+    EnqueueRequest::new(
+        AUTOMATION_KIND,
+        serde_json::to_value(payload).unwrap_or(Value::Null),
+        AUTOMATION_MAX_RETRIES,
+    )
+    .tenant(stored.tenant.to_string())
+    .trigger(trigger)
+}
+
+/// Prepare (validate, without writing) a run of `stored`.
+pub fn prepare_run(
+    dispatcher: &Dispatcher,
+    stored: &StoredAutomation,
+    trigger: RunTrigger,
+    context: Map<String, Value>,
+) -> Result<NewRun, EngineError> {
+    dispatcher.prepare(run_request(stored, trigger, context))
+}
+
+enum Failure {
+    /// Ends the run now, with an incident.
+    Fatal { step: String, message: String },
+    /// Try again (the checkpoint holds the step that failed).
+    Retry {
+        step: String,
+        message: String,
+        after: Option<Duration>,
+    },
+}
+
+impl Runtime {
+    async fn execute(&self, ctx: RunContext) -> Outcome {
+        let payload: RunPayload = match serde_json::from_value(ctx.run.payload.clone()) {
+            Ok(payload) => payload,
+            Err(err) => return Outcome::Fail(format!("not an automation run payload: {err}")),
+        };
+        let stored = match self
+            .automations
+            .automation_get(payload.tenant, payload.automation_id)
+            .await
+        {
+            Ok(stored) => stored,
+            Err(DeskError::Unavailable(message)) => {
+                return Outcome::Retry {
+                    after: None,
+                    reason: format!("storage unavailable: {message}"),
+                };
+            }
+            Err(err) => {
+                let message = format!("the automation is missing: {err}");
+                self.report(&ctx, &payload, None, None, "", &message).await;
+                return Outcome::Fail(message);
+            }
+        };
+        if !stored.automation.enabled {
+            let message = "the automation is paused".to_string();
+            self.report(&ctx, &payload, Some(&stored), None, "", &message)
+                .await;
+            return Outcome::Fail(message);
+        }
+        let mut state = match ctx.run.state.as_deref() {
+            Some(bytes) => match ExecState::decode(bytes) {
+                Ok(state) => state,
+                Err(message) => return Outcome::Fail(message),
+            },
+            None => ExecState::new(Context::from_params(payload.context.clone())),
+        };
+        if let Some(until) = state.pause_until {
+            let now = self.clock.now();
+            if until > now {
+                return Outcome::Snooze((until - now).to_std().unwrap_or_default());
+            }
+            state.pause_until = None;
+        }
+        match self.walk(&ctx, &payload, &stored, &mut state).await {
+            Ok(None) => {
+                self.ticket_note(
+                    &payload,
+                    &ctx,
+                    &state,
+                    format!(
+                        "Automation \"{}\" finished ({} steps).",
+                        stored.automation.name,
+                        state.steps.len()
+                    ),
+                )
+                .await;
+                Outcome::Done(Some(
+                    json!({ "steps": state.steps, "context": state.context }),
+                ))
+            }
+            Ok(Some(snooze)) => Outcome::Snooze(snooze),
+            Err(Failure::Fatal { step, message }) => {
+                self.report(&ctx, &payload, Some(&stored), Some(&state), &step, &message)
+                    .await;
+                Outcome::Fail(format!("step {step:?}: {message}"))
+            }
+            Err(Failure::Retry {
+                step,
+                message,
+                after,
+            }) => {
+                if ctx.run.attempts >= ctx.run.max_retries {
+                    let final_message =
+                        format!("{message} (gave up after {} retries)", ctx.run.attempts);
+                    self.report(
+                        &ctx,
+                        &payload,
+                        Some(&stored),
+                        Some(&state),
+                        &step,
+                        &final_message,
+                    )
+                    .await;
+                }
+                Outcome::Retry {
+                    after,
+                    reason: format!("step {step:?}: {message}"),
+                }
+            }
+        }
+    }
+
+    /// Walk from the cursor. `Ok(Some(d))` = snooze for `d`; `Ok(None)` = finished.
+    async fn walk(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        state: &mut ExecState,
+    ) -> Result<Option<Duration>, Failure> {
+        let tree = &stored.automation.steps;
+        loop {
+            if ctx.signal.is_stopped() {
+                return Err(Failure::Retry {
+                    step: String::new(),
+                    message: "stopped".into(),
+                    after: None,
+                });
+            }
+            let Some(frame) = state.stack.last_mut() else {
+                return Ok(None);
+            };
+            let Some(steps) = block(tree, &frame.block) else {
+                return Err(Failure::Fatal { step: String::new(), message: "the automation changed under a running run: its checkpoint no longer fits the tree".into() });
+            };
+            if frame.index >= steps.len() {
+                // The block ended: next loop pass, or back to the parent.
+                if let Some(each) = frame.each.as_mut()
+                    && each.position + 1 < each.items.len()
+                {
+                    each.position += 1;
+                    let (variable, item) =
+                        (each.variable.clone(), each.items[each.position].clone());
+                    frame.index = 0;
+                    state.context.insert(variable, item);
+                    continue;
+                }
+                if let Some(frame) = state.stack.pop()
+                    && let Some(each) = frame.each
+                {
+                    match each.shadowed {
+                        Some(value) => state.context.insert(each.variable, value),
+                        None => state.context.remove(&each.variable),
+                    };
+                }
+                continue;
+            }
+            state.executed += 1;
+            let step = &steps[frame.index];
+            let step_index = frame.index;
+            let block_path = frame.block.clone();
+            frame.index += 1;
+            if state.executed > MAX_ACTIONS {
+                return Err(Failure::Fatal {
+                    step: step.name().to_owned(),
+                    message: format!(
+                        "the run reached MAX_ACTIONS = {MAX_ACTIONS} executed steps (loop passes included) and was stopped; nothing after step {:?} ran",
+                        step.name()
+                    ),
+                });
+            }
+            let started = Utc::now();
+            match step {
+                Step::Condition(condition) => {
+                    let outcome = condition::evaluate(condition, &state.context);
+                    let branch = if outcome.met {
+                        Branch::Then
+                    } else {
+                        Branch::Else
+                    };
+                    state.steps.push(StepLog {
+                        name: condition.name.clone(),
+                        op: "condition".into(),
+                        status: if outcome.met { "met" } else { "not met" }.into(),
+                        started_at: started,
+                        finished_at: Utc::now(),
+                        message: outcome.lines.join("\n"),
+                        outputs: None,
+                    });
+                    let mut path = block_path;
+                    path.push((step_index, branch));
+                    state.stack.push(Frame {
+                        block: path,
+                        index: 0,
+                        each: None,
+                    });
+                }
+                Step::ForEach(each) => {
+                    let items = match template::render(&each.items, &state.context) {
+                        Ok(Value::Array(items)) => items,
+                        Ok(other) => {
+                            return Err(Failure::Fatal {
+                                step: each.name.clone(),
+                                message: format!("items must be a list, got {other}"),
+                            });
+                        }
+                        Err(err) => {
+                            return Err(Failure::Fatal {
+                                step: each.name.clone(),
+                                message: err.to_string(),
+                            });
+                        }
+                    };
+                    state.steps.push(StepLog {
+                        name: each.name.clone(),
+                        op: "forEach".into(),
+                        status: "looping".into(),
+                        started_at: started,
+                        finished_at: Utc::now(),
+                        message: format!("{} items as {:?}", items.len(), each.variable),
+                        outputs: None,
+                    });
+                    if let Some(first) = items.first().cloned() {
+                        let shadowed = state.context.insert(each.variable.clone(), first);
+                        let mut path = block_path;
+                        path.push((step_index, Branch::Body));
+                        state.stack.push(Frame {
+                            block: path,
+                            index: 0,
+                            each: Some(Loop {
+                                items,
+                                position: 0,
+                                variable: each.variable.clone(),
+                                shadowed,
+                            }),
+                        });
+                    }
+                }
+                Step::Action(action) => {
+                    let input =
+                        template::render_map(&action.input, &state.context).map_err(|err| {
+                            Failure::Fatal {
+                                step: action.name.clone(),
+                                message: err.to_string(),
+                            }
+                        })?;
+                    let env = StepEnv {
+                        desk: self.desk.as_ref(),
+                        tenant: payload.tenant,
+                        origin: Origin::Automation {
+                            automation_id: stored.id.to_string(),
+                            run_id: ctx.run.id.to_string(),
+                        },
+                        automation_id: stored.id.to_string(),
+                        automation_name: stored.automation.name.clone(),
+                        run_id: ctx.run.id.to_string(),
+                        step_name: action.name.clone(),
+                    };
+                    match steps::perform(&action.op, input, &env).await {
+                        Ok(done) => {
+                            let published = state
+                                .context
+                                .publish_outputs(&action.name, done.outputs.clone());
+                            let mut message = done.message;
+                            if !published.bare_taken.is_empty() {
+                                message.push_str(&format!(
+                                    " (kept the earlier {} ; this step's are under {}.*)",
+                                    published.bare_taken.join(", "),
+                                    action.name
+                                ));
+                            }
+                            if let Some(ticket) = &done.ticket {
+                                state.ticket = Some((ticket.id.to_string(), ticket.human_id()));
+                            }
+                            tracing::debug!(run = %ctx.run.id, step = %action.name, op = action.op.as_str(), %message, "step done");
+                            state.steps.push(StepLog {
+                                name: action.name.clone(),
+                                op: action.op.as_str().into(),
+                                status: if done.snooze.is_some() {
+                                    "paused"
+                                } else {
+                                    "ok"
+                                }
+                                .into(),
+                                started_at: started,
+                                finished_at: Utc::now(),
+                                message,
+                                outputs: (!done.outputs.is_empty())
+                                    .then(|| Value::Object(done.outputs)),
+                            });
+                            if let Some(snooze) = done.snooze {
+                                state.pause_until =
+                                    Some(fronta_engine::clock::add(self.clock.now(), snooze));
+                            }
+                            // The side effect is done: record it before anything else can fail.
+                            if ctx.checkpointer.save(state.encode()).await.is_err() {
+                                return Err(Failure::Retry {
+                                    step: action.name.clone(),
+                                    message: "lease lost".into(),
+                                    after: None,
+                                });
+                            }
+                            if let Some(snooze) = done.snooze {
+                                return Ok(Some(snooze));
+                            }
+                        }
+                        Err(StepError {
+                            retryable,
+                            retry_after,
+                            message,
+                        }) => {
+                            // Back up so a retry or a reclaim resumes at this step.
+                            state.executed -= 1;
+                            if let Some(frame) = state.stack.last_mut() {
+                                frame.index -= 1;
+                            }
+                            state.steps.push(StepLog {
+                                name: action.name.clone(),
+                                op: action.op.as_str().into(),
+                                status: "failed".into(),
+                                started_at: started,
+                                finished_at: Utc::now(),
+                                message: format!(
+                                    "{message} ({})",
+                                    if retryable {
+                                        "will be retried"
+                                    } else {
+                                        "not retryable"
+                                    }
+                                ),
+                                outputs: None,
+                            });
+                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            return Err(if retryable {
+                                Failure::Retry {
+                                    step: action.name.clone(),
+                                    message,
+                                    after: retry_after,
+                                }
+                            } else {
+                                Failure::Fatal {
+                                    step: action.name.clone(),
+                                    message,
+                                }
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn ticket_note(
+        &self,
+        payload: &RunPayload,
+        ctx: &RunContext,
+        state: &ExecState,
+        message: String,
+    ) {
+        let Some((id, _)) = &state.ticket else { return };
+        let Ok(id) = id.parse() else { return };
+        let entry = TicketLogEntry {
+            at: Utc::now(),
+            kind: "run".into(),
+            message,
+            run_id: Some(ctx.run.id.to_string()),
+        };
+        if let Err(err) = self.desk.ticket_log_append(payload.tenant, id, entry).await {
+            tracing::warn!(run = %ctx.run.id, error = %err, "could not write the run's result to the ticket log");
+        }
+    }
+
+    /// A run that can no longer succeed: log it, tell the ticket, open (or count) an incident.
+    async fn report(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: Option<&StoredAutomation>,
+        state: Option<&ExecState>,
+        step: &str,
+        message: &str,
+    ) {
+        let name = stored
+            .map(|stored| stored.automation.name.clone())
+            .unwrap_or_else(|| "(deleted automation)".into());
+        tracing::error!(run = %ctx.run.id, automation = %payload.automation_id, tenant = %payload.tenant, step, message, "automation run failed");
+        let ticket = state.and_then(|state| state.ticket.clone());
+        let (title, impact) = match &ticket {
+            Some((_, number)) => (
+                format!("The automation for ticket {number} did not finish; we lost no data."),
+                format!(
+                    "\"{name}\" stopped before it finished ticket {number}. The ticket and everything received are kept; the rest of the automation did not run."
+                ),
+            ),
+            None => (
+                format!("The automation \"{name}\" did not finish; we lost no data."),
+                "Everything received is kept; the rest of the automation did not run.".to_string(),
+            ),
+        };
+        let report = IncidentReport {
+            cause: format!("automation:{}:step:{step}", payload.automation_id),
+            title,
+            impact,
+            detail: json!({
+                "automation": {"id": payload.automation_id.to_string(), "name": name},
+                "run": ctx.run.id.to_string(),
+                "attempts": ctx.run.attempts,
+                "maxRetries": ctx.run.max_retries,
+                "reclaims": ctx.run.reclaims,
+                "failedStep": step,
+                "message": message,
+                "steps": state.map(|state| state.steps.clone()).unwrap_or_default(),
+                "input": payload.context,
+            }),
+            ticket: ticket.as_ref().and_then(|(id, _)| id.parse().ok()),
+        };
+        match self.desk.incident_report(payload.tenant, report).await {
+            Ok((incident, opened)) => {
+                tracing::info!(run = %ctx.run.id, incident = %incident.id, opened, count = incident.count, "incident reported")
+            }
+            Err(err) => {
+                tracing::error!(run = %ctx.run.id, error = %err, "could not open an incident for a failed run")
+            }
+        }
+        if let Some(state) = state {
+            self.ticket_note(
+                payload,
+                ctx,
+                state,
+                format!("Automation \"{name}\" did not finish: {message}"),
+            )
+            .await;
+        }
+    }
+
+    /// Fan a ticket event out to the tenant's automations listening for it.
+    async fn route(&self, ctx: RunContext) -> Outcome {
+        let event: TicketEvent = match serde_json::from_value(ctx.run.payload.clone()) {
+            Ok(event) => event,
+            Err(err) => return Outcome::Fail(format!("not a ticket event: {err}")),
+        };
+        let automations = match self
+            .automations
+            .automations_for_event(event.tenant, event.kind.as_str())
+            .await
+        {
+            Ok(automations) => automations,
+            Err(err @ DeskError::Unavailable(_)) => {
+                return Outcome::Retry {
+                    after: None,
+                    reason: err.to_string(),
+                };
+            }
+            Err(err) => return Outcome::Fail(err.to_string()),
+        };
+        let mut requests = Vec::new();
+        for stored in automations {
+            if !matches!(&stored.automation.trigger, Trigger::Event { .. }) {
+                continue;
+            }
+            if let Origin::Automation { automation_id, .. } = &event.origin
+                && *automation_id == stored.id.to_string()
+            {
+                tracing::info!(event = %event.id, automation = %stored.id, ticket = %event.ticket.human_id(),
+                    "loop guard: a change made by this automation does not start it again");
+                continue;
+            }
+            match self
+                .automations
+                .guard_admit(
+                    event.tenant,
+                    stored.id,
+                    event.ticket.id,
+                    self.clock.now(),
+                    GUARD_WINDOW,
+                    GUARD_MAX_RUNS,
+                )
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    let message = format!(
+                        "Loop guard: automation \"{}\" ran {GUARD_MAX_RUNS} times over {} in the last minute; this {} did not start it.",
+                        stored.automation.name,
+                        event.ticket.human_id(),
+                        event.kind.as_str()
+                    );
+                    tracing::warn!(event = %event.id, automation = %stored.id, ticket = %event.ticket.human_id(), "{message}");
+                    let entry = TicketLogEntry {
+                        at: Utc::now(),
+                        kind: "guard".into(),
+                        message,
+                        run_id: Some(ctx.run.id.to_string()),
+                    };
+                    let _ = self
+                        .desk
+                        .ticket_log_append(event.tenant, event.ticket.id, entry)
+                        .await;
+                    continue;
+                }
+                Err(err @ DeskError::Unavailable(_)) => {
+                    return Outcome::Retry {
+                        after: None,
+                        reason: err.to_string(),
+                    };
+                }
+                Err(err) => return Outcome::Fail(err.to_string()),
+            }
+            let mut context = Map::new();
+            context.insert("ticket".into(), ticket_json(&event.ticket));
+            context.insert(
+                "change".into(),
+                serde_json::to_value(&event.change).unwrap_or(Value::Null),
+            );
+            requests.push(
+                run_request(&stored, RunTrigger::Event, context)
+                    .unique_key(format!("event:{}:{}", event.id, stored.id)),
+            );
+        }
+        let count = requests.len();
+        if count > 0 {
+            if let Err(err) = ctx.dispatcher.enqueue_many(requests).await {
+                return Outcome::Retry {
+                    after: None,
+                    reason: format!("could not enqueue the event's runs: {err}"),
+                };
+            }
+        }
+        tracing::debug!(event = %event.id, kind = event.kind.as_str(), started = count, "ticket event routed");
+        Outcome::Done(Some(json!({ "started": count })))
+    }
+}
+
+/// Whether `automation` listens to webhooks (for the server).
+pub fn is_webhook(automation: &Automation) -> bool {
+    matches!(automation.trigger, Trigger::Webhook { .. })
+}
