@@ -114,6 +114,14 @@ pub struct IncidentReport {
 ///   other's assignment).
 /// - Incidents: while an incident with the same `cause` is open in the tenant, a report
 ///   bumps its `count` (and `updated_at`) instead of opening another.
+/// - Stores may be given an event sink: then every ticket write that changed something
+///   (a create is `ticket.created`; a change, an upsert that attached and changed
+///   something, a least-busy assignment that moved the assignee are `ticket.changed`)
+///   hands it a [`TicketEvent`] — the ticket as committed, the write's `change` and
+///   `Origin` — inside the write's transaction, and inserts the runs it answers in that
+///   same transaction: they commit together or not at all, and a run that cannot be
+///   inserted fails the write. A write that changed nothing (or was refused) announces
+///   nothing.
 #[async_trait]
 pub trait DeskStore: Send + Sync + 'static {
     /// A new tenant and its API token (shown once; only its hash is kept).

@@ -10,6 +10,12 @@
 //! by the caller's tenant, so another tenant's id finds nothing, exactly like an unknown
 //! one.
 //!
+//! Ticket events: `ticket_upsert`, `ticket_change` and `ticket_assign_least_busy` build a
+//! `TicketEvent` when they created the ticket or changed something, and hand it to the
+//! store's event sink (if one is installed) inside their job; the runs the sink answers
+//! are inserted in that same job ([`announce`]). Unassigning the tickets of a deleted
+//! member is not announced: it is a consequence of the deletion, which names no origin.
+//!
 //! Decisions made here (the port's contract is silent on them; the conformance suite pins
 //! them): a change that changes nothing writes no log line; a least-busy assignment does
 //! not count the ticket being assigned (re-running it keeps a stable assignee) and always
@@ -24,9 +30,11 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
+use fronta_automation::store::TicketEventSink;
 use fronta_desk::rules::{self, Load};
 use fronta_desk::store::{
-    DeskResult, FieldChange, IncidentReport, TicketChange, TicketFilter, TicketUpsert, TicketWrite,
+    DeskResult, FieldChange, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
+    TicketFilter, TicketUpsert, TicketWrite,
 };
 use fronta_desk::token;
 use fronta_desk::{
@@ -40,7 +48,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::SqliteStore;
+use crate::writer::WriterState;
+use crate::{SqliteStore, runs};
 
 /// The default page of `ticket_list`.
 pub const DEFAULT_TICKET_PAGE: usize = 100;
@@ -63,10 +72,10 @@ const TICKET_COLUMNS: &str = "id, tenant, number, external_id, title, type_name,
 const INCIDENT_COLUMNS: &str = "id, tenant, cause, title, impact, detail, status, count, ticket, \
     created_at, updated_at, resolved_at";
 
-type DeskSql<T> = Result<T, DeskError>;
+pub(crate) type DeskSql<T> = Result<T, DeskError>;
 
 /// The writer's and the pool's own failures, as desk errors.
-fn from_store(err: StoreError) -> DeskError {
+pub(crate) fn from_store(err: StoreError) -> DeskError {
     match err {
         StoreError::Conflict(message) => DeskError::Conflict(message),
         StoreError::Invalid(message) => DeskError::Invalid(message),
@@ -80,7 +89,7 @@ fn from_store(err: StoreError) -> DeskError {
 
 /// A driver error as a desk error. Absent rows are handled where they can happen
 /// (`optional()`), so a stray "no rows" here is a bug and reads as `Internal`.
-fn sql_err(err: rusqlite::Error) -> DeskError {
+pub(crate) fn sql_err(err: rusqlite::Error) -> DeskError {
     match crate::map_err(err) {
         StoreError::Unavailable(message) => DeskError::Unavailable(message),
         StoreError::Conflict(message) => DeskError::Conflict(message),
@@ -88,11 +97,11 @@ fn sql_err(err: rusqlite::Error) -> DeskError {
     }
 }
 
-fn key(id: &Uuid) -> &[u8] {
+pub(crate) fn key(id: &Uuid) -> &[u8] {
     id.as_bytes().as_slice()
 }
 
-fn uuid_at(row: &Row<'_>, idx: usize) -> rusqlite::Result<Uuid> {
+pub(crate) fn uuid_at(row: &Row<'_>, idx: usize) -> rusqlite::Result<Uuid> {
     let bytes: Vec<u8> = row.get(idx)?;
     Uuid::from_slice(&bytes)
         .map_err(|err| rusqlite::Error::FromSqlConversionFailure(idx, Type::Blob, Box::new(err)))
@@ -104,11 +113,11 @@ fn json_at<T: serde::de::DeserializeOwned>(row: &Row<'_>, idx: usize) -> rusqlit
         .map_err(|err| rusqlite::Error::FromSqlConversionFailure(idx, Type::Text, Box::new(err)))
 }
 
-fn instant(ms: i64) -> chrono::DateTime<chrono::Utc> {
+pub(crate) fn instant(ms: i64) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-fn to_json<T: serde::Serialize>(value: &T) -> DeskSql<String> {
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> DeskSql<String> {
     serde_json::to_string(value)
         .map_err(|err| DeskError::Internal(format!("cannot serialize to JSON: {err}")))
 }
@@ -126,12 +135,12 @@ fn check_text(what: &str, text: &str) -> DeskSql<()> {
     }
 }
 
-fn check_name(what: &str, name: &str) -> DeskSql<()> {
+pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
     rules::check_name(what, name).map_err(invalid)
 }
 
 /// Whether a lookup by name found a row: `NotFound` is "free", other errors pass through.
-fn taken<T>(lookup: DeskSql<T>) -> DeskSql<bool> {
+pub(crate) fn taken<T>(lookup: DeskSql<T>) -> DeskSql<bool> {
     match lookup {
         Ok(_) => Ok(true),
         Err(DeskError::NotFound(_)) => Ok(false),
@@ -253,7 +262,7 @@ fn incident_of(row: &Row<'_>) -> rusqlite::Result<Incident> {
 // Lookups, usable on the writer's connection and on a read connection
 // ---------------------------------------------------------------------------------------
 
-fn tenant_exists(conn: &Connection, tenant: TenantId) -> DeskSql<()> {
+pub(crate) fn tenant_exists(conn: &Connection, tenant: TenantId) -> DeskSql<()> {
     let found: bool = conn
         .prepare_cached("SELECT EXISTS (SELECT 1 FROM desk_tenants WHERE id = ?1)")
         .and_then(|mut stmt| stmt.query_row([key(&tenant.0)], |row| row.get(0)))
@@ -266,7 +275,7 @@ fn tenant_exists(conn: &Connection, tenant: TenantId) -> DeskSql<()> {
 }
 
 /// One row of `sql` (which takes `values`), or `NotFound(what)`.
-fn one<T>(
+pub(crate) fn one<T>(
     conn: &Connection,
     sql: &str,
     values: impl rusqlite::Params,
@@ -279,7 +288,7 @@ fn one<T>(
         .ok_or(DeskError::NotFound(what))
 }
 
-fn many<T>(
+pub(crate) fn many<T>(
     conn: &Connection,
     sql: &str,
     values: impl rusqlite::Params,
@@ -1044,12 +1053,78 @@ fn incident_report(
 }
 
 // ---------------------------------------------------------------------------------------
+// Ticket events
+// ---------------------------------------------------------------------------------------
+
+/// Hand what `write` did to `sink` and insert the runs it answers, inside the write's job.
+/// A create is `ticket.created`, a write that changed something `ticket.changed`, and a
+/// write that changed nothing announces nothing. A run that cannot be inserted (or a
+/// panicking sink) fails the whole write, which the writer then rolls back.
+fn announce(
+    state: &mut WriterState,
+    conn: &Connection,
+    sink: &TicketEventSink,
+    write: &TicketWrite,
+    origin: Origin,
+    now: i64,
+) -> DeskSql<()> {
+    let kind = if write.created {
+        TicketEventKind::Created
+    } else if !write.change.is_empty() {
+        TicketEventKind::Changed
+    } else {
+        return Ok(());
+    };
+    let event = TicketEvent {
+        id: Uuid::now_v7().to_string(),
+        tenant: write.ticket.tenant,
+        kind,
+        ticket: write.ticket.clone(),
+        change: write.change.clone(),
+        origin,
+        at: instant(now),
+    };
+    // The sink runs on the writer thread: a panic there must fail this write, not stop
+    // the writer for every other caller.
+    let new_runs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event)))
+        .map_err(|_| {
+            DeskError::Internal(format!(
+                "the ticket event sink panicked on {} of {}",
+                kind.as_str(),
+                write.ticket.human_id()
+            ))
+        })?;
+    for run in &new_runs {
+        // `insert` raises the writer's `enqueued` flag: workers wake after the commit.
+        runs::insert(state, conn, run, now).map_err(|err| {
+            let context = format!(
+                "run {} triggered by {} of {} cannot be inserted",
+                run.id,
+                kind.as_str(),
+                write.ticket.human_id()
+            );
+            match from_store(err) {
+                DeskError::Conflict(message) => {
+                    DeskError::Conflict(format!("{context}: {message}"))
+                }
+                DeskError::Invalid(message) => DeskError::Invalid(format!("{context}: {message}")),
+                DeskError::Unavailable(message) => {
+                    DeskError::Unavailable(format!("{context}: {message}"))
+                }
+                other => DeskError::Internal(format!("{context}: {other}")),
+            }
+        })?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
 // The port
 // ---------------------------------------------------------------------------------------
 
 impl SqliteStore {
     /// One desk write: a job on the writer thread; an `Err` rolls back all it wrote.
-    async fn desk_write<T, F>(&self, op: F) -> DeskResult<T>
+    pub(crate) async fn desk_write<T, F>(&self, op: F) -> DeskResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection, i64) -> DeskSql<T> + Send + 'static,
@@ -1064,8 +1139,33 @@ impl SqliteStore {
             .await
     }
 
+    /// One ticket write: a job on the writer thread like [`desk_write`](Self::desk_write)
+    /// that also announces what it did ([`announce`]): the event sink's runs are inserted
+    /// in the same job, so they commit with the write or not at all.
+    async fn ticket_write<F>(&self, origin: Origin, op: F) -> DeskResult<TicketWrite>
+    where
+        F: FnOnce(&Connection, &Origin, i64) -> DeskSql<TicketWrite> + Send + 'static,
+    {
+        let clock = self.inner.config.clock.clone();
+        let sink = self.ticket_event_sink();
+        self.inner
+            .writer
+            .write_with(
+                move |state, conn| {
+                    let now = clock.now().timestamp_millis();
+                    let write = op(conn, &origin, now)?;
+                    if let Some(sink) = sink {
+                        announce(state, conn, &sink, &write, origin, now)?;
+                    }
+                    Ok(write)
+                },
+                from_store,
+            )
+            .await
+    }
+
     /// One desk read, on a pooled read connection.
-    async fn desk_read<T, F>(&self, op: F) -> DeskResult<T>
+    pub(crate) async fn desk_read<T, F>(&self, op: F) -> DeskResult<T>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> DeskSql<T> + Send + 'static,
@@ -1432,8 +1532,10 @@ impl DeskStore for SqliteStore {
         upsert: TicketUpsert,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.desk_write(move |conn, now| ticket_upsert(conn, tenant, upsert, &origin, now))
-            .await
+        self.ticket_write(origin, move |conn, origin, now| {
+            ticket_upsert(conn, tenant, upsert, origin, now)
+        })
+        .await
     }
 
     async fn ticket_change(
@@ -1443,8 +1545,10 @@ impl DeskStore for SqliteStore {
         change: TicketChange,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.desk_write(move |conn, now| ticket_change(conn, tenant, id, change, &origin, now))
-            .await
+        self.ticket_write(origin, move |conn, origin, now| {
+            ticket_change(conn, tenant, id, change, origin, now)
+        })
+        .await
     }
 
     async fn ticket_assign_least_busy(
@@ -1455,8 +1559,8 @@ impl DeskStore for SqliteStore {
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
         let group = group.to_owned();
-        self.desk_write(move |conn, now| {
-            ticket_assign_least_busy(conn, tenant, id, &group, &origin, now)
+        self.ticket_write(origin, move |conn, origin, now| {
+            ticket_assign_least_busy(conn, tenant, id, &group, origin, now)
         })
         .await
     }

@@ -12,20 +12,27 @@
 //! - The desk port ([`desk`]: tenants, groups, tickets, incidents) takes the same two
 //!   paths: each of its writes is one job on the writer thread, so everything a ticket
 //!   write does commits together; its reads use the read pool.
+//! - Ticket events: a ticket write that changed something hands a `TicketEvent` to the
+//!   event sink installed with [`SqliteStore::set_ticket_event_sink`], inside the write's
+//!   job, and inserts the runs it answers in that same transaction ([`desk`]).
+//! - The automation port ([`automations`]: saved automations, webhook tokens, the loop
+//!   guard's counter) takes the same two paths.
 //!
 //! Left out on purpose: an ORM, async SQLite drivers (measured slower here: see
 //! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
 
+pub mod automations;
 pub mod desk;
 pub mod runs;
 pub mod schema;
 pub mod writer;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
     HeartbeatReply, LeaseRenewal, RunFilter, RunInsert, RunStats, RunStore, StoreResult,
@@ -145,6 +152,8 @@ struct Inner {
     writer: WriterHandle,
     readers: Mutex<Vec<Connection>>,
     signal: Arc<Notify>,
+    /// Called inside every ticket write that changed something (see [`desk`]).
+    ticket_event_sink: RwLock<Option<TicketEventSink>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -176,6 +185,7 @@ impl SqliteStore {
                 writer,
                 readers: Mutex::new(Vec::new()),
                 signal,
+                ticket_event_sink: RwLock::new(None),
             }),
         })
     }
@@ -187,6 +197,30 @@ impl SqliteStore {
     /// How many jobs the writer got and how many commits carried them.
     pub fn writer_stats(&self) -> writer::WriterStats {
         self.inner.writer.counters.snapshot()
+    }
+
+    /// Install the sink every ticket write that changed something calls, inside its
+    /// transaction, on the writer thread: the runs it answers commit with the write or not
+    /// at all, and a failing insert fails the write. It replaces any sink installed
+    /// before; clones of this store share it. The sink holds the database's write lock
+    /// while it runs, so it must be quick (no I/O); a panic in it fails that write only.
+    /// It may see an event whose write then fails (a run it answered cannot be inserted,
+    /// the commit fails): its only effect should be its answer.
+    pub fn set_ticket_event_sink(&self, sink: TicketEventSink) {
+        *self
+            .inner
+            .ticket_event_sink
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+    }
+
+    /// The installed ticket event sink, if any.
+    pub(crate) fn ticket_event_sink(&self) -> Option<TicketEventSink> {
+        self.inner
+            .ticket_event_sink
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     fn now(&self) -> i64 {

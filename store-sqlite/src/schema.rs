@@ -5,7 +5,11 @@
 use rusqlite::Connection;
 
 /// `(version, name, sql)`, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", RUNS_V1), (2, "desk", DESK_V2)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "runs", RUNS_V1),
+    (2, "desk", DESK_V2),
+    (3, "automations", AUTOMATIONS_V3),
+];
 
 /// The runs table. `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled.
 /// Instants are milliseconds since the Unix epoch (UTC).
@@ -159,6 +163,46 @@ CREATE UNIQUE INDEX desk_incidents_open_cause ON desk_incidents (tenant, cause)
     WHERE status = 'open';
 CREATE INDEX desk_incidents_tenant ON desk_incidents (tenant, created_at);
 CREATE INDEX desk_incidents_created ON desk_incidents (created_at);
+"#;
+
+/// Saved automations (the `AutomationStore` port) and the loop guard's counter. The
+/// definition is the automation's JSON; `enabled`, `trigger_kind` and `event` mirror it for
+/// the queries that pick automations (`event` is set only for event triggers).
+/// `webhook_token` stays in the row while the trigger is not a webhook, so a trigger that
+/// changes away and back keeps its URL; the store shows and finds it only for webhook
+/// triggers.
+const AUTOMATIONS_V3: &str = r#"
+CREATE TABLE automations (
+    id             BLOB    PRIMARY KEY,
+    tenant         BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name           TEXT    NOT NULL,
+    definition     TEXT    NOT NULL,
+    enabled        INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+    trigger_kind   TEXT    NOT NULL,
+    event          TEXT,
+    webhook_token  TEXT,
+    signing_secret TEXT,
+    created_at     INTEGER NOT NULL,
+    updated_at     INTEGER NOT NULL,
+    UNIQUE (tenant, name)
+);
+-- `automation_by_webhook_token`: one automation per token, ever.
+CREATE UNIQUE INDEX automations_webhook_token ON automations (webhook_token)
+    WHERE webhook_token IS NOT NULL;
+-- `automations_for_event`: the tenant's enabled listeners of one event, oldest first.
+CREATE INDEX automations_event ON automations (tenant, event, created_at, id)
+    WHERE enabled = 1;
+-- One row per run the loop guard admitted; rows older than the window are pruned by the
+-- next admission of the same (automation, ticket).
+CREATE TABLE automation_guard (
+    seq        INTEGER PRIMARY KEY,
+    tenant     BLOB    NOT NULL,
+    automation BLOB    NOT NULL REFERENCES automations (id) ON DELETE CASCADE,
+    ticket     BLOB    NOT NULL REFERENCES desk_tickets (id),
+    at         INTEGER NOT NULL
+);
+-- The window count and the prune: a range of one (automation, ticket).
+CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at);
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.

@@ -159,7 +159,7 @@ async fn desk_migration_upgrades_a_database_that_holds_runs() {
         .expect("rows");
     assert_eq!(
         versions,
-        vec![1, 2],
-        "migration 2 (desk) was applied on open"
+        vec![1, 2, 3],
+        "migrations 2 (desk) and 3 (automations) were applied on open"
     );
 }

@@ -14,6 +14,11 @@
 //! [`DeskStoreFactory`] and writes `fronta_store_tests::desk_conformance_suite!(…)` in
 //! `tests/desk_conformance.rs` (cases in [`desk_cases`]).
 //!
+//! The automation port (`fronta_automation::store::AutomationStore`) and the ticket event
+//! sink have a third list: a store implements [`AutomationStoreFactory`] and writes
+//! `fronta_store_tests::automation_conformance_suite!(…)` in
+//! `tests/automation_conformance.rs` (cases in [`automation_cases`]).
+//!
 //! What it leaves out: store-specific checks (migrations, pragmas, the claim query's
 //! plan) stay in each store's own tests. Time is an input: every case hands the store a
 //! [`ManualClock`] and moves it instead of sleeping; only the worker's own timers
@@ -21,9 +26,12 @@
 
 use std::sync::Arc;
 
+use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_engine::{ManualClock, RunStore};
 
+pub mod automation_cases;
 pub mod desk_cases;
+pub mod scenario_cases;
 pub mod store_cases;
 mod support;
 pub mod worker_cases;
@@ -47,6 +55,23 @@ pub trait StoreFactory: Send + Sync {
 pub trait DeskStoreFactory: Send + Sync {
     /// A fresh, empty desk store: no tenants. Each call is a separate database.
     async fn open_desk(&self) -> Arc<dyn fronta_desk::DeskStore>;
+}
+
+/// Opens fresh stores for the automation suite ([`automation_conformance_suite!`]).
+#[async_trait]
+pub trait AutomationStoreFactory: Send + Sync {
+    /// A fresh, empty store: no tenants. Both handles are the same database (the desk
+    /// one creates the tenants and tickets the automations and the loop guard refer to).
+    async fn open_automations(&self)
+    -> (Arc<dyn AutomationStore>, Arc<dyn fronta_desk::DeskStore>);
+
+    /// A fresh, empty store with `sink` installed as its ticket event sink (installing
+    /// one is store-specific). Both handles are the same database: the runs the sink
+    /// answers are read back through the run store.
+    async fn open_with_sink(
+        &self,
+        sink: TicketEventSink,
+    ) -> (Arc<dyn fronta_desk::DeskStore>, Arc<dyn RunStore>);
 }
 
 /// Not public API: what [`conformance_suite!`] expands to needs.
@@ -207,6 +232,81 @@ macro_rules! desk_conformance_suite {
             fn $case() {
                 $crate::__private::run_case(async {
                     $crate::desk_cases::$case(&$factory).await;
+                });
+            }
+        )+
+    };
+}
+
+/// Expands to one `#[test]` per automation case ([`automation_cases`], pinning the
+/// `AutomationStore` `# Contract` and the ticket event sink of the `DeskStore` contract),
+/// each on a two-thread tokio runtime, each opening its own store from `$factory` (an
+/// expression evaluated once per test, implementing [`AutomationStoreFactory`]).
+///
+/// The list below is the only list of automation cases: a new case is a `pub async fn`
+/// in [`automation_cases`] and one line here.
+#[macro_export]
+macro_rules! automation_conformance_suite {
+    ($factory:expr) => {
+        $crate::automation_conformance_suite!(@cases $factory;
+            // Saved automations.
+            automations_are_created_read_listed_updated_and_deleted,
+            automation_names_are_unique_within_a_tenant,
+            automation_list_is_ordered_by_name,
+            // Tenant isolation.
+            another_tenants_automation_answers_exactly_like_an_unknown_one,
+            lists_never_show_another_tenants_automations,
+            // Webhook tokens.
+            webhook_automation_gets_a_random_unguessable_token_and_others_none,
+            webhook_token_is_kept_across_updates_also_when_the_trigger_changes_away_and_back,
+            // Event listeners.
+            automations_for_event_answers_the_enabled_listeners_oldest_first,
+            disabling_an_automation_removes_it_from_its_event_and_get_shows_it,
+            // The loop guard.
+            guard_admits_five_runs_a_minute_and_refuses_the_sixth,
+            guard_admits_again_once_the_window_has_passed,
+            guard_counts_each_automation_and_ticket_separately,
+            concurrent_guard_admissions_admit_exactly_the_limit,
+            // The ticket event sink.
+            ticket_create_emits_one_created_event_and_its_run_commits_with_it,
+            ticket_changes_emit_changed_events_with_the_change_and_the_origin,
+            ticket_write_that_changes_nothing_emits_nothing,
+            refused_ticket_write_emits_nothing_and_inserts_no_run,
+            failing_run_insert_fails_the_ticket_write_and_leaves_no_trace,
+            runs_of_ticket_events_wake_the_enqueue_signal,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_case(async {
+                    $crate::automation_cases::$case(&$factory).await;
+                });
+            }
+        )+
+    };
+}
+
+/// Expands to one `#[test]` per runtime scenario case ([`scenario_cases`]): the seed's
+/// scenario and the executor's durability, end to end on one store through the engine.
+#[macro_export]
+macro_rules! runtime_scenarios {
+    ($factory:expr) => {
+        $crate::runtime_scenarios!(@cases $factory;
+            seed_scenario_orders_and_converter_error,
+            an_automation_never_triggers_itself,
+            crashed_automation_run_resumes_at_the_next_step,
+            loops_count_against_max_actions_not_the_step_cap,
+            long_pause_snoozes_and_resumes_at_the_next_step,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_case(async {
+                    $crate::scenario_cases::$case(&$factory).await;
                 });
             }
         )+

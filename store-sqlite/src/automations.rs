@@ -1,0 +1,417 @@
+//! The automation port ([`AutomationStore`]) on SQLite: saved automations (their JSON
+//! definition plus the columns the lookups need), their webhook tokens, and the loop
+//! guard's per-(automation, ticket) counter.
+//!
+//! Every write is one job on the writer thread, like the desk's, so a name check and its
+//! insert, or the guard's count and its insert, are one atomic step. Every statement but
+//! the webhook token lookup is scoped by the caller's tenant, so another tenant's id finds
+//! nothing, exactly like an unknown one.
+//!
+//! Decisions made here (the port's contract is silent on them; the conformance suite pins
+//! them): names follow the desk's rule (1–200 characters, `Invalid` otherwise); the
+//! `enabled` column is the truth `get` reports (it mirrors `automation.enabled`, which
+//! every write keeps equal); a token is shown and found only while the trigger is a
+//! webhook, but stays in the row so that changing the trigger away and back keeps the
+//! URL; `automation_by_webhook_token` finds paused automations too (the caller decides
+//! what a paused one answers); `automation_list` is ordered by name; `guard_admit` checks
+//! that the automation and the ticket are the tenant's (`NotFound` otherwise) and counts
+//! the runs admitted in `(now - window, now]` and later; deleting an automation deletes
+//! its guard rows.
+//!
+//! Left out: validating the step tree (the caller runs `fronta_automation::validate`
+//! before saving), hashing webhook tokens (the token is shown again in the webhook URL, so
+//! it must be readable), and rotating tokens or signing secrets (the port has no call for
+//! it yet).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fronta_automation::Automation;
+use fronta_automation::model::Trigger;
+use fronta_automation::store::{AutomationId, AutomationStore, StoreResult, StoredAutomation};
+use fronta_desk::{DeskError, TenantId, TicketId, token};
+use rusqlite::types::Type;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::SqliteStore;
+use crate::desk::{
+    DeskSql, check_name, instant, key, many, one, sql_err, tenant_exists, to_json, uuid_at,
+};
+use crate::runs::millis;
+
+/// The prefix of webhook tokens, so a leaked one is easy to recognise.
+pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
+
+const AUTOMATION: &str = "automation";
+const TICKET: &str = "ticket";
+
+const COLUMNS: &str =
+    "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at";
+
+/// A row of [`COLUMNS`] as a saved automation.
+fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
+    let definition: String = row.get(2)?;
+    let mut automation: Automation = serde_json::from_str(&definition)
+        .map_err(|err| rusqlite::Error::FromSqlConversionFailure(2, Type::Text, Box::new(err)))?;
+    automation.enabled = row.get::<_, i64>(3)? != 0;
+    let token: Option<String> = row.get(4)?;
+    let webhook_token = match automation.trigger {
+        Trigger::Webhook { .. } => token,
+        _ => None,
+    };
+    Ok(StoredAutomation {
+        id: AutomationId(uuid_at(row, 0)?),
+        tenant: TenantId(uuid_at(row, 1)?),
+        automation,
+        webhook_token,
+        signing_secret: row.get(5)?,
+        created_at: instant(row.get(6)?),
+        updated_at: instant(row.get(7)?),
+    })
+}
+
+/// The event an event trigger listens to; `None` for other triggers.
+fn event_of(trigger: &Trigger) -> Option<&'static str> {
+    match trigger {
+        Trigger::Event { event } => Some(event.as_str()),
+        _ => None,
+    }
+}
+
+fn is_webhook(trigger: &Trigger) -> bool {
+    matches!(trigger, Trigger::Webhook { .. })
+}
+
+fn get(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<StoredAutomation> {
+    one(
+        conn,
+        &format!("SELECT {COLUMNS} FROM automations WHERE tenant = ?1 AND id = ?2"),
+        params![key(&tenant.0), key(&id.0)],
+        automation_of,
+        AUTOMATION,
+    )
+}
+
+fn by_name(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<StoredAutomation> {
+    one(
+        conn,
+        &format!("SELECT {COLUMNS} FROM automations WHERE tenant = ?1 AND name = ?2"),
+        params![key(&tenant.0), name],
+        automation_of,
+        AUTOMATION,
+    )
+}
+
+/// `name` is free in the tenant, or taken by `except` itself.
+fn name_free(
+    conn: &Connection,
+    tenant: TenantId,
+    name: &str,
+    except: Option<AutomationId>,
+) -> DeskSql<()> {
+    let holder = match by_name(conn, tenant, name) {
+        Ok(found) => Some(found.id),
+        Err(DeskError::NotFound(_)) => None,
+        Err(err) => return Err(err),
+    };
+    match holder {
+        Some(holder) if Some(holder) != except => Err(DeskError::Conflict(format!(
+            "automation {name:?} already exists"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The stored token of the tenant's automation `id`, whatever its trigger now is;
+/// `NotFound` when the tenant has no such automation.
+fn stored_token(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Option<String>> {
+    one(
+        conn,
+        "SELECT webhook_token FROM automations WHERE tenant = ?1 AND id = ?2",
+        params![key(&tenant.0), key(&id.0)],
+        |row| row.get(0),
+        AUTOMATION,
+    )
+}
+
+/// Write the definition and its mirror columns of the tenant's automation `id`, with
+/// `updated_at = now`, and read the row back.
+fn write_definition(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+    automation: &Automation,
+    webhook_token: Option<&str>,
+    now: i64,
+) -> DeskSql<StoredAutomation> {
+    let definition = to_json(automation)?;
+    conn.prepare_cached(&format!(
+        "UPDATE automations SET name = ?1, definition = ?2, enabled = ?3, trigger_kind = ?4, \
+         event = ?5, webhook_token = ?6, updated_at = ?7 WHERE tenant = ?8 AND id = ?9 \
+         RETURNING {COLUMNS}"
+    ))
+    .and_then(|mut stmt| {
+        stmt.query_row(
+            params![
+                automation.name,
+                definition,
+                automation.enabled,
+                automation.trigger.kind(),
+                event_of(&automation.trigger),
+                webhook_token,
+                now,
+                key(&tenant.0),
+                key(&id.0),
+            ],
+            automation_of,
+        )
+        .optional()
+    })
+    .map_err(sql_err)?
+    .ok_or(DeskError::NotFound(AUTOMATION))
+}
+
+/// Whether the tenant has a row with `id` in `table`.
+fn exists(conn: &Connection, table: &str, tenant: TenantId, id: &uuid::Uuid) -> DeskSql<bool> {
+    conn.prepare_cached(&format!(
+        "SELECT EXISTS (SELECT 1 FROM {table} WHERE tenant = ?1 AND id = ?2)"
+    ))
+    .and_then(|mut stmt| stmt.query_row(params![key(&tenant.0), key(id)], |row| row.get(0)))
+    .map_err(sql_err)
+}
+
+/// One admission of the loop guard, in one job: prune this (automation, ticket)'s rows
+/// that left the window, count the rest, and insert one more when under `max`.
+fn guard_admit(
+    conn: &Connection,
+    tenant: TenantId,
+    automation: AutomationId,
+    ticket: TicketId,
+    now: i64,
+    window: i64,
+    max: u32,
+) -> DeskSql<bool> {
+    if !exists(conn, "automations", tenant, &automation.0)? {
+        return Err(DeskError::NotFound(AUTOMATION));
+    }
+    if !exists(conn, "desk_tickets", tenant, &ticket.0)? {
+        return Err(DeskError::NotFound(TICKET));
+    }
+    let since = now.saturating_sub(window);
+    conn.prepare_cached(
+        "DELETE FROM automation_guard WHERE automation = ?1 AND ticket = ?2 AND at <= ?3",
+    )
+    .and_then(|mut stmt| stmt.execute(params![key(&automation.0), key(&ticket.0), since]))
+    .map_err(sql_err)?;
+    let admitted: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM automation_guard WHERE automation = ?1 AND ticket = ?2 \
+             AND at > ?3",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(params![key(&automation.0), key(&ticket.0), since], |row| {
+                row.get(0)
+            })
+        })
+        .map_err(sql_err)?;
+    if admitted >= i64::from(max) {
+        return Ok(false);
+    }
+    conn.prepare_cached(
+        "INSERT INTO automation_guard (tenant, automation, ticket, at) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            key(&tenant.0),
+            key(&automation.0),
+            key(&ticket.0),
+            now
+        ])
+    })
+    .map_err(sql_err)?;
+    Ok(true)
+}
+
+#[async_trait]
+impl AutomationStore for SqliteStore {
+    async fn automation_create(
+        &self,
+        tenant: TenantId,
+        automation: Automation,
+        signing_secret: Option<String>,
+    ) -> StoreResult<StoredAutomation> {
+        check_name(AUTOMATION, &automation.name)?;
+        let definition = to_json(&automation)?;
+        self.desk_write(move |conn, now| {
+            tenant_exists(conn, tenant)?;
+            name_free(conn, tenant, &automation.name, None)?;
+            let id = AutomationId::new();
+            let webhook_token =
+                is_webhook(&automation.trigger).then(|| token::generate(WEBHOOK_TOKEN_PREFIX));
+            conn.prepare_cached(&format!(
+                "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
+                 event, webhook_token, signing_secret, created_at, updated_at) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING {COLUMNS}"
+            ))
+            .and_then(|mut stmt| {
+                stmt.query_row(
+                    params![
+                        key(&id.0),
+                        key(&tenant.0),
+                        automation.name,
+                        definition,
+                        automation.enabled,
+                        automation.trigger.kind(),
+                        event_of(&automation.trigger),
+                        webhook_token,
+                        signing_secret,
+                        now,
+                    ],
+                    automation_of,
+                )
+            })
+            .map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn automation_get(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+    ) -> StoreResult<StoredAutomation> {
+        self.desk_read(move |conn| get(conn, tenant, id)).await
+    }
+
+    async fn automation_by_name(
+        &self,
+        tenant: TenantId,
+        name: &str,
+    ) -> StoreResult<StoredAutomation> {
+        let name = name.to_owned();
+        self.desk_read(move |conn| by_name(conn, tenant, &name))
+            .await
+    }
+
+    async fn automation_list(&self, tenant: TenantId) -> StoreResult<Vec<StoredAutomation>> {
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                &format!("SELECT {COLUMNS} FROM automations WHERE tenant = ?1 ORDER BY name, id"),
+                [key(&tenant.0)],
+                automation_of,
+            )
+        })
+        .await
+    }
+
+    async fn automation_update(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        automation: Automation,
+    ) -> StoreResult<StoredAutomation> {
+        check_name(AUTOMATION, &automation.name)?;
+        self.desk_write(move |conn, now| {
+            let token = stored_token(conn, tenant, id)?;
+            name_free(conn, tenant, &automation.name, Some(id))?;
+            // The token outlives a trigger that changes away: back to a webhook, the
+            // automation answers at the URL it had.
+            let token = match token {
+                None if is_webhook(&automation.trigger) => {
+                    Some(token::generate(WEBHOOK_TOKEN_PREFIX))
+                }
+                kept => kept,
+            };
+            write_definition(conn, tenant, id, &automation, token.as_deref(), now)
+        })
+        .await
+    }
+
+    async fn automation_set_enabled(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        enabled: bool,
+    ) -> StoreResult<StoredAutomation> {
+        self.desk_write(move |conn, now| {
+            let stored = get(conn, tenant, id)?;
+            if stored.automation.enabled == enabled {
+                return Ok(stored);
+            }
+            let token = stored_token(conn, tenant, id)?;
+            let mut automation = stored.automation;
+            automation.enabled = enabled;
+            write_definition(conn, tenant, id, &automation, token.as_deref(), now)
+        })
+        .await
+    }
+
+    async fn automation_delete(&self, tenant: TenantId, id: AutomationId) -> StoreResult<()> {
+        self.desk_write(move |conn, _| {
+            stored_token(conn, tenant, id)?;
+            conn.prepare_cached("DELETE FROM automation_guard WHERE automation = ?1")
+                .and_then(|mut stmt| stmt.execute([key(&id.0)]))
+                .map_err(sql_err)?;
+            conn.prepare_cached("DELETE FROM automations WHERE tenant = ?1 AND id = ?2")
+                .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), key(&id.0)]))
+                .map_err(sql_err)?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn automation_by_webhook_token(
+        &self,
+        token: &str,
+    ) -> StoreResult<Option<StoredAutomation>> {
+        if token.is_empty() {
+            return Ok(None);
+        }
+        let token = token.to_owned();
+        self.desk_read(move |conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM automations \
+                 WHERE webhook_token = ?1 AND trigger_kind = 'webhook'"
+            ))
+            .and_then(|mut stmt| stmt.query_row([&token], automation_of).optional())
+            .map_err(sql_err)
+        })
+        .await
+    }
+
+    async fn automations_for_event(
+        &self,
+        tenant: TenantId,
+        event: &str,
+    ) -> StoreResult<Vec<StoredAutomation>> {
+        let event = event.to_owned();
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                &format!(
+                    "SELECT {COLUMNS} FROM automations \
+                     WHERE tenant = ?1 AND event = ?2 AND enabled = 1 ORDER BY created_at, id"
+                ),
+                params![key(&tenant.0), event],
+                automation_of,
+            )
+        })
+        .await
+    }
+
+    async fn guard_admit(
+        &self,
+        tenant: TenantId,
+        automation: AutomationId,
+        ticket: TicketId,
+        now: DateTime<Utc>,
+        window: std::time::Duration,
+        max: u32,
+    ) -> StoreResult<bool> {
+        let (now, window) = (now.timestamp_millis(), millis(window));
+        self.desk_write(move |conn, _| {
+            guard_admit(conn, tenant, automation, ticket, now, window, max)
+        })
+        .await
+    }
+}

@@ -1,0 +1,1590 @@
+//! Automation cases: the `AutomationStore` port called directly, pinning every line of its
+//! `# Contract` (see `fronta_automation::store`) — create, read, list, update, delete;
+//! names unique per tenant; tenant isolation (another tenant's id answers exactly like an
+//! unknown one, lists never show another tenant's rows); webhook tokens (random, long,
+//! found by `automation_by_webhook_token`, kept across updates, none for other triggers);
+//! `automations_for_event` (enabled listeners of the event, oldest first); and
+//! `guard_admit` (at most `max` in the window, atomic under concurrency, per automation and
+//! ticket). Then the ticket event sink of the `DeskStore` contract: a create or a change
+//! hands the sink one event inside the write's transaction, and the sink's runs commit
+//! with the write or not at all.
+//!
+//! It also pins what the contract leaves open, so every store decides alike: the list is
+//! ordered by name; a paused webhook automation is still found by its token; a token is
+//! hidden (and finds nothing) while the trigger is not a webhook; "oldest first" is by
+//! creation, not by the last update; `set_enabled` to the current value is a no-op; the
+//! guard counts a refused admission as nothing; an event's `at` is the committed ticket's
+//! `updated_at`.
+//!
+//! The guard is given `now` explicitly, so no case moves a store clock. Left out: the
+//! executor's use of the events (routing, loop protection by origin), which is tested
+//! where it lives.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use fronta_automation::Automation;
+use fronta_automation::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
+use fronta_desk::store::{TicketChange, TicketEvent, TicketEventKind, TicketFilter, TicketUpsert};
+use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
+use fronta_engine::{NewRun, RunFilter, RunId, RunStatus, RunStore};
+use serde_json::{Value, json};
+
+use crate::AutomationStoreFactory;
+
+// ---------------------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------------------
+
+const CREATED: &str = "ticket.created";
+const CHANGED: &str = "ticket.changed";
+/// The loop guard's limits (DESIGN §4.7): 5 runs of one automation over one ticket a
+/// minute.
+const GUARD_MAX: u32 = 5;
+const GUARD_WINDOW: Duration = Duration::from_secs(60);
+
+/// A fresh store with two tenants, `acme` (most cases work in it) and `globex` (the other
+/// tenant of the isolation cases), each with one ticket for the guard.
+struct Env {
+    automations: Arc<dyn AutomationStore>,
+    desk: Arc<dyn DeskStore>,
+    acme: TenantId,
+    globex: TenantId,
+}
+
+impl Env {
+    async fn open(factory: &dyn AutomationStoreFactory) -> Self {
+        let (automations, desk) = factory.open_automations().await;
+        let (acme, _) = desk.tenant_create("Acme").await.expect("tenant Acme");
+        let (globex, _) = desk.tenant_create("Globex").await.expect("tenant Globex");
+        Self {
+            automations,
+            desk,
+            acme: acme.id,
+            globex: globex.id,
+        }
+    }
+
+    async fn create(&self, tenant: TenantId, automation: Automation) -> StoredAutomation {
+        let name = automation.name.clone();
+        self.automations
+            .automation_create(tenant, automation, None)
+            .await
+            .unwrap_or_else(|err| panic!("automation {name} is created: {err}"))
+    }
+
+    async fn get(&self, tenant: TenantId, id: AutomationId) -> StoredAutomation {
+        self.automations
+            .automation_get(tenant, id)
+            .await
+            .unwrap_or_else(|err| panic!("automation {id} reads: {err}"))
+    }
+
+    async fn update(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        automation: Automation,
+    ) -> StoredAutomation {
+        self.automations
+            .automation_update(tenant, id, automation)
+            .await
+            .unwrap_or_else(|err| panic!("automation {id} is updated: {err}"))
+    }
+
+    async fn set_enabled(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        enabled: bool,
+    ) -> StoredAutomation {
+        self.automations
+            .automation_set_enabled(tenant, id, enabled)
+            .await
+            .unwrap_or_else(|err| panic!("automation {id} is set enabled={enabled}: {err}"))
+    }
+
+    async fn list(&self, tenant: TenantId) -> Vec<StoredAutomation> {
+        self.automations
+            .automation_list(tenant)
+            .await
+            .expect("automation_list succeeds")
+    }
+
+    async fn by_token(&self, token: &str) -> Option<StoredAutomation> {
+        self.automations
+            .automation_by_webhook_token(token)
+            .await
+            .expect("automation_by_webhook_token succeeds")
+    }
+
+    /// The names of the tenant's listeners of `event`, in the store's order.
+    async fn listeners(&self, tenant: TenantId, event: &str) -> Vec<String> {
+        self.automations
+            .automations_for_event(tenant, event)
+            .await
+            .unwrap_or_else(|err| panic!("automations_for_event {event} succeeds: {err}"))
+            .into_iter()
+            .map(|stored| stored.automation.name)
+            .collect()
+    }
+
+    async fn ticket(&self, tenant: TenantId, external_id: &str) -> Ticket {
+        self.desk
+            .ticket_upsert(tenant, upsert(external_id), Origin::Person)
+            .await
+            .unwrap_or_else(|err| panic!("ticket {external_id} is created: {err}"))
+            .ticket
+    }
+
+    /// One admission of the guard with the default limits.
+    async fn admit(&self, automation: AutomationId, ticket: TicketId, now: DateTime<Utc>) -> bool {
+        self.automations
+            .guard_admit(self.acme, automation, ticket, now, GUARD_WINDOW, GUARD_MAX)
+            .await
+            .unwrap_or_else(|err| panic!("guard_admit at {now} succeeds: {err}"))
+    }
+}
+
+fn parse(value: Value) -> Automation {
+    Automation::from_value(&value)
+        .unwrap_or_else(|problems| panic!("the test automation parses: {problems:?}"))
+}
+
+fn steps(message: &str) -> Value {
+    json!([{"name": "note", "op": "flow/log", "input": {"message": message}}])
+}
+
+fn webhook(name: &str) -> Automation {
+    parse(json!({
+        "name": name,
+        "trigger": {"type": "webhook", "params": [
+            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}
+        ]},
+        "steps": steps("order {{orderId}}"),
+    }))
+}
+
+fn listener(name: &str, event: &str) -> Automation {
+    parse(json!({
+        "name": name,
+        "trigger": {"type": "event", "event": event},
+        "steps": steps("ticket {{ticket.id}}"),
+    }))
+}
+
+fn manual(name: &str) -> Automation {
+    parse(json!({"name": name, "trigger": {"type": "manual"}, "steps": steps("by hand")}))
+}
+
+fn poll(name: &str) -> Automation {
+    parse(json!({
+        "name": name,
+        "trigger": {"type": "poll", "source": "mail", "intervalSec": 60},
+        "steps": steps("mail"),
+    }))
+}
+
+fn schedule(name: &str) -> Automation {
+    parse(json!({
+        "name": name,
+        "trigger": {"type": "schedule", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Prague"},
+        "steps": steps("morning"),
+    }))
+}
+
+/// `automation` with one `flow/log` step logging `message`.
+fn with_steps(mut automation: Automation, message: &str) -> Automation {
+    automation.steps =
+        parse(json!({"name": "x", "trigger": {"type": "manual"}, "steps": steps(message)})).steps;
+    automation
+}
+
+/// `automation` with `enabled` set as given.
+fn with_enabled(mut automation: Automation, enabled: bool) -> Automation {
+    automation.enabled = enabled;
+    automation
+}
+
+fn upsert(external_id: &str) -> TicketUpsert {
+    TicketUpsert {
+        external_id: external_id.into(),
+        ..TicketUpsert::default()
+    }
+}
+
+/// A fixed, readable instant for the guard (2030-01-01T12:00:00Z).
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 12, 0, 0)
+        .single()
+        .expect("invariant: a fixed, valid date")
+}
+
+fn at(offset: Duration) -> DateTime<Utc> {
+    fronta_engine::clock::add(t0(), offset)
+}
+
+fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+fn expect_err<T: std::fmt::Debug>(result: Result<T, DeskError>, what: &str) -> DeskError {
+    match result {
+        Ok(value) => panic!("{what}: expected an error, got {value:?}"),
+        Err(err) => err,
+    }
+}
+
+fn assert_not_found<T: std::fmt::Debug>(result: Result<T, DeskError>, what: &str) -> DeskError {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, DeskError::NotFound(_)),
+        "{what}: expected NotFound, got {err:?}"
+    );
+    err
+}
+
+fn assert_conflict<T: std::fmt::Debug>(result: Result<T, DeskError>, what: &str) {
+    let err = expect_err(result, what);
+    assert!(
+        matches!(err, DeskError::Conflict(_)),
+        "{what}: expected Conflict, got {err:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Saved automations
+// ---------------------------------------------------------------------------------------
+
+/// An automation reads back by id and by name exactly as created (with its signing
+/// secret), lists, updates (same id and `created_at`, the new definition and name, the
+/// secret kept) and deletes; a deleted one is `NotFound` everywhere, like one that never
+/// existed. An automation of an unknown tenant is `NotFound`.
+pub async fn automations_are_created_read_listed_updated_and_deleted(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let store = &env.automations;
+    let created = store
+        .automation_create(env.acme, webhook("orders"), Some("whsec_secret".into()))
+        .await
+        .expect("the automation is created");
+    assert_eq!(created.tenant, env.acme, "it belongs to the tenant");
+    assert_eq!(
+        created.automation,
+        webhook("orders"),
+        "the definition is kept whole"
+    );
+    assert_eq!(
+        created.signing_secret.as_deref(),
+        Some("whsec_secret"),
+        "the signing secret is kept"
+    );
+    assert_eq!(
+        created.created_at, created.updated_at,
+        "a new automation was last updated when it was created"
+    );
+    assert_eq!(
+        env.get(env.acme, created.id).await,
+        created,
+        "get answers the automation as created"
+    );
+    assert_eq!(
+        store
+            .automation_by_name(env.acme, "orders")
+            .await
+            .expect("by name reads"),
+        created,
+        "by name answers the same"
+    );
+    assert_eq!(
+        env.list(env.acme).await,
+        vec![created.clone()],
+        "the list shows it"
+    );
+
+    let changed = with_steps(manual("orders by hand"), "changed");
+    let updated = env.update(env.acme, created.id, changed.clone()).await;
+    assert_eq!(updated.id, created.id, "an update keeps the id");
+    assert_eq!(updated.automation, changed, "the definition is replaced");
+    assert_eq!(
+        updated.created_at, created.created_at,
+        "an update keeps created_at"
+    );
+    assert!(
+        updated.updated_at >= created.updated_at,
+        "updated_at does not go back: {} then {}",
+        created.updated_at,
+        updated.updated_at
+    );
+    assert_eq!(
+        updated.signing_secret, created.signing_secret,
+        "an update keeps the signing secret"
+    );
+    assert_eq!(
+        env.get(env.acme, created.id).await,
+        updated,
+        "get shows the update"
+    );
+    assert_not_found(
+        store.automation_by_name(env.acme, "orders").await,
+        "the old name after a rename",
+    );
+    assert_eq!(
+        store
+            .automation_by_name(env.acme, "orders by hand")
+            .await
+            .expect("the new name reads"),
+        updated,
+        "the new name finds it"
+    );
+
+    store
+        .automation_delete(env.acme, created.id)
+        .await
+        .expect("the automation is deleted");
+    assert_not_found(
+        store.automation_get(env.acme, created.id).await,
+        "get after delete",
+    );
+    assert_not_found(
+        store.automation_by_name(env.acme, "orders by hand").await,
+        "by name after delete",
+    );
+    assert!(
+        env.list(env.acme).await.is_empty(),
+        "the list is empty after delete"
+    );
+    assert_not_found(
+        store.automation_delete(env.acme, created.id).await,
+        "a second delete",
+    );
+    assert_not_found(
+        store
+            .automation_update(env.acme, created.id, manual("again"))
+            .await,
+        "an update after delete",
+    );
+    assert_not_found(
+        store
+            .automation_set_enabled(env.acme, created.id, false)
+            .await,
+        "set_enabled after delete",
+    );
+    assert_not_found(
+        store
+            .automation_create(TenantId::new(), manual("nobody's"), None)
+            .await,
+        "an automation of an unknown tenant",
+    );
+}
+
+/// A name is unique within a tenant (`Conflict` on create and on an update onto a taken
+/// name, which changes nothing), free in another tenant, kept by an update of its own
+/// automation, and free again once its automation is deleted. An empty name is `Invalid`.
+pub async fn automation_names_are_unique_within_a_tenant(factory: &dyn AutomationStoreFactory) {
+    let env = Env::open(factory).await;
+    let store = &env.automations;
+    let first = env.create(env.acme, manual("first")).await;
+    let second = env.create(env.acme, manual("second")).await;
+    assert_conflict(
+        store
+            .automation_create(env.acme, webhook("first"), None)
+            .await,
+        "a second automation named first",
+    );
+    assert_conflict(
+        store
+            .automation_update(env.acme, second.id, manual("first"))
+            .await,
+        "renaming second onto first",
+    );
+    assert_eq!(
+        env.get(env.acme, second.id).await,
+        second,
+        "the refused update changed nothing"
+    );
+    env.update(env.acme, first.id, webhook("first")).await;
+    env.create(env.globex, manual("first")).await;
+    assert_eq!(
+        env.list(env.acme).await.len(),
+        2,
+        "refused writes added nothing to Acme"
+    );
+
+    store
+        .automation_delete(env.acme, first.id)
+        .await
+        .expect("first is deleted");
+    env.create(env.acme, manual("first")).await;
+
+    let err = expect_err(
+        store.automation_create(env.acme, manual("   "), None).await,
+        "an automation without a name",
+    );
+    assert!(
+        matches!(err, DeskError::Invalid(_)),
+        "a blank name is Invalid, got {err:?}"
+    );
+}
+
+/// `automation_list` is ordered by name, whatever the creation order.
+pub async fn automation_list_is_ordered_by_name(factory: &dyn AutomationStoreFactory) {
+    let env = Env::open(factory).await;
+    for name in ["zulu", "alpha", "mike"] {
+        env.create(env.acme, manual(name)).await;
+    }
+    let names: Vec<String> = env
+        .list(env.acme)
+        .await
+        .into_iter()
+        .map(|stored| stored.automation.name)
+        .collect();
+    assert_eq!(
+        names,
+        ["alpha", "mike", "zulu"],
+        "the list is ordered by name"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Tenant isolation
+// ---------------------------------------------------------------------------------------
+
+/// Every tenant-scoped method given another tenant's automation (or, for the guard, its
+/// ticket) answers exactly what it answers for an id that never existed, and changes
+/// nothing of the other tenant's.
+pub async fn another_tenants_automation_answers_exactly_like_an_unknown_one(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let store = &env.automations;
+    let (acme, globex) = (env.acme, env.globex);
+    let theirs = env.create(globex, webhook("theirs")).await;
+    let their_ticket = env.ticket(globex, "g-1").await;
+    let ours = env.create(acme, manual("ours")).await;
+    let our_ticket = env.ticket(acme, "a-1").await;
+
+    macro_rules! same {
+        ($theirs:expr, $unknown:expr, $what:literal) => {{
+            let unknown = assert_not_found($unknown, concat!($what, " (unknown)"));
+            let theirs = expect_err($theirs, concat!($what, " (another tenant's)"));
+            assert_eq!(
+                theirs, unknown,
+                concat!($what, ": another tenant's answers exactly like unknown")
+            );
+        }};
+    }
+
+    same!(
+        store.automation_get(acme, theirs.id).await,
+        store.automation_get(acme, AutomationId::new()).await,
+        "automation_get"
+    );
+    same!(
+        store.automation_by_name(acme, "theirs").await,
+        store.automation_by_name(acme, "never").await,
+        "automation_by_name"
+    );
+    same!(
+        store
+            .automation_update(acme, theirs.id, manual("stolen"))
+            .await,
+        store
+            .automation_update(acme, AutomationId::new(), manual("stolen"))
+            .await,
+        "automation_update"
+    );
+    same!(
+        store.automation_set_enabled(acme, theirs.id, false).await,
+        store
+            .automation_set_enabled(acme, AutomationId::new(), false)
+            .await,
+        "automation_set_enabled"
+    );
+    same!(
+        store.automation_delete(acme, theirs.id).await,
+        store.automation_delete(acme, AutomationId::new()).await,
+        "automation_delete"
+    );
+    same!(
+        store
+            .guard_admit(
+                acme,
+                theirs.id,
+                our_ticket.id,
+                t0(),
+                GUARD_WINDOW,
+                GUARD_MAX
+            )
+            .await,
+        store
+            .guard_admit(
+                acme,
+                AutomationId::new(),
+                our_ticket.id,
+                t0(),
+                GUARD_WINDOW,
+                GUARD_MAX
+            )
+            .await,
+        "guard_admit with another tenant's automation"
+    );
+    same!(
+        store
+            .guard_admit(
+                acme,
+                ours.id,
+                their_ticket.id,
+                t0(),
+                GUARD_WINDOW,
+                GUARD_MAX
+            )
+            .await,
+        store
+            .guard_admit(
+                acme,
+                ours.id,
+                TicketId::new(),
+                t0(),
+                GUARD_WINDOW,
+                GUARD_MAX
+            )
+            .await,
+        "guard_admit with another tenant's ticket"
+    );
+    assert_eq!(
+        env.get(globex, theirs.id).await,
+        theirs,
+        "Globex's automation is untouched by Acme's attempts"
+    );
+}
+
+/// Lists and event queries show only the caller's tenant's automations, also when both
+/// tenants use the same names; an unknown tenant has none.
+pub async fn lists_never_show_another_tenants_automations(factory: &dyn AutomationStoreFactory) {
+    let env = Env::open(factory).await;
+    for tenant in [env.acme, env.globex] {
+        env.create(tenant, listener("on-create", CREATED)).await;
+        env.create(tenant, listener("on-change", CHANGED)).await;
+        env.create(tenant, webhook("orders")).await;
+    }
+    for (tenant, who) in [(env.acme, "Acme"), (env.globex, "Globex")] {
+        let listed = env.list(tenant).await;
+        assert_eq!(
+            listed.len(),
+            3,
+            "{who} lists its three automations: {listed:?}"
+        );
+        assert!(
+            listed.iter().all(|stored| stored.tenant == tenant),
+            "{who}'s list holds only its own: {listed:?}"
+        );
+        for event in [CREATED, CHANGED] {
+            let found = env
+                .automations
+                .automations_for_event(tenant, event)
+                .await
+                .expect("automations_for_event succeeds");
+            assert_eq!(
+                found.len(),
+                1,
+                "{who} has one listener of {event}: {found:?}"
+            );
+            assert_eq!(
+                found[0].tenant, tenant,
+                "{who}'s listener of {event} is its own"
+            );
+        }
+    }
+    assert!(
+        env.list(TenantId::new()).await.is_empty(),
+        "an unknown tenant lists nothing"
+    );
+    assert!(
+        env.listeners(TenantId::new(), CREATED).await.is_empty(),
+        "an unknown tenant has no listeners"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Webhook tokens
+// ---------------------------------------------------------------------------------------
+
+/// A webhook automation gets a token at creation: long, different for each automation,
+/// and the only way `automation_by_webhook_token` finds it (from any tenant, also while
+/// paused). Manual, event, poll and schedule triggers have none. A wrong, empty or
+/// one-character-off token finds nothing.
+pub async fn webhook_automation_gets_a_random_unguessable_token_and_others_none(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let orders = env.create(env.acme, webhook("orders")).await;
+    let returns = env.create(env.acme, webhook("returns")).await;
+    let theirs = env.create(env.globex, webhook("orders")).await;
+    let token = orders
+        .webhook_token
+        .clone()
+        .expect("a webhook automation has a token");
+    let other = returns
+        .webhook_token
+        .clone()
+        .expect("every webhook automation has a token");
+    assert_ne!(token, other, "two webhook automations, two tokens");
+    assert!(
+        token.len() >= 32,
+        "a token is long enough not to be guessed: {} characters",
+        token.len()
+    );
+    for quiet in [
+        manual("by hand"),
+        listener("on-create", CREATED),
+        poll("mail"),
+        schedule("mornings"),
+    ] {
+        let stored = env.create(env.acme, quiet).await;
+        assert_eq!(
+            stored.webhook_token,
+            None,
+            "a {} trigger has no token",
+            stored.automation.trigger.kind()
+        );
+        assert_eq!(
+            env.get(env.acme, stored.id).await.webhook_token,
+            None,
+            "nor does it read back with one"
+        );
+    }
+
+    assert_eq!(
+        env.by_token(&token).await,
+        Some(orders.clone()),
+        "the token finds its automation"
+    );
+    assert_eq!(
+        env.by_token(&other).await,
+        Some(returns),
+        "each token finds its own"
+    );
+    assert_eq!(
+        env.by_token(theirs.webhook_token.as_deref().expect("Globex's token"))
+            .await,
+        Some(theirs.clone()),
+        "the token lookup is the one not scoped by tenant"
+    );
+    assert_eq!(
+        env.get(env.acme, orders.id).await.webhook_token,
+        Some(token.clone()),
+        "get shows the token"
+    );
+    assert_eq!(
+        env.by_token("wh_not-a-token").await,
+        None,
+        "a wrong token finds nothing"
+    );
+    assert_eq!(env.by_token("").await, None, "an empty token finds nothing");
+    let mut altered = token.clone();
+    let last = altered.pop().expect("a token is not empty");
+    altered.push(if last == '0' { '1' } else { '0' });
+    assert_eq!(
+        env.by_token(&altered).await,
+        None,
+        "a token one character off finds nothing"
+    );
+
+    let paused = env.set_enabled(env.acme, orders.id, false).await;
+    assert_eq!(
+        env.by_token(&token).await,
+        Some(paused),
+        "a paused webhook automation is still found (the caller decides what it answers)"
+    );
+}
+
+/// The token survives updates, pausing, and a trigger that changes away (while it is not
+/// a webhook the automation shows no token and the token finds nothing) and back (the
+/// same token again). An automation that becomes a webhook gets a token then, kept after.
+pub async fn webhook_token_is_kept_across_updates_also_when_the_trigger_changes_away_and_back(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let orders = env.create(env.acme, webhook("orders")).await;
+    let token = orders
+        .webhook_token
+        .clone()
+        .expect("a webhook automation has a token");
+
+    let updated = env
+        .update(env.acme, orders.id, with_steps(webhook("orders"), "v2"))
+        .await;
+    assert_eq!(
+        updated.webhook_token.as_deref(),
+        Some(token.as_str()),
+        "an update of the steps keeps the token"
+    );
+    let paused = env.set_enabled(env.acme, orders.id, false).await;
+    assert_eq!(
+        paused.webhook_token.as_deref(),
+        Some(token.as_str()),
+        "pausing keeps the token"
+    );
+
+    let away = env.update(env.acme, orders.id, manual("orders")).await;
+    assert_eq!(away.webhook_token, None, "a manual trigger shows no token");
+    assert_eq!(
+        env.get(env.acme, orders.id).await.webhook_token,
+        None,
+        "nor does it read back with one"
+    );
+    assert_eq!(
+        env.by_token(&token).await,
+        None,
+        "the token finds nothing while the trigger is manual"
+    );
+
+    let back = env.update(env.acme, orders.id, webhook("orders")).await;
+    assert_eq!(
+        back.webhook_token.as_deref(),
+        Some(token.as_str()),
+        "back to a webhook, the same token"
+    );
+    assert_eq!(
+        env.by_token(&token).await.map(|stored| stored.id),
+        Some(orders.id),
+        "and the token finds it again"
+    );
+
+    let by_hand = env.create(env.acme, manual("by hand")).await;
+    let became = env.update(env.acme, by_hand.id, webhook("by hand")).await;
+    let new_token = became
+        .webhook_token
+        .clone()
+        .expect("an automation that becomes a webhook gets a token");
+    assert_ne!(new_token, token, "its own token");
+    let again = env.update(env.acme, by_hand.id, webhook("by hand")).await;
+    assert_eq!(again.webhook_token, Some(new_token), "and keeps it");
+}
+
+// ---------------------------------------------------------------------------------------
+// Event listeners
+// ---------------------------------------------------------------------------------------
+
+/// `automations_for_event` answers the tenant's enabled automations listening to that
+/// event, oldest (by creation) first — not by name, not by the last update; nothing for an
+/// event nobody listens to. A trigger changed to the event joins at its creation's place;
+/// one changed away leaves.
+pub async fn automations_for_event_answers_the_enabled_listeners_oldest_first(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let zulu = env.create(env.acme, listener("zulu", CHANGED)).await;
+    env.create(env.acme, listener("alpha", CREATED)).await;
+    let mike = env.create(env.acme, manual("mike")).await;
+    env.create(env.acme, webhook("echo")).await;
+    env.create(env.acme, with_enabled(listener("bravo", CHANGED), false))
+        .await;
+    env.create(env.acme, listener("yankee", CHANGED)).await;
+    env.create(env.globex, listener("other", CHANGED)).await;
+
+    assert_eq!(
+        env.listeners(env.acme, CHANGED).await,
+        ["zulu", "yankee"],
+        "enabled listeners of ticket.changed, oldest first"
+    );
+    assert_eq!(
+        env.listeners(env.acme, CREATED).await,
+        ["alpha"],
+        "the listener of ticket.created"
+    );
+    assert!(
+        env.listeners(env.acme, "ticket.closed").await.is_empty(),
+        "nobody listens to an unknown event"
+    );
+
+    env.update(env.acme, mike.id, listener("mike", CHANGED))
+        .await;
+    assert_eq!(
+        env.listeners(env.acme, CHANGED).await,
+        ["zulu", "mike", "yankee"],
+        "a trigger changed to the event joins in creation order"
+    );
+    env.update(env.acme, zulu.id, manual("zulu")).await;
+    assert_eq!(
+        env.listeners(env.acme, CHANGED).await,
+        ["mike", "yankee"],
+        "a trigger changed away leaves"
+    );
+}
+
+/// `automation_set_enabled(false)` pauses: `get` and the list show `enabled: false` and
+/// the event query leaves it out; doing it again changes nothing; enabling brings it back.
+/// An update whose definition says `enabled: false` pauses it too.
+pub async fn disabling_an_automation_removes_it_from_its_event_and_get_shows_it(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let stored = env.create(env.acme, listener("route", CHANGED)).await;
+    assert!(
+        stored.automation.enabled,
+        "an automation is enabled by default"
+    );
+    assert_eq!(
+        env.listeners(env.acme, CHANGED).await,
+        ["route"],
+        "it listens"
+    );
+
+    let paused = env.set_enabled(env.acme, stored.id, false).await;
+    assert!(
+        !paused.automation.enabled,
+        "set_enabled answers the paused automation"
+    );
+    assert!(
+        !env.get(env.acme, stored.id).await.automation.enabled,
+        "get shows enabled: false"
+    );
+    assert!(
+        !env.list(env.acme).await[0].automation.enabled,
+        "the list shows enabled: false"
+    );
+    assert!(
+        env.listeners(env.acme, CHANGED).await.is_empty(),
+        "a paused automation does not listen"
+    );
+    let again = env.set_enabled(env.acme, stored.id, false).await;
+    assert_eq!(again, paused, "pausing a paused automation changes nothing");
+
+    let resumed = env.set_enabled(env.acme, stored.id, true).await;
+    assert!(resumed.automation.enabled, "enabled again");
+    assert_eq!(
+        resumed.automation,
+        listener("route", CHANGED),
+        "only enabled changed in the definition"
+    );
+    assert_eq!(
+        env.listeners(env.acme, CHANGED).await,
+        ["route"],
+        "it listens again"
+    );
+
+    env.update(
+        env.acme,
+        stored.id,
+        with_enabled(listener("route", CHANGED), false),
+    )
+    .await;
+    assert!(
+        !env.get(env.acme, stored.id).await.automation.enabled,
+        "an update can pause"
+    );
+    assert!(
+        env.listeners(env.acme, CHANGED).await.is_empty(),
+        "and the paused automation does not listen"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The loop guard
+// ---------------------------------------------------------------------------------------
+
+/// Five runs of one automation over one ticket within a minute are admitted, the sixth
+/// (and any later one inside the minute) is refused, and a refusal counts nothing: a
+/// minute after the first run one more is admitted (four left in the window), then the
+/// window is full again.
+pub async fn guard_admits_five_runs_a_minute_and_refuses_the_sixth(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let automation = env.create(env.acme, listener("loop", CHANGED)).await.id;
+    let ticket = env.ticket(env.acme, "t-1").await.id;
+    for second in 0..5 {
+        assert!(
+            env.admit(automation, ticket, at(secs(second))).await,
+            "run {} at +{second}s is admitted",
+            second + 1
+        );
+    }
+    assert!(
+        !env.admit(automation, ticket, at(secs(10))).await,
+        "the sixth run within the minute is refused"
+    );
+    assert!(
+        !env.admit(automation, ticket, at(secs(59))).await,
+        "still refused at +59s"
+    );
+    assert!(
+        env.admit(automation, ticket, at(secs(60) + Duration::from_millis(1)))
+            .await,
+        "once the first run left the window one more is admitted (refusals counted nothing)"
+    );
+    assert!(
+        !env.admit(
+            automation,
+            ticket,
+            at(secs(60) + Duration::from_millis(500))
+        )
+        .await,
+        "and the window is full again"
+    );
+}
+
+/// After a whole window without runs the guard admits `max` again; other limits are
+/// honoured as given.
+pub async fn guard_admits_again_once_the_window_has_passed(factory: &dyn AutomationStoreFactory) {
+    let env = Env::open(factory).await;
+    let automation = env.create(env.acme, listener("loop", CHANGED)).await.id;
+    let ticket = env.ticket(env.acme, "t-1").await.id;
+    for _ in 0..GUARD_MAX {
+        assert!(
+            env.admit(automation, ticket, t0()).await,
+            "the first five at t0 are admitted"
+        );
+    }
+    assert!(
+        !env.admit(automation, ticket, t0()).await,
+        "the sixth at t0 is refused"
+    );
+    let later = at(secs(61));
+    for run in 1..=GUARD_MAX {
+        assert!(
+            env.admit(automation, ticket, later).await,
+            "run {run} a window later is admitted"
+        );
+    }
+    assert!(
+        !env.admit(automation, ticket, later).await,
+        "and the sixth then is refused"
+    );
+
+    let other = env.ticket(env.acme, "t-2").await.id;
+    let admit = |now| {
+        env.automations
+            .guard_admit(env.acme, automation, other, now, secs(10), 2)
+    };
+    assert!(
+        admit(t0()).await.expect("guard_admit succeeds"),
+        "1 of 2 in 10 s"
+    );
+    assert!(
+        admit(at(secs(1))).await.expect("guard_admit succeeds"),
+        "2 of 2 in 10 s"
+    );
+    assert!(
+        !admit(at(secs(9))).await.expect("guard_admit succeeds"),
+        "a third within 10 s is refused"
+    );
+    assert!(
+        admit(at(secs(11))).await.expect("guard_admit succeeds"),
+        "after 10 s one is admitted again"
+    );
+}
+
+/// The guard counts per (automation, ticket): a full window for one pair leaves another
+/// ticket of the same automation and another automation over the same ticket free.
+pub async fn guard_counts_each_automation_and_ticket_separately(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let first = env.create(env.acme, listener("first", CHANGED)).await.id;
+    let second = env.create(env.acme, listener("second", CHANGED)).await.id;
+    let one = env.ticket(env.acme, "t-1").await.id;
+    let two = env.ticket(env.acme, "t-2").await.id;
+    for _ in 0..GUARD_MAX {
+        assert!(
+            env.admit(first, one, t0()).await,
+            "first over t-1 is admitted up to the limit"
+        );
+    }
+    assert!(
+        !env.admit(first, one, t0()).await,
+        "first over t-1 is then refused"
+    );
+    assert!(
+        env.admit(first, two, t0()).await,
+        "first over t-2 has its own count"
+    );
+    assert!(
+        env.admit(second, one, t0()).await,
+        "second over t-1 has its own count"
+    );
+}
+
+/// Ten concurrent admissions of one (automation, ticket) at one instant admit exactly
+/// five: the count and the insert are one atomic step.
+pub async fn concurrent_guard_admissions_admit_exactly_the_limit(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let automation = env.create(env.acme, listener("loop", CHANGED)).await.id;
+    let ticket = env.ticket(env.acme, "t-1").await.id;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..10 {
+        let store = env.automations.clone();
+        let tenant = env.acme;
+        tasks.spawn(async move {
+            store
+                .guard_admit(tenant, automation, ticket, t0(), GUARD_WINDOW, GUARD_MAX)
+                .await
+        });
+    }
+    let mut admitted = 0;
+    while let Some(joined) = tasks.join_next().await {
+        if joined
+            .expect("the guard task finishes")
+            .expect("guard_admit succeeds")
+        {
+            admitted += 1;
+        }
+    }
+    assert_eq!(
+        admitted, GUARD_MAX,
+        "exactly the limit is admitted among ten concurrent calls"
+    );
+    assert!(
+        !env.admit(automation, ticket, t0()).await,
+        "and the window is full"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The ticket event sink
+// ---------------------------------------------------------------------------------------
+
+/// The run kind the test sink answers.
+const ROUTE: &str = "automation-route";
+
+/// A sink that records every event it is handed and answers one run per event. While
+/// `duplicate` is set it answers a run whose id is the first run's, so the insert fails.
+#[derive(Clone, Default)]
+struct Recorder {
+    events: Arc<Mutex<Vec<TicketEvent>>>,
+    runs: Arc<Mutex<Vec<RunId>>>,
+    duplicate: Arc<AtomicBool>,
+}
+
+impl Recorder {
+    fn sink(&self) -> TicketEventSink {
+        let recorder = self.clone();
+        Arc::new(move |event: &TicketEvent| {
+            let mut runs = recorder
+                .runs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let id = match runs.first() {
+                Some(first) if recorder.duplicate.load(Ordering::SeqCst) => *first,
+                _ => RunId::new_v7(),
+            };
+            runs.push(id);
+            recorder
+                .events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(event.clone());
+            vec![NewRun {
+                id,
+                tenant: event.tenant.to_string(),
+                kind: ROUTE.into(),
+                payload: json!({ "event": event.id, "kind": event.kind.as_str() }),
+                trigger: fronta_engine::Trigger::Event,
+                unique_key: None,
+                priority: 0,
+                delay: None,
+                run_at: None,
+                max_retries: 3,
+            }]
+        })
+    }
+
+    fn events(&self) -> Vec<TicketEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn last_run(&self) -> RunId {
+        *self
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .last()
+            .expect("the sink answered a run")
+    }
+}
+
+/// A store with the recorder's sink installed and one tenant with an `order` type.
+struct SinkEnv {
+    desk: Arc<dyn DeskStore>,
+    runs: Arc<dyn RunStore>,
+    recorder: Recorder,
+    acme: TenantId,
+}
+
+const ORDER: &str = "order";
+const WAITING: &str = "waiting-to-pack";
+const SHIPPED: &str = "shipped";
+
+impl SinkEnv {
+    async fn open(factory: &dyn AutomationStoreFactory) -> Self {
+        let recorder = Recorder::default();
+        let (desk, runs) = factory.open_with_sink(recorder.sink()).await;
+        let (acme, _) = desk.tenant_create("Acme").await.expect("tenant Acme");
+        desk.ticket_type_create(acme.id, ORDER, &[WAITING.into(), SHIPPED.into()], &[])
+            .await
+            .expect("type order");
+        Self {
+            desk,
+            runs,
+            recorder,
+            acme: acme.id,
+        }
+    }
+
+    fn order(&self, external_id: &str) -> TicketUpsert {
+        TicketUpsert {
+            external_id: external_id.into(),
+            title: Some(format!("Order {external_id}")),
+            ticket_type: Some(ORDER.into()),
+            status: Some(WAITING.into()),
+            ..TicketUpsert::default()
+        }
+    }
+
+    async fn run_ids(&self) -> Vec<RunId> {
+        let mut ids: Vec<RunId> = self
+            .runs
+            .run_list(RunFilter::default())
+            .await
+            .expect("run_list succeeds")
+            .into_iter()
+            .map(|run| run.id)
+            .collect();
+        ids.sort();
+        ids
+    }
+}
+
+fn automation_origin() -> Origin {
+    Origin::Automation {
+        automation_id: "a-route".into(),
+        run_id: "r-1".into(),
+    }
+}
+
+fn assert_v7(event: &TicketEvent) {
+    let id = uuid::Uuid::parse_str(&event.id)
+        .unwrap_or_else(|err| panic!("the event id {} is a UUID: {err}", event.id));
+    assert_eq!(
+        id.get_version_num(),
+        7,
+        "the event id is a UUIDv7: {}",
+        event.id
+    );
+}
+
+/// A create hands the sink one `ticket.created` event — the ticket as committed, an empty
+/// change, the write's origin, a UUIDv7 id, `at` = the ticket's `updated_at` — and the run
+/// the sink answered is in the run store, queued, as soon as the write returns.
+pub async fn ticket_create_emits_one_created_event_and_its_run_commits_with_it(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = SinkEnv::open(factory).await;
+    let write = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-1"), automation_origin())
+        .await
+        .expect("the create succeeds");
+    assert!(write.created, "a new ticket");
+    let events = env.recorder.events();
+    assert_eq!(events.len(), 1, "one event for one create: {events:?}");
+    let event = &events[0];
+    assert_eq!(
+        event.kind,
+        TicketEventKind::Created,
+        "a create is ticket.created"
+    );
+    assert_eq!(event.tenant, env.acme, "the event carries the tenant");
+    assert_eq!(
+        event.ticket, write.ticket,
+        "the event carries the ticket as committed"
+    );
+    assert_eq!(
+        env.desk
+            .ticket_get(env.acme, write.ticket.id)
+            .await
+            .expect("the ticket reads"),
+        event.ticket,
+        "which is what a read shows"
+    );
+    assert!(
+        event.change.is_empty(),
+        "a create has no change map: {:?}",
+        event.change
+    );
+    assert_eq!(
+        event.origin,
+        automation_origin(),
+        "the event carries the write's origin"
+    );
+    assert_eq!(
+        event.at, write.ticket.updated_at,
+        "the event happened when the ticket was written"
+    );
+    assert_v7(event);
+
+    let run = env
+        .runs
+        .run_get(env.recorder.last_run())
+        .await
+        .expect("run_get succeeds")
+        .expect("the sink's run committed with the ticket");
+    assert_eq!(
+        (run.tenant.as_str(), run.kind.as_str(), run.status),
+        (env.acme.to_string().as_str(), ROUTE, RunStatus::Queued),
+        "the run is queued as the sink answered it"
+    );
+    assert_eq!(
+        run.payload["event"],
+        json!(event.id),
+        "the run carries what the sink put in"
+    );
+}
+
+/// A change, an upsert that attaches and changes something, and a least-busy assignment
+/// that moves the assignee each hand the sink one `ticket.changed` event with the change
+/// map the write answered and the write's origin; every event has its own id.
+pub async fn ticket_changes_emit_changed_events_with_the_change_and_the_origin(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = SinkEnv::open(factory).await;
+    let ticket = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-1"), Origin::Person)
+        .await
+        .expect("the create succeeds")
+        .ticket;
+
+    let changed = env
+        .desk
+        .ticket_change(
+            env.acme,
+            ticket.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                add_tags: vec!["shipped".into()],
+                ..TicketChange::default()
+            },
+            automation_origin(),
+        )
+        .await
+        .expect("the change succeeds");
+    let attached = env
+        .desk
+        .ticket_upsert(
+            env.acme,
+            TicketUpsert {
+                tags: vec!["priority".into()],
+                ..upsert("o-1")
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("the attaching upsert succeeds");
+    assert!(!attached.created, "the upsert attached");
+    let group = env
+        .desk
+        .group_create(env.acme, "warehouse")
+        .await
+        .expect("group");
+    env.desk
+        .member_add(env.acme, group.id, "Eva", None, 5)
+        .await
+        .expect("member");
+    let assigned = env
+        .desk
+        .ticket_assign_least_busy(env.acme, ticket.id, "warehouse", automation_origin())
+        .await
+        .expect("the assignment succeeds");
+
+    let events = env.recorder.events();
+    assert_eq!(events.len(), 4, "a create and three changes: {events:?}");
+    for (event, write, origin, what) in [
+        (&events[1], &changed, automation_origin(), "the change"),
+        (
+            &events[2],
+            &attached,
+            Origin::Person,
+            "the attaching upsert",
+        ),
+        (&events[3], &assigned, automation_origin(), "the assignment"),
+    ] {
+        assert_eq!(
+            event.kind,
+            TicketEventKind::Changed,
+            "{what} is ticket.changed"
+        );
+        assert!(!write.change.is_empty(), "{what} changed something");
+        assert_eq!(
+            event.change, write.change,
+            "{what}: the event carries the write's change map"
+        );
+        assert_eq!(
+            event.ticket, write.ticket,
+            "{what}: the event carries the ticket as committed"
+        );
+        assert_eq!(
+            event.origin, origin,
+            "{what}: the event carries the write's origin"
+        );
+        assert_eq!(
+            event.at, write.ticket.updated_at,
+            "{what}: at is when the ticket was written"
+        );
+        assert_v7(event);
+    }
+    assert_eq!(
+        events[1]
+            .change
+            .get("status")
+            .map(|change| (&change.from, &change.to)),
+        Some((&json!(WAITING), &json!(SHIPPED))),
+        "the status change is in the map: {:?}",
+        events[1].change
+    );
+    let ids: std::collections::HashSet<&str> =
+        events.iter().map(|event| event.id.as_str()).collect();
+    assert_eq!(ids.len(), events.len(), "every event has its own id");
+    assert_eq!(env.run_ids().await.len(), 4, "one run per event committed");
+}
+
+/// A change that changes nothing, an upsert that attaches without changing anything, and
+/// a least-busy assignment that keeps the assignee announce nothing and insert no run.
+pub async fn ticket_write_that_changes_nothing_emits_nothing(factory: &dyn AutomationStoreFactory) {
+    let env = SinkEnv::open(factory).await;
+    let ticket = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-1"), Origin::Person)
+        .await
+        .expect("the create succeeds")
+        .ticket;
+    let group = env
+        .desk
+        .group_create(env.acme, "warehouse")
+        .await
+        .expect("group");
+    env.desk
+        .member_add(env.acme, group.id, "Eva", None, 5)
+        .await
+        .expect("member");
+    env.desk
+        .ticket_assign_least_busy(env.acme, ticket.id, "warehouse", Origin::Person)
+        .await
+        .expect("the first assignment succeeds");
+    let before = env.recorder.events().len();
+    let runs_before = env.run_ids().await;
+    assert_eq!(
+        before, 2,
+        "the create and the first assignment announced themselves"
+    );
+
+    let same = env
+        .desk
+        .ticket_change(
+            env.acme,
+            ticket.id,
+            TicketChange {
+                status: Some(WAITING.into()),
+                ..TicketChange::default()
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("the no-op change succeeds");
+    assert!(same.change.is_empty(), "the change changed nothing");
+    let attached = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-1"), Origin::Person)
+        .await
+        .expect("the no-op upsert succeeds");
+    assert!(
+        !attached.created && attached.change.is_empty(),
+        "the upsert attached and changed nothing"
+    );
+    let kept = env
+        .desk
+        .ticket_assign_least_busy(env.acme, ticket.id, "warehouse", Origin::Person)
+        .await
+        .expect("the second assignment succeeds");
+    assert!(kept.change.is_empty(), "the assignee stayed");
+
+    assert_eq!(
+        env.recorder.events().len(),
+        before,
+        "writes that changed nothing announced nothing"
+    );
+    assert_eq!(env.run_ids().await, runs_before, "and inserted no run");
+}
+
+/// A refused write — a create or a change to a status outside the type — announces
+/// nothing and inserts no run.
+pub async fn refused_ticket_write_emits_nothing_and_inserts_no_run(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = SinkEnv::open(factory).await;
+    let refused_create = env
+        .desk
+        .ticket_upsert(
+            env.acme,
+            TicketUpsert {
+                status: Some("lost".into()),
+                ..env.order("o-1")
+            },
+            Origin::Person,
+        )
+        .await;
+    assert!(
+        matches!(refused_create, Err(DeskError::Invalid(_))),
+        "a status outside the type is refused on create: {refused_create:?}"
+    );
+    assert!(
+        env.recorder.events().is_empty(),
+        "a refused create announces nothing"
+    );
+    assert!(env.run_ids().await.is_empty(), "and inserts no run");
+
+    let ticket = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-2"), Origin::Person)
+        .await
+        .expect("a valid create succeeds")
+        .ticket;
+    let runs_before = env.run_ids().await;
+    let refused_change = env
+        .desk
+        .ticket_change(
+            env.acme,
+            ticket.id,
+            TicketChange {
+                status: Some("lost".into()),
+                title: Some("renamed".into()),
+                ..TicketChange::default()
+            },
+            Origin::Person,
+        )
+        .await;
+    assert!(
+        matches!(refused_change, Err(DeskError::Invalid(_))),
+        "a status outside the type is refused on change: {refused_change:?}"
+    );
+    assert_eq!(
+        env.recorder.events().len(),
+        1,
+        "only the valid create announced itself"
+    );
+    assert_eq!(
+        env.run_ids().await,
+        runs_before,
+        "the refused change inserted no run"
+    );
+}
+
+/// When the sink's run cannot be inserted (its id is taken), the ticket write fails and
+/// leaves nothing: a failed create leaves no ticket (nor spends its number), a failed
+/// change leaves the ticket and its log as they were, and no run is added.
+pub async fn failing_run_insert_fails_the_ticket_write_and_leaves_no_trace(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = SinkEnv::open(factory).await;
+    let first = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-1"), Origin::Person)
+        .await
+        .expect("the first create succeeds")
+        .ticket;
+    let runs_before = env.run_ids().await;
+    assert_eq!(runs_before.len(), 1, "the first create inserted its run");
+    let log_before = env
+        .desk
+        .ticket_log(env.acme, first.id)
+        .await
+        .expect("the log reads");
+
+    env.recorder.duplicate.store(true, Ordering::SeqCst);
+    let failed_change = env
+        .desk
+        .ticket_change(
+            env.acme,
+            first.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                ..TicketChange::default()
+            },
+            Origin::Person,
+        )
+        .await;
+    assert!(
+        failed_change.is_err(),
+        "the change fails with its run: {failed_change:?}"
+    );
+    assert_eq!(
+        env.desk
+            .ticket_get(env.acme, first.id)
+            .await
+            .expect("the ticket reads"),
+        first,
+        "the ticket is unchanged"
+    );
+    assert_eq!(
+        env.desk
+            .ticket_log(env.acme, first.id)
+            .await
+            .expect("the log reads"),
+        log_before,
+        "the log is unchanged"
+    );
+    let failed_create = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-2"), Origin::Person)
+        .await;
+    assert!(
+        failed_create.is_err(),
+        "the create fails with its run: {failed_create:?}"
+    );
+    let tickets = env
+        .desk
+        .ticket_list(env.acme, TicketFilter::default())
+        .await
+        .expect("ticket_list succeeds");
+    assert_eq!(
+        tickets.iter().map(|ticket| ticket.id).collect::<Vec<_>>(),
+        vec![first.id],
+        "the failed create left no ticket"
+    );
+    assert_eq!(env.run_ids().await, runs_before, "no run was added");
+
+    env.recorder.duplicate.store(false, Ordering::SeqCst);
+    let next = env
+        .desk
+        .ticket_upsert(env.acme, env.order("o-2"), Origin::Person)
+        .await
+        .expect("with an insertable run the create succeeds");
+    assert_eq!(next.ticket.number, 2, "the failed create spent no number");
+}
+
+/// A run inserted by a ticket event wakes the run store's enqueue signal, like any
+/// enqueue, so waiting workers claim it at once.
+pub async fn runs_of_ticket_events_wake_the_enqueue_signal(factory: &dyn AutomationStoreFactory) {
+    let env = SinkEnv::open(factory).await;
+    let signal = env.runs.enqueue_signal();
+    let notified = signal.notified();
+    let mut notified = std::pin::pin!(notified);
+    notified.as_mut().enable();
+    env.desk
+        .ticket_upsert(env.acme, env.order("o-1"), Origin::Person)
+        .await
+        .expect("the create succeeds");
+    tokio::time::timeout(Duration::from_secs(30), notified)
+        .await
+        .expect("the enqueue signal fires after a ticket write that inserted a run");
+}

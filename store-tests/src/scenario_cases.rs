@@ -1,0 +1,637 @@
+//! The seed's verified scenario, end to end on one store: a firm with warehouse (3),
+//! shipping (2) and IT (3); ticket types `order` and `error`; orders arriving by webhook
+//! become `order` tickets, the ticket's creation routes them to the least busy warehouse
+//! member (5001 and 5002 to different people), and a converter error with the nested path
+//! `errors.0.message` becomes an `error` ticket for IT plus an incident whose detail only
+//! admins see. Runs go through the real engine worker, the executor and the store.
+//!
+//! Also here: the executor's durability on a store — a run crashed between two steps
+//! resumes at the next step without repeating the first; a 26-item loop of 2 steps is
+//! not stopped by the tree's step cap; `MAX_ACTIONS` stops a runaway loop saying so; a
+//! change by an automation never starts itself; a long pause snoozes the run.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fronta_automation::executor::{self, ExecState, Runtime};
+use fronta_automation::store::{AutomationStore, StoredAutomation, TicketEventSink};
+use fronta_automation::{Automation, Trigger, contract};
+use fronta_desk::store::TicketFilter;
+use fronta_desk::{DeskStore, FieldDef, IncidentStatus, TenantId};
+use fronta_engine::Clock as _;
+use fronta_engine::{
+    ClaimParams, Dispatcher, ManualClock, Registry, RunFilter, RunStatus, RunStore,
+    Trigger as RunTrigger, Worker, WorkerConfig,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Every store the runtime needs, on one database, and a way to install the event sink.
+pub struct RuntimeStores {
+    pub runs: Arc<dyn RunStore>,
+    pub desk: Arc<dyn DeskStore>,
+    pub automations: Arc<dyn AutomationStore>,
+    pub install_sink: Box<dyn Fn(TicketEventSink) + Send + Sync>,
+}
+
+/// Opens fresh runtime stores for the scenario cases.
+#[async_trait::async_trait]
+pub trait RuntimeFactory: Send + Sync {
+    /// A fresh database whose run store judges time by `clock`.
+    async fn open_runtime(&self, clock: ManualClock) -> RuntimeStores;
+}
+
+struct Firm {
+    stores: RuntimeStores,
+    clock: ManualClock,
+    registry: Arc<Registry>,
+    dispatcher: Dispatcher,
+    tenant: TenantId,
+}
+
+const LEASE: Duration = Duration::from_secs(30);
+
+impl Firm {
+    async fn open(factory: &dyn RuntimeFactory) -> Firm {
+        let clock = ManualClock::new(chrono::Utc::now());
+        let stores = factory.open_runtime(clock.clone()).await;
+        let runtime = Arc::new(Runtime {
+            desk: stores.desk.clone(),
+            automations: stores.automations.clone(),
+            clock: Arc::new(clock.clone()),
+        });
+        let mut registry = Registry::new();
+        executor::register(&mut registry, runtime, LEASE).expect("automation kinds register");
+        let registry = Arc::new(registry);
+        let dispatcher = Dispatcher::from_registry(stores.runs.clone(), &registry);
+        (stores.install_sink)(executor::event_sink(dispatcher.clone()));
+        let (tenant, _token) = stores.desk.tenant_create("Acme").await.expect("tenant");
+        let firm = Firm {
+            stores,
+            clock,
+            registry,
+            dispatcher,
+            tenant: tenant.id,
+        };
+        for (group, people) in [
+            ("warehouse", &["Eva", "Jan", "Petr"][..]),
+            ("shipping", &["Lucie", "Marek"][..]),
+            ("IT", &["Ota", "Rita", "Sara"][..]),
+        ] {
+            let created = firm
+                .stores
+                .desk
+                .group_create(firm.tenant, group)
+                .await
+                .expect("group");
+            for person in people {
+                firm.stores
+                    .desk
+                    .member_add(firm.tenant, created.id, person, None, 5)
+                    .await
+                    .expect("member");
+            }
+        }
+        let order_statuses = vec!["waiting-to-pack".to_string(), "shipped".to_string()];
+        let amount = FieldDef {
+            name: "amount".into(),
+            field_type: fronta_desk::FieldType::Number,
+        };
+        firm.stores
+            .desk
+            .ticket_type_create(firm.tenant, "order", &order_statuses, &[amount])
+            .await
+            .expect("order type");
+        firm.stores
+            .desk
+            .ticket_type_create(
+                firm.tenant,
+                "error",
+                &["new".to_string(), "resolved".to_string()],
+                &[],
+            )
+            .await
+            .expect("error type");
+        firm
+    }
+
+    async fn automation(&self, json: Value) -> StoredAutomation {
+        let automation = Automation::from_value(&json)
+            .unwrap_or_else(|problems| panic!("automation parses: {problems:?}"));
+        self.stores
+            .automations
+            .automation_create(self.tenant, automation, None)
+            .await
+            .expect("automation saved")
+    }
+
+    /// What `POST /webhook/{token}` does: the contract, then a durable enqueue.
+    async fn webhook(&self, stored: &StoredAutomation, body: Value) -> fronta_engine::RunId {
+        let Trigger::Webhook { params } = &stored.automation.trigger else {
+            panic!("not a webhook automation");
+        };
+        let context = contract::extract(params, &body)
+            .unwrap_or_else(|err| panic!("the body fits the contract: {err:?}"));
+        self.dispatcher
+            .enqueue(executor::run_request(stored, RunTrigger::Webhook, context))
+            .await
+            .expect("webhook run enqueued")
+            .id()
+    }
+
+    fn worker_config(&self) -> WorkerConfig {
+        WorkerConfig {
+            name: "scenario".into(),
+            max_in_flight: 4,
+            poll_interval: Duration::from_millis(10),
+            until_idle: true,
+            ..WorkerConfig::default()
+        }
+    }
+
+    async fn drain(&self) {
+        let worker = Worker::new(
+            self.stores.runs.clone(),
+            self.registry.clone(),
+            self.worker_config(),
+        )
+        .expect("worker");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            worker.run(CancellationToken::new()),
+        )
+        .await
+        .expect("the worker went idle within 30 s")
+        .expect("the worker ran");
+    }
+
+    async fn run(&self, id: fronta_engine::RunId) -> fronta_engine::Run {
+        self.stores
+            .runs
+            .run_get(id)
+            .await
+            .expect("get run")
+            .expect("run exists")
+    }
+}
+
+fn orders_automation() -> Value {
+    json!({
+        "name": "Orders from the web shop",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "kind", "path": "kind", "type": "string", "required": true},
+            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}
+        ]},
+        "steps": [
+            {"name": "ticket", "op": "ticket/upsert",
+             "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                       "type": "order", "status": "waiting-to-pack", "tags": ["waiting-to-pack"]}}
+        ]
+    })
+}
+
+fn routing_automation() -> Value {
+    json!({
+        "name": "Orders to the warehouse",
+        "trigger": {"type": "event", "event": "ticket.created"},
+        "steps": [
+            {"name": "isOrder", "type": "condition", "match": "all",
+             "rules": [{"field": "ticket.type", "operator": "eq", "value": "order"},
+                       {"field": "ticket.tags", "operator": "contains", "value": "waiting-to-pack"}],
+             "then": [{"name": "assign", "op": "ticket/assign-least-busy",
+                       "input": {"ticket": "{{ticket.id}}", "group": "warehouse"}}]}
+        ]
+    })
+}
+
+fn converter_automation() -> Value {
+    json!({
+        "name": "Converter errors",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "docId", "path": "document.id", "type": "string", "required": true},
+            {"name": "errorMessage", "path": "errors.0.message", "type": "string", "required": true}
+        ]},
+        "steps": [
+            {"name": "ticket", "op": "ticket/upsert",
+             "input": {"externalId": "doc-{{docId}}", "title": "Converter error: {{errorMessage}}",
+                       "type": "error", "status": "new", "tags": ["converter"]}},
+            {"name": "assign", "op": "ticket/assign-least-busy", "input": {"ticket": "{{ticket.id}}", "group": "IT"}},
+            {"name": "alert", "op": "incident/create",
+             "input": {"title": "Document {{docId}} could not be read", "impact": "{{errorMessage}}", "ticket": "{{ticket.id}}"}}
+        ]
+    })
+}
+
+/// The seed's scenario: two orders to two warehouse people, a converter error to IT with
+/// an incident.
+pub async fn seed_scenario_orders_and_converter_error(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let orders = firm.automation(orders_automation()).await;
+    firm.automation(routing_automation()).await;
+    let converter = firm.automation(converter_automation()).await;
+
+    let first = firm
+        .webhook(
+            &orders,
+            json!({"kind": "order.created", "data": {"order": {"id": "5001"}}}),
+        )
+        .await;
+    firm.drain().await;
+    let second = firm
+        .webhook(
+            &orders,
+            json!({"kind": "order.created", "data": {"order": {"id": "5002"}}}),
+        )
+        .await;
+    let error = firm
+        .webhook(&converter, json!({"document": {"id": "D-99"}, "errors": [{"code": "OCR_FAIL", "message": "Could not read the amount"}]}))
+        .await;
+    firm.drain().await;
+
+    for id in [first, second, error] {
+        let run = firm.run(id).await;
+        assert_eq!(
+            run.status,
+            RunStatus::Completed,
+            "run {id} completed: {:?}",
+            run.last_error
+        );
+        assert_eq!(
+            (run.attempts, run.reclaims),
+            (0, 0),
+            "run {id} spent nothing"
+        );
+    }
+    let tickets = firm
+        .stores
+        .desk
+        .ticket_list(firm.tenant, TicketFilter::default())
+        .await
+        .expect("tickets");
+    let order = |external: &str| {
+        tickets
+            .iter()
+            .find(|ticket| ticket.external_id.as_deref() == Some(external))
+            .unwrap_or_else(|| panic!("ticket {external} exists: {tickets:?}"))
+    };
+    let (t5001, t5002, doc) = (order("order-5001"), order("order-5002"), order("doc-D-99"));
+    assert_eq!(
+        t5001.ticket_type.as_deref(),
+        Some("order"),
+        "5001 is an order"
+    );
+    assert_eq!(
+        t5001.status.as_deref(),
+        Some("waiting-to-pack"),
+        "5001 waits to be packed"
+    );
+    assert!(
+        t5001.tags.contains(&"waiting-to-pack".to_string()),
+        "5001 is tagged"
+    );
+    assert_eq!(
+        t5001.group.as_deref(),
+        Some("warehouse"),
+        "5001 went to the warehouse"
+    );
+    assert_eq!(
+        t5002.group.as_deref(),
+        Some("warehouse"),
+        "5002 went to the warehouse"
+    );
+    let (a1, a2) = (
+        t5001.assignee.clone().expect("5001 assigned"),
+        t5002.assignee.clone().expect("5002 assigned"),
+    );
+    assert_ne!(
+        a1.id, a2.id,
+        "the second order goes to another person ({} and {})",
+        a1.name, a2.name
+    );
+    assert_eq!(
+        doc.ticket_type.as_deref(),
+        Some("error"),
+        "the converter error is an error ticket"
+    );
+    assert_eq!(
+        doc.title, "Converter error: Could not read the amount",
+        "the nested path errors.0.message arrived"
+    );
+    assert_eq!(doc.group.as_deref(), Some("IT"), "IT got the error");
+    assert!(doc.assignee.is_some(), "an IT person has it");
+
+    let incidents = firm
+        .stores
+        .desk
+        .incident_list(Some(firm.tenant))
+        .await
+        .expect("incidents");
+    assert_eq!(incidents.len(), 1, "one incident: {incidents:?}");
+    assert_eq!(
+        incidents[0].title, "Document D-99 could not be read",
+        "the incident's title"
+    );
+    assert_eq!(incidents[0].status, IncidentStatus::Open, "it is open");
+    assert_eq!(incidents[0].ticket, Some(doc.id), "it names the ticket");
+
+    let log = firm
+        .stores
+        .desk
+        .ticket_log(firm.tenant, t5001.id)
+        .await
+        .expect("log");
+    assert!(
+        log.iter()
+            .any(|entry| entry.kind == "run" && entry.message.contains("Orders to the warehouse")),
+        "the routing run's result is in the ticket's log: {log:?}"
+    );
+}
+
+/// A change made by automation X never starts X, and an automation re-running over one
+/// ticket is stopped after 5 runs in a minute, saying so on the ticket.
+pub async fn an_automation_never_triggers_itself(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    // On every change, add a tag: its own change must not start it again.
+    firm.automation(json!({
+        "name": "Tagger",
+        "trigger": {"type": "event", "event": "ticket.changed"},
+        "steps": [{"name": "tag", "op": "ticket/add-tags", "input": {"ticket": "{{ticket.id}}", "tags": ["seen"]}}]
+    }))
+    .await;
+    let orders = firm.automation(orders_automation()).await;
+    firm.webhook(
+        &orders,
+        json!({"kind": "x", "data": {"order": {"id": "7"}}}),
+    )
+    .await;
+    firm.drain().await;
+    let ticket = firm
+        .stores
+        .desk
+        .ticket_list(firm.tenant, TicketFilter::default())
+        .await
+        .expect("tickets")
+        .remove(0);
+    let change = fronta_desk::store::TicketChange {
+        status: Some("shipped".into()),
+        ..Default::default()
+    };
+    firm.stores
+        .desk
+        .ticket_change(firm.tenant, ticket.id, change, fronta_desk::Origin::Person)
+        .await
+        .expect("a person's change");
+    firm.drain().await;
+    let runs = firm
+        .stores
+        .runs
+        .run_list(RunFilter {
+            kind: Some(executor::AUTOMATION_KIND.into()),
+            ..RunFilter::default()
+        })
+        .await
+        .expect("runs");
+    assert_eq!(
+        runs.len(),
+        2,
+        "the webhook run and one Tagger run, not a loop: {runs:?}"
+    );
+    let ticket = firm
+        .stores
+        .desk
+        .ticket_get(firm.tenant, ticket.id)
+        .await
+        .expect("ticket");
+    assert!(
+        ticket.tags.contains(&"seen".to_string()),
+        "the tagger ran once: {:?}",
+        ticket.tags
+    );
+}
+
+/// A durable automation run crashed after its first step resumes at the second and does
+/// not repeat the first (the incident count proves the first ran once).
+pub async fn crashed_automation_run_resumes_at_the_next_step(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Two steps",
+            "trigger": {"type": "manual"},
+            "steps": [
+                {"name": "first", "op": "incident/create", "input": {"title": "first step ran", "impact": "counted"}},
+                {"name": "second", "op": "flow/log", "input": {"message": "second step"}}
+            ]
+        }))
+        .await;
+    let id = firm
+        .dispatcher
+        .enqueue(executor::run_request(
+            &stored,
+            RunTrigger::Manual,
+            serde_json::Map::new(),
+        ))
+        .await
+        .expect("enqueue")
+        .id();
+    // A worker that "dies" right after the first step's checkpoint: run it with a claim
+    // we own, let the executor do one step, then abandon it by never finishing.
+    let claimed = firm
+        .stores
+        .runs
+        .run_claim(ClaimParams {
+            limit: 1,
+            default_lease: LEASE,
+            leases: Default::default(),
+            max_reclaims: 5,
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.claimed.len(), 1, "claimed the run");
+    let mut state: ExecState = ExecState::decode(
+        &serde_json::to_vec(&json!({
+            "stack": [{"block": [], "index": 0}],
+            "context": {}, "executed": 0, "steps": [], "ticket": null, "pauseUntil": null
+        }))
+        .expect("json"),
+    )
+    .expect("a fresh state decodes");
+    // Do the first step as the dying worker would, through the real store.
+    let (incident, opened) = firm
+        .stores
+        .desk
+        .incident_report(
+            firm.tenant,
+            fronta_desk::store::IncidentReport {
+                cause: format!("automation:{}:step:first", stored.id),
+                title: "first step ran".into(),
+                impact: "counted".into(),
+                detail: json!({}),
+                ticket: None,
+            },
+        )
+        .await
+        .expect("first step's side effect");
+    assert!(opened, "the first step opened the incident");
+    state.stack[0].index = 1;
+    state.executed = 1;
+    firm.stores
+        .runs
+        .run_checkpoint(fronta_engine::CheckpointParams {
+            id,
+            owner: claimed.claimed[0].owner,
+            state: serde_json::to_vec(&state).expect("state"),
+            lease: LEASE,
+        })
+        .await
+        .expect("checkpoint after the first step");
+    // The worker dies; the lease runs out; a real worker reclaims and resumes.
+    firm.clock.advance(LEASE * 2);
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "the run finished: {:?}",
+        run.last_error
+    );
+    assert_eq!(
+        (run.reclaims, run.attempts),
+        (1, 0),
+        "one reclaim, no attempt spent"
+    );
+    let incident = firm
+        .stores
+        .desk
+        .incident_get(Some(firm.tenant), incident.id)
+        .await
+        .expect("incident");
+    assert_eq!(
+        incident.count, 1,
+        "the first step was not repeated after the crash"
+    );
+    let steps = run.result.expect("a result")["steps"].clone();
+    assert_eq!(
+        steps.as_array().map(Vec::len),
+        Some(1),
+        "only the second step ran after the reclaim: {steps}"
+    );
+    assert_eq!(steps[0]["name"], "second", "{steps}");
+}
+
+/// A loop of 2 steps over 26 items is 52 executed steps: fine (the tree has 3 steps);
+/// MAX_ACTIONS stops a run that executes more than 1000 steps, saying so, with an incident.
+pub async fn loops_count_against_max_actions_not_the_step_cap(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let letters: Vec<Value> = (b'a'..=b'z')
+        .map(|c| json!((c as char).to_string()))
+        .collect();
+    let small = firm
+        .automation(json!({
+            "name": "Alphabet", "trigger": {"type": "webhook", "params": []},
+            "steps": [{"name": "each", "type": "forEach", "items": "{{_body.letters}}", "as": "letter", "steps": [
+                {"name": "a", "op": "flow/log", "input": {"message": "{{letter}}"}},
+                {"name": "b", "op": "flow/log", "input": {"message": "again {{letter}}"}}
+            ]}]
+        }))
+        .await;
+    let ok = firm.webhook(&small, json!({"letters": letters})).await;
+    let many: Vec<Value> = (0..600).map(|n| json!(n)).collect();
+    let big = firm.webhook(&small, json!({"letters": many})).await;
+    firm.drain().await;
+    let ok = firm.run(ok).await;
+    assert_eq!(
+        ok.status,
+        RunStatus::Completed,
+        "26 × 2 steps run: {:?}",
+        ok.last_error
+    );
+    assert_eq!(
+        ok.result.expect("result")["steps"].as_array().map(Vec::len),
+        Some(53),
+        "1 loop + 52 steps logged"
+    );
+    let big = firm.run(big).await;
+    assert_eq!(
+        big.status,
+        RunStatus::Failed,
+        "600 × 2 steps exceed MAX_ACTIONS"
+    );
+    let error = big.last_error.unwrap_or_default();
+    assert!(
+        error.contains("MAX_ACTIONS = 1000"),
+        "the run says which cap stopped it: {error}"
+    );
+    let incidents = firm
+        .stores
+        .desk
+        .incident_list(Some(firm.tenant))
+        .await
+        .expect("incidents");
+    assert_eq!(incidents.len(), 1, "the stopped run opened an incident");
+    assert!(
+        incidents[0].detail["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("MAX_ACTIONS"),
+        "the detail says why"
+    );
+    assert!(
+        !incidents[0].title.contains("each"),
+        "the title names no step: {}",
+        incidents[0].title
+    );
+}
+
+/// A long `flow/pause` snoozes the run (no worker held) and it resumes at the next step
+/// once the (store's) clock passes the pause.
+pub async fn long_pause_snoozes_and_resumes_at_the_next_step(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Remind in three days", "trigger": {"type": "manual"},
+            "steps": [
+                {"name": "wait", "op": "flow/pause", "input": {"seconds": 259200}},
+                {"name": "remind", "op": "flow/log", "input": {"message": "three days later"}}
+            ]
+        }))
+        .await;
+    let id = firm
+        .dispatcher
+        .enqueue(executor::run_request(
+            &stored,
+            RunTrigger::Manual,
+            serde_json::Map::new(),
+        ))
+        .await
+        .expect("enqueue")
+        .id();
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Scheduled,
+        "the paused run sleeps as a scheduled run"
+    );
+    assert_eq!(run.attempts, 0, "a pause spends no attempt");
+    let due_in = run.run_at - firm.clock.now();
+    assert!(due_in.num_hours() >= 71, "due in three days, got {due_in}");
+    firm.clock.advance(Duration::from_secs(259_200 + 1));
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "resumed after the pause: {:?}",
+        run.last_error
+    );
+    let steps = run.result.expect("result")["steps"].clone();
+    let names: Vec<&str> = steps
+        .as_array()
+        .map(|all| all.iter().filter_map(|s| s["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        names,
+        vec!["wait", "remind"],
+        "the pause ran once, then the next step: {steps}"
+    );
+}
