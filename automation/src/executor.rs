@@ -526,7 +526,7 @@ impl Runtime {
                                 finished_at: Utc::now(),
                                 message,
                                 outputs: (!done.outputs.is_empty())
-                                    .then(|| Value::Object(done.outputs)),
+                                    .then_some(Value::Object(done.outputs)),
                             });
                             if let Some(snooze) = done.snooze {
                                 state.pause_until =
@@ -758,13 +758,13 @@ impl Runtime {
             );
         }
         let count = requests.len();
-        if count > 0 {
-            if let Err(err) = ctx.dispatcher.enqueue_many(requests).await {
-                return Outcome::Retry {
-                    after: None,
-                    reason: format!("could not enqueue the event's runs: {err}"),
-                };
-            }
+        if count > 0
+            && let Err(err) = ctx.dispatcher.enqueue_many(requests).await
+        {
+            return Outcome::Retry {
+                after: None,
+                reason: format!("could not enqueue the event's runs: {err}"),
+            };
         }
         tracing::debug!(event = %event.id, kind = event.kind.as_str(), started = count, "ticket event routed");
         Outcome::Done(Some(json!({ "started": count })))
