@@ -21,7 +21,11 @@ use tokio_util::sync::CancellationToken;
 use crate::DbArgs;
 
 #[derive(Args, Debug, Clone)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct BenchArgs {
+    /// Another workload than the engine's no-op runs.
+    #[command(subcommand)]
+    pub workload: Option<Workload>,
     /// Runs to enqueue and drain.
     #[arg(long, default_value_t = 100_000)]
     runs: u64,
@@ -44,6 +48,12 @@ pub struct BenchArgs {
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Workload {
+    /// The order scenario: webhook → ticket → event → least-busy assignment.
+    Automation(crate::bench_automation::AutomationBenchArgs),
 }
 
 #[derive(Debug, Serialize)]
@@ -135,6 +145,9 @@ async fn drain_in_processes(
 }
 
 pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(Workload::Automation(automation)) = args.workload {
+        return crate::bench_automation::run(db, automation).await;
+    }
     if args.runs == 0 || args.callers == 0 || args.in_flight == 0 {
         bail!("--runs, --callers and --in-flight must be at least 1");
     }

@@ -5,6 +5,7 @@
 //! Errors are one line on stderr and a non-zero exit.
 
 mod bench;
+mod bench_automation;
 mod demo;
 mod duration;
 mod kinds;

@@ -843,19 +843,17 @@ fn ticket_assign_least_busy(
     let mut open = Vec::with_capacity(members.len());
     for member in &members {
         let count: i64 = conn
-            .prepare_cached(
-                "SELECT count(*) FROM desk_tickets INDEXED BY desk_tickets_open_by_assignee \
-                 WHERE tenant = ?1 AND assignee = ?2 AND closed = 0 AND assignee IS NOT NULL \
-                 AND id != ?3",
-            )
+            .prepare_cached("SELECT open FROM desk_member_open WHERE member = ?1")
             .and_then(|mut stmt| {
-                stmt.query_row(
-                    params![key(&tenant.0), key(&member.id.0), key(&old.id.0)],
-                    |row| row.get(0),
-                )
+                stmt.query_row(params![key(&member.id.0)], |row| row.get(0))
+                    .optional()
             })
-            .map_err(sql_err)?;
-        open.push(u32::try_from(count).unwrap_or(u32::MAX));
+            .map_err(sql_err)?
+            .unwrap_or(0);
+        let holds_this_one = !old.closed
+            && old.assignee.as_ref().is_some_and(|assignee| assignee.id == member.id);
+        let count = count - i64::from(holds_this_one);
+        open.push(u32::try_from(count.max(0)).unwrap_or(u32::MAX));
     }
     let loads: Vec<Load<'_>> = members
         .iter()

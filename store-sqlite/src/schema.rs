@@ -9,7 +9,41 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "runs", RUNS_V1),
     (2, "desk", DESK_V2),
     (3, "automations", AUTOMATIONS_V3),
+    (4, "member open counts", MEMBER_OPEN_V4),
 ];
+
+/// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
+/// code path makes it, so least-busy reads one row per member instead of counting a
+/// member's open tickets (which grows with the desk).
+const MEMBER_OPEN_V4: &str = r#"
+CREATE TABLE desk_member_open (
+    member BLOB    PRIMARY KEY,
+    open   INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO desk_member_open (member, open)
+    SELECT assignee, count(*) FROM desk_tickets
+    WHERE assignee IS NOT NULL AND closed = 0 GROUP BY assignee;
+CREATE TRIGGER desk_member_open_insert AFTER INSERT ON desk_tickets
+    WHEN NEW.assignee IS NOT NULL AND NEW.closed = 0
+BEGIN
+    INSERT INTO desk_member_open (member, open) VALUES (NEW.assignee, 1)
+        ON CONFLICT (member) DO UPDATE SET open = open + 1;
+END;
+CREATE TRIGGER desk_member_open_update AFTER UPDATE OF assignee, closed ON desk_tickets
+    WHEN (OLD.assignee IS NOT NEW.assignee) OR (OLD.closed IS NOT NEW.closed)
+BEGIN
+    UPDATE desk_member_open SET open = open - 1
+        WHERE OLD.assignee IS NOT NULL AND OLD.closed = 0 AND member = OLD.assignee;
+    INSERT INTO desk_member_open (member, open)
+        SELECT NEW.assignee, 1 WHERE NEW.assignee IS NOT NULL AND NEW.closed = 0
+        ON CONFLICT (member) DO UPDATE SET open = open + 1;
+END;
+CREATE TRIGGER desk_member_open_delete AFTER DELETE ON desk_tickets
+    WHEN OLD.assignee IS NOT NULL AND OLD.closed = 0
+BEGIN
+    UPDATE desk_member_open SET open = open - 1 WHERE member = OLD.assignee;
+END;
+"#;
 
 /// The runs table. `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled.
 /// Instants are milliseconds since the Unix epoch (UTC).
