@@ -1,1 +1,486 @@
-//! placeholder
+//! Every fronta port on Postgres, for several processes (or machines) sharing the work.
+//!
+//! - Claims take due runs with `FOR UPDATE SKIP LOCKED`, one transaction per claim
+//!   round, fair between tenants, walking the short `run_tenants` list and one index
+//!   descent per tenant — never the queue ([`runs::CLAIM_FIRSTS`]).
+//! - Leases and due times are judged by the database's `now()`, one clock for every
+//!   process; an injected [`Clock`] (tests) replaces it in every statement.
+//! - Batched writes: enqueues, heartbeats and finishes are one statement per batch.
+//! - Wake-ups: enqueues (and finishes that put runs back) `NOTIFY fronta_runs` in their
+//!   transaction; a [`listener`] task hears other processes' notifications, and this
+//!   process's own writes wake [`RunStore::enqueue_signal`] directly after commit.
+//! - Migrations are embedded ([`schema`]) and run on connect under an advisory lock.
+//! - [`PgTx`] lets a caller enqueue runs in the same transaction as its own writes.
+//!
+//! Left out on purpose: sqlx's compile-time checked macros (no database at build time),
+//! an ORM, a group commit for enqueues (Postgres commits concurrently on its own), and
+//! the scheduler's leader election (a later port).
+
+pub mod leader;
+pub mod listener;
+pub mod runs;
+pub mod schema;
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fronta_engine::store::{
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    HeartbeatReply, LeaseRenewal, RunFilter, RunStats, RunStore, StoreResult,
+};
+use fronta_engine::{Clock, NewRun, Run, RunId, StoreError};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool, Postgres};
+use tokio::sync::Notify;
+
+use crate::runs::Ctx;
+
+/// The channel of enqueue wake-ups.
+pub const CHANNEL: &str = "fronta_runs";
+
+/// Settings of a Postgres store. Every limit is named here.
+#[derive(Clone)]
+pub struct PgConfig {
+    /// `postgres://user[:password]@host[:port]/database[?options]`.
+    pub url: String,
+    /// Connections in the pool (the listener has one more of its own).
+    pub max_connections: u32,
+    /// How long a call waits for a free connection before `Unavailable`.
+    pub acquire_timeout: Duration,
+    /// `None` (production): leases and due times follow the database's `now()`.
+    /// `Some` (tests): every statement uses this clock's instant instead.
+    pub clock: Option<Arc<dyn Clock>>,
+    /// LISTEN for other processes' enqueues (`false`: this process polls for them).
+    pub listen: bool,
+}
+
+impl PgConfig {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(10),
+            clock: None,
+            listen: true,
+        }
+    }
+}
+
+impl std::fmt::Debug for PgConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConfig")
+            .field("url", &redact(&self.url))
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("clock", &self.clock)
+            .field("listen", &self.listen)
+            .finish()
+    }
+}
+
+/// The URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    let Some(scheme_end) = url.find("://") else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end + 3..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => match rest[..at].find(':') {
+            Some(colon) => format!(
+                "{}{}:***{}",
+                &url[..scheme_end + 3],
+                &rest[..colon],
+                &rest[at..]
+            ),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// Map a driver error to a domain kind: connection trouble, timeouts, lock conflicts and
+/// serialization failures are `Unavailable` (the call may be repeated), integrity
+/// violations `Conflict`, bad data `Invalid`, everything else `Internal`.
+pub(crate) fn map_err(err: sqlx::Error) -> StoreError {
+    match &err {
+        sqlx::Error::Database(db) => {
+            let code = db.code().map(|code| code.into_owned()).unwrap_or_default();
+            let class = code.get(..2).unwrap_or("");
+            match (class, code.as_str()) {
+                (_, "40001" | "40P01" | "55P03" | "57014" | "25006") => {
+                    StoreError::Unavailable(err.to_string())
+                }
+                ("08" | "53" | "57", _) => StoreError::Unavailable(err.to_string()),
+                ("23", _) => StoreError::Conflict(err.to_string()),
+                ("22", _) => StoreError::Invalid(err.to_string()),
+                _ => StoreError::Internal(err.to_string()),
+            }
+        }
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::BeginFailed => StoreError::Unavailable(err.to_string()),
+        sqlx::Error::Configuration(_) => StoreError::Invalid(err.to_string()),
+        sqlx::Error::RowNotFound => StoreError::NotFound,
+        _ => StoreError::Internal(err.to_string()),
+    }
+}
+
+/// Runs on Postgres. Cheap to clone; clones share the pool, the signal and the listener.
+#[derive(Clone)]
+pub struct PgStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    clock: Option<Arc<dyn Clock>>,
+    signal: Arc<Notify>,
+    /// The tenant the last claim round of this process ended at.
+    tenant_cursor: Mutex<Option<String>>,
+    round_trips: AtomicU64,
+    listener: Option<tokio::task::AbortHandle>,
+    url: String,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(listener) = &self.listener {
+            listener.abort();
+        }
+    }
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("url", &redact(&self.inner.url))
+            .finish()
+    }
+}
+
+impl PgStore {
+    /// Connect, migrate, and start listening for other processes' enqueues. Fails with
+    /// `Unavailable` when the server cannot be reached, `Invalid` for a bad URL.
+    pub async fn connect(config: PgConfig) -> Result<Self, StoreError> {
+        if config.max_connections == 0 {
+            return Err(StoreError::Invalid(
+                "max_connections must be at least 1".into(),
+            ));
+        }
+        if !(config.url.starts_with("postgres://") || config.url.starts_with("postgresql://")) {
+            return Err(StoreError::Invalid(format!(
+                "a Postgres URL starts with postgres:// or postgresql://, got {}",
+                redact(&config.url)
+            )));
+        }
+        let options = PgConnectOptions::from_str(&config.url).map_err(|err| {
+            StoreError::Invalid(format!("bad Postgres URL {}: {err}", redact(&config.url)))
+        })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.acquire_timeout)
+            // A ping before every acquire would double the round trips; a dead
+            // connection fails its statement as `Unavailable` and is replaced.
+            .test_before_acquire(false)
+            .connect_with(options.clone())
+            .await
+            .map_err(|err| {
+                StoreError::Unavailable(format!(
+                    "cannot connect to Postgres at {}: {err}",
+                    redact(&config.url)
+                ))
+            })?;
+        let applied = schema::migrate(&pool).await.map_err(map_err)?;
+        if !applied.is_empty() {
+            tracing::info!(url = %redact(&config.url), ?applied, "postgres: migrations applied");
+        }
+        let signal = Arc::new(Notify::new());
+        let listener = if config.listen {
+            Some(listener::spawn(options, signal.clone()).await?)
+        } else {
+            None
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                clock: config.clock,
+                signal,
+                tenant_cursor: Mutex::new(None),
+                round_trips: AtomicU64::new(0),
+                listener,
+                url: config.url,
+            }),
+        })
+    }
+
+    /// The pool, for other ports on the same database.
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    /// Statements (including `BEGIN`/`COMMIT`) this store has sent, for tests and metrics.
+    pub fn round_trips(&self) -> u64 {
+        self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// The injected clock's now; `None` when the database clock rules.
+    pub fn now(&self) -> Option<DateTime<Utc>> {
+        self.inner.clock.as_ref().map(|clock| clock.now())
+    }
+
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx {
+            now: self.now(),
+            round_trips: &self.inner.round_trips,
+        }
+    }
+
+    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
+        self.inner.pool.acquire().await.map_err(map_err)
+    }
+
+    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.inner.pool.begin().await.map_err(map_err)
+    }
+
+    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Postgres>) -> Result<(), StoreError> {
+        self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        tx.commit().await.map_err(map_err)
+    }
+
+    /// Begin a transaction for the caller's own statements and runs enqueued with
+    /// [`PgTx::run_insert`]; they commit together or not at all. It holds a pooled
+    /// connection (and, once it enqueued, a shared lock per tenant) until it ends: keep
+    /// it short, never across slow work.
+    pub async fn begin(&self) -> Result<PgTx, StoreError> {
+        Ok(PgTx {
+            tx: self.begin_tx().await?,
+            store: self.clone(),
+            inserted: false,
+        })
+    }
+}
+
+/// A caller's transaction. Its statements go through [`PgTx::connection`]; runs enqueued
+/// with [`PgTx::run_insert`] commit with them. Dropped without [`PgTx::commit`], it
+/// rolls back.
+///
+/// Why not the engine's [`fronta_engine::RunInsert`]: that trait is synchronous (SQLite's
+/// writer thread calls it inline), and a Postgres statement has to be awaited. So a
+/// caller prepares the run with `Dispatcher::prepare` (validation, defaults) and awaits
+/// `tx.run_insert(&run)`; the semantics are those of `run_enqueue_many`.
+pub struct PgTx {
+    tx: sqlx::Transaction<'static, Postgres>,
+    store: PgStore,
+    inserted: bool,
+}
+
+impl std::fmt::Debug for PgTx {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgTx")
+            .field("inserted", &self.inserted)
+            .finish()
+    }
+}
+
+impl PgTx {
+    /// The connection, for the caller's own statements in this transaction.
+    pub fn connection(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+
+    /// The injected clock's now; `None` when the database clock rules.
+    pub fn now(&self) -> Option<DateTime<Utc>> {
+        self.store.now()
+    }
+
+    /// Enqueue one run inside this transaction (see [`RunStore::run_enqueue_many`]).
+    pub async fn run_insert(&mut self, run: &NewRun) -> Result<Enqueued, StoreError> {
+        let mut answers = self.run_insert_many(std::slice::from_ref(run)).await?;
+        answers
+            .pop()
+            .ok_or_else(|| StoreError::Internal("invariant: one answer per run".into()))
+    }
+
+    /// Enqueue runs inside this transaction, answered in input order. Runs inside a
+    /// savepoint: an error (a duplicate id) undoes only this call and leaves the
+    /// transaction usable.
+    pub async fn run_insert_many(&mut self, runs: &[NewRun]) -> Result<Vec<Enqueued>, StoreError> {
+        let store = self.store.clone();
+        let trips = &store.inner.round_trips;
+        trips.fetch_add(1, Ordering::Relaxed);
+        let mut savepoint = sqlx::Acquire::begin(&mut self.tx).await.map_err(map_err)?;
+        let (answers, inserted) = runs::insert_many(&mut savepoint, store.ctx(), runs).await?;
+        trips.fetch_add(1, Ordering::Relaxed);
+        savepoint.commit().await.map_err(map_err)?;
+        self.inserted |= inserted;
+        Ok(answers)
+    }
+
+    /// Commit; workers of this process are woken if runs were enqueued (other processes
+    /// hear the `NOTIFY` sent with the commit).
+    pub async fn commit(self) -> Result<(), StoreError> {
+        let PgTx {
+            tx,
+            store,
+            inserted,
+        } = self;
+        store.commit_tx(tx).await?;
+        if inserted {
+            store.inner.signal.notify_waiters();
+        }
+        Ok(())
+    }
+
+    /// Roll back everything written in this transaction.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        self.store.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        self.tx.rollback().await.map_err(map_err)
+    }
+}
+
+#[async_trait]
+impl RunStore for PgStore {
+    async fn run_enqueue_many(&self, new_runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        if new_runs.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Without unique keys the insert is one statement: atomic on its own. With keys,
+        // a holder may have to be looked up (and a freed key retried) in the same
+        // transaction.
+        let (answers, inserted) = if new_runs.iter().any(|run| run.unique_key.is_some()) {
+            let mut tx = self.begin_tx().await?;
+            let written = runs::insert_many(&mut tx, self.ctx(), &new_runs).await?;
+            self.commit_tx(tx).await?;
+            written
+        } else {
+            let mut conn = self.connection().await?;
+            runs::insert_many(&mut conn, self.ctx(), &new_runs).await?
+        };
+        if inserted {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(answers)
+    }
+
+    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        if params.limit == 0 {
+            return Ok(ClaimBatch::default());
+        }
+        let cursor = self
+            .inner
+            .tenant_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut tx = self.begin_tx().await?;
+        let (batch, ended_at) =
+            runs::claim(&mut tx, self.ctx(), &params, cursor.as_deref()).await?;
+        self.commit_tx(tx).await?;
+        if let Some(tenant) = ended_at {
+            *self
+                .inner
+                .tenant_cursor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tenant);
+        }
+        Ok(batch)
+    }
+
+    async fn run_heartbeat_many(
+        &self,
+        leases: Vec<LeaseRenewal>,
+    ) -> StoreResult<Vec<HeartbeatReply>> {
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.connection().await?;
+        runs::heartbeat(&mut conn, self.ctx(), &leases).await
+    }
+
+    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
+        let mut conn = self.connection().await?;
+        runs::checkpoint(
+            &mut conn,
+            self.ctx(),
+            params.id,
+            params.owner,
+            &params.state,
+            params.lease,
+        )
+        .await
+    }
+
+    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
+        if finishes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut conn = self.connection().await?;
+        let (replies, put_back) = runs::finish(&mut conn, self.ctx(), &finishes).await?;
+        if put_back {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(replies)
+    }
+
+    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
+        let mut conn = self.connection().await?;
+        runs::request_cancel(&mut conn, self.ctx(), id).await
+    }
+
+    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
+        let mut conn = self.connection().await?;
+        runs::get(&mut conn, self.ctx(), id).await
+    }
+
+    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
+        let mut conn = self.connection().await?;
+        runs::list(&mut conn, self.ctx(), &filter).await
+    }
+
+    async fn run_stats(&self) -> StoreResult<RunStats> {
+        let mut conn = self.connection().await?;
+        runs::stats(&mut conn, self.ctx()).await
+    }
+
+    fn enqueue_signal(&self) -> Arc<Notify> {
+        self.inner.signal.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(
+            redact("postgres://fronta:s3cret@db:5432/fronta?sslmode=require"),
+            "postgres://fronta:***@db:5432/fronta?sslmode=require",
+            "the password is hidden"
+        );
+        assert_eq!(
+            redact("postgres://postgres@127.0.0.1/postgres"),
+            "postgres://postgres@127.0.0.1/postgres",
+            "a URL without a password is unchanged"
+        );
+        assert_eq!(redact("not a url"), "not a url", "no scheme: unchanged");
+    }
+
+    #[test]
+    fn config_debug_never_prints_the_password() {
+        let config = PgConfig::new("postgres://u:hunter2@h/db");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("hunter2"), "password leaked: {shown}");
+    }
+}

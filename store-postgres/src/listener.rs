@@ -1,0 +1,79 @@
+//! Wake-ups from other processes: a task that `LISTEN`s on [`crate::CHANNEL`] on a
+//! connection of its own and calls `notify_waiters()` on the store's enqueue signal for
+//! every notification.
+//!
+//! Notifications sent while the connection is down are lost (Postgres does not queue
+//! them for a listener that is not there); after every reconnect the task wakes the
+//! waiters once, and the workers' polling covers the rest. Left out: payloads (workers
+//! only need "look again"), and filtering out this process's own notifications (its
+//! writes already woke it; a second wake-up costs one empty claim at most).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fronta_engine::StoreError;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use tokio::sync::Notify;
+
+use crate::{CHANNEL, map_err};
+
+/// The first wait before reconnecting after an error; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Open a listening connection and `LISTEN`.
+async fn open(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
+    // A pool of one, never expired: the listener takes its connection from it and, after
+    // a lost connection, a new one (re-issuing LISTEN itself).
+    let pool = PgPoolOptions::new()
+        .max_connections(1)
+        .max_lifetime(None)
+        .idle_timeout(None)
+        .connect_with(options.clone())
+        .await?;
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen(CHANNEL).await?;
+    Ok(listener)
+}
+
+/// Listen now (so an enqueue of another process after this returns is heard), then keep
+/// listening in a task until the returned handle aborts it.
+pub(crate) async fn spawn(
+    options: PgConnectOptions,
+    signal: Arc<Notify>,
+) -> Result<tokio::task::AbortHandle, StoreError> {
+    let listener = open(&options).await.map_err(map_err)?;
+    let task = tokio::spawn(run(options, signal, listener));
+    Ok(task.abort_handle())
+}
+
+async fn run(options: PgConnectOptions, signal: Arc<Notify>, mut listener: PgListener) {
+    loop {
+        match listener.try_recv().await {
+            Ok(Some(_)) => signal.notify_waiters(),
+            Ok(None) => {
+                // The connection dropped and was re-established: what was sent meanwhile
+                // is lost, so let the workers look.
+                tracing::info!("postgres listener: reconnected");
+                signal.notify_waiters();
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "postgres listener: connection failed; reconnecting");
+                let mut backoff = FIRST_BACKOFF;
+                listener = loop {
+                    tokio::time::sleep(backoff).await;
+                    match open(&options).await {
+                        Ok(listener) => break listener,
+                        Err(err) => {
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                            tracing::warn!(error = %err, retry_in = ?backoff,
+                                "postgres listener: cannot reconnect");
+                        }
+                    }
+                };
+                tracing::info!("postgres listener: listening again");
+                signal.notify_waiters();
+            }
+        }
+    }
+}

@@ -1,0 +1,965 @@
+//! What only the Postgres store promises, beyond the shared conformance suite: the claim
+//! walks its indexes (no sort or scan of the queue, in custom and generic plans), batched
+//! writes are one statement per batch, migrations run once when processes start
+//! together, another process's enqueue wakes this one through LISTEN, the database clock
+//! rules when no clock is injected, a caller's transaction carries its enqueues, two
+//! processes never claim one run, and the tenant list never loses a tenant with work.
+//!
+//! Every test makes its own database on the test server (see `support`).
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use fronta_engine::{
+    CancelReply, ClaimParams, Clock, Dispatcher, EnqueueRequest, Enqueued, Finish, FinishAction,
+    FinishReply, LeaseRenewal, ManualClock, NewRun, RunId, RunStatus, RunStore, StoreError,
+};
+use fronta_store_postgres::runs::{CLAIM_FIRSTS, CLAIM_MORE, FINISH, HEARTBEAT};
+use fronta_store_postgres::{PgConfig, PgStore, schema};
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgConnection};
+
+use crate::support::TestDb;
+
+const KIND: &str = "job";
+const LEASE: Duration = Duration::from_secs(60);
+
+fn params(limit: usize) -> ClaimParams {
+    ClaimParams {
+        limit,
+        default_lease: LEASE,
+        leases: HashMap::new(),
+        max_reclaims: 5,
+    }
+}
+
+fn dispatcher(store: &PgStore) -> Dispatcher {
+    Dispatcher::new(Arc::new(store.clone()), [KIND])
+}
+
+fn request() -> EnqueueRequest {
+    EnqueueRequest::new(KIND, serde_json::json!({}), 0)
+}
+
+fn prepare(dispatcher: &Dispatcher, request: EnqueueRequest) -> NewRun {
+    dispatcher.prepare(request).expect("a valid request")
+}
+
+// ---------------------------------------------------------------------------------------
+// Plans
+// ---------------------------------------------------------------------------------------
+
+/// Every node of an `EXPLAIN (FORMAT JSON)` plan, depth first, with its subtree's nodes.
+fn nodes(plan: &Value) -> Vec<&Value> {
+    let mut out = vec![plan];
+    if let Some(children) = plan.get("Plans").and_then(Value::as_array) {
+        for child in children {
+            out.extend(nodes(child));
+        }
+    }
+    out
+}
+
+fn root(explained: &Value) -> &Value {
+    explained
+        .get(0)
+        .and_then(|first| first.get("Plan"))
+        .unwrap_or_else(|| panic!("an EXPLAIN (FORMAT JSON) answer: {explained}"))
+}
+
+/// A node that reads rows of `runs` (the `ModifyTable` of an `UPDATE` writes them).
+fn scans_runs(node: &Value) -> bool {
+    node.get("Relation Name").and_then(Value::as_str) == Some("runs")
+        && node["Node Type"] != "ModifyTable"
+}
+
+/// The plan never reads the queue wholesale: no sequential scan of `runs`, every scan of
+/// it goes through one of its indexes, and no sort has a scan of `runs` beneath it.
+/// Answers the indexes used, or what is wrong.
+fn check_walks_indexes(label: &str, explained: &Value) -> Result<HashSet<String>, String> {
+    let mut indexes = HashSet::new();
+    for node in nodes(root(explained)) {
+        if scans_runs(node) {
+            let kind = node["Node Type"].as_str().unwrap_or("?");
+            if kind == "Seq Scan" {
+                return Err(format!("{label}: a sequential scan of runs: {explained:#}"));
+            }
+            match node.get("Index Name").and_then(Value::as_str) {
+                Some(index) => indexes.insert(index.to_owned()),
+                None => {
+                    return Err(format!(
+                        "{label}: a scan of runs without an index ({kind}): {explained:#}"
+                    ));
+                }
+            };
+        }
+        if node["Node Type"] == "Sort" && nodes(node).iter().any(|below| scans_runs(below)) {
+            return Err(format!("{label}: a sort over rows of runs: {explained:#}"));
+        }
+    }
+    Ok(indexes)
+}
+
+fn assert_walks_indexes(label: &str, explained: &Value) -> HashSet<String> {
+    check_walks_indexes(label, explained).unwrap_or_else(|problem| panic!("{problem}"))
+}
+
+async fn explain_generic(
+    conn: &mut PgConnection,
+    name: &str,
+    types: &str,
+    sql: &str,
+    args: &str,
+) -> Value {
+    sqlx::raw_sql(AssertSqlSafe(format!("PREPARE {name}({types}) AS {sql}")))
+        .execute(&mut *conn)
+        .await
+        .unwrap_or_else(|err| panic!("PREPARE {name}: {err}"));
+    sqlx::raw_sql("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .expect("force generic plans");
+    let plan: Value = sqlx::query_scalar(AssertSqlSafe(format!(
+        "EXPLAIN (FORMAT JSON) EXECUTE {name}({args})"
+    )))
+    .fetch_one(&mut *conn)
+    .await
+    .unwrap_or_else(|err| panic!("EXPLAIN EXECUTE {name}: {err}"));
+    sqlx::raw_sql("RESET plan_cache_mode")
+        .execute(&mut *conn)
+        .await
+        .expect("reset plan cache mode");
+    plan
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_walks_its_indexes_and_never_the_queue() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let dispatcher = dispatcher(&store);
+    let tenants = ["north", "south", "east", "west"];
+    for chunk in 0..10 {
+        let runs: Vec<NewRun> = (0..5_000)
+            .map(|index| {
+                prepare(
+                    &dispatcher,
+                    request().tenant(tenants[(chunk * 5_000 + index) % 4]),
+                )
+            })
+            .collect();
+        store
+            .run_enqueue_many(runs)
+            .await
+            .expect("enqueue 5,000 runs");
+    }
+    let running = store.run_claim(params(2_000)).await.expect("claim 2,000");
+    assert_eq!(running.claimed.len(), 2_000, "2,000 runs are running now");
+    let mut conn = db.connection().await;
+    sqlx::raw_sql("ANALYZE runs; ANALYZE run_tenants")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+
+    // The checker itself catches a plan that reads the queue.
+    let scan: Value = sqlx::query_scalar(
+        "EXPLAIN (FORMAT JSON) SELECT id FROM runs WHERE status = 0 ORDER BY created_at LIMIT 1",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("explain a queue scan");
+    assert!(
+        check_walks_indexes("control", &scan).is_err(),
+        "a sorted scan of the queue must fail the check: {scan:#}"
+    );
+
+    let now = Some(clock.now());
+    let no_kinds: Vec<String> = Vec::new();
+    let no_leases: Vec<i64> = Vec::new();
+    // Custom plans, with the values a worker sends.
+    let firsts: Value = sqlx::query_scalar(AssertSqlSafe(format!(
+        "EXPLAIN (FORMAT JSON) {CLAIM_FIRSTS}"
+    )))
+    .bind(now)
+    .bind(&no_kinds)
+    .bind(&no_leases)
+    .bind(60_000_i64)
+    .bind(512_i64)
+    .bind(5_i64)
+    .bind("")
+    .fetch_one(&mut conn)
+    .await
+    .expect("explain the first claim level");
+    let used = assert_walks_indexes("first level", &firsts);
+    assert!(
+        used.contains("runs_pending") && used.contains("runs_running"),
+        "the first level probes due runs by runs_pending and expired leases by runs_running: {used:?}"
+    );
+    let active: Vec<String> = tenants.iter().map(|t| (*t).to_owned()).collect();
+    let more: Value =
+        sqlx::query_scalar(AssertSqlSafe(format!("EXPLAIN (FORMAT JSON) {CLAIM_MORE}")))
+            .bind(now)
+            .bind(&no_kinds)
+            .bind(&no_leases)
+            .bind(60_000_i64)
+            .bind(&active)
+            .bind(128_i64)
+            .bind(508_i64)
+            .fetch_one(&mut conn)
+            .await
+            .expect("explain a later claim level");
+    let used = assert_walks_indexes("later level", &more);
+    assert!(
+        used.contains("runs_pending"),
+        "later levels probe runs_pending: {used:?}"
+    );
+
+    // Generic plans: what a prepared statement may switch to after five executions.
+    let generic = explain_generic(
+        &mut conn,
+        "claim_firsts",
+        "timestamptz, text[], int8[], int8, int8, int8, text",
+        CLAIM_FIRSTS,
+        "NULL, '{}', '{}', 60000, 512, 5, ''",
+    )
+    .await;
+    assert_walks_indexes("first level, generic plan", &generic);
+    let generic = explain_generic(
+        &mut conn,
+        "claim_more",
+        "timestamptz, text[], int8[], int8, text[], int8, int8",
+        CLAIM_MORE,
+        "NULL, '{}', '{}', 60000, '{north,south,east,west}', 128, 508",
+    )
+    .await;
+    assert_walks_indexes("later level, generic plan", &generic);
+    let generic = explain_generic(
+        &mut conn,
+        "heartbeat",
+        "timestamptz, uuid[], uuid[], int8[]",
+        HEARTBEAT,
+        "NULL, ARRAY[gen_random_uuid()], ARRAY[gen_random_uuid()], '{60000}'",
+    )
+    .await;
+    let used = assert_walks_indexes("heartbeat, generic plan", &generic);
+    assert!(
+        used.contains("runs_pkey"),
+        "heartbeats find runs by id: {used:?}"
+    );
+    let generic = explain_generic(
+        &mut conn,
+        "finish",
+        "timestamptz, uuid[], uuid[], int2[], int8[], text[], jsonb[]",
+        FINISH,
+        "NULL, ARRAY[gen_random_uuid()], ARRAY[gen_random_uuid()], '{0}', '{0}', '{NULL}', '{NULL}'",
+    )
+    .await;
+    let used = assert_walks_indexes("finish, generic plan", &generic);
+    assert!(
+        used.contains("runs_pkey"),
+        "finishes find runs by id: {used:?}"
+    );
+
+    // Executed (and rolled back): a round of 8 over 48,000 queued runs reads a handful.
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    let analyzed: Value = sqlx::query_scalar(AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_FIRSTS}"
+    )))
+    .bind(now)
+    .bind(&no_kinds)
+    .bind(&no_leases)
+    .bind(60_000_i64)
+    .bind(8_i64)
+    .bind(5_i64)
+    .bind("")
+    .fetch_one(&mut conn)
+    .await
+    .expect("explain analyze the first claim level");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut conn)
+        .await
+        .expect("rollback");
+    let read: f64 = nodes(root(&analyzed))
+        .into_iter()
+        .filter(|node| scans_runs(node))
+        .map(|node| {
+            node["Actual Rows"].as_f64().unwrap_or(0.0)
+                * node["Actual Loops"].as_f64().unwrap_or(1.0)
+        })
+        .sum();
+    eprintln!("one claim round of 8 read {read} rows of runs");
+    assert!(
+        read <= 16.0,
+        "one claim round read {read} rows of runs for 4 tenants; it must not grow with the queue: {analyzed:#}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Batched writes
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_writes_are_one_statement_per_batch() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let dispatcher = dispatcher(&store);
+    let runs: Vec<NewRun> = (0..300)
+        .map(|index| prepare(&dispatcher, request().tenant(format!("t{}", index % 3))))
+        .collect();
+
+    let before = store.round_trips();
+    let answers = store.run_enqueue_many(runs).await.expect("enqueue 300");
+    assert_eq!(answers.len(), 300, "one answer per run");
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "300 runs without unique keys are enqueued by one statement"
+    );
+
+    let batch = store.run_claim(params(300)).await.expect("claim");
+    assert_eq!(batch.claimed.len(), 300, "every run claimed");
+
+    let before = store.round_trips();
+    let renewals: Vec<LeaseRenewal> = batch
+        .claimed
+        .iter()
+        .map(|claimed| LeaseRenewal {
+            id: claimed.run.id,
+            owner: claimed.owner,
+            lease: LEASE,
+        })
+        .collect();
+    let replies = store.run_heartbeat_many(renewals).await.expect("heartbeat");
+    assert!(
+        replies.iter().all(|reply| !reply.lost),
+        "every lease renewed"
+    );
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "300 heartbeats are one statement"
+    );
+
+    clock.advance(Duration::from_secs(1));
+    let actions = |index: usize| match index % 4 {
+        0 => FinishAction::Complete {
+            result: Some(serde_json::json!({ "index": index })),
+        },
+        1 => FinishAction::Fail {
+            error: "boom".into(),
+        },
+        2 => FinishAction::Retry {
+            delay: Duration::from_secs(30),
+            error: "flaky".into(),
+        },
+        _ => FinishAction::Release,
+    };
+    let finishes: Vec<Finish> = batch
+        .claimed
+        .iter()
+        .enumerate()
+        .map(|(index, claimed)| Finish {
+            id: claimed.run.id,
+            owner: claimed.owner,
+            action: actions(index),
+        })
+        .collect();
+    let before = store.round_trips();
+    let replies = store
+        .run_finish_many(finishes.clone())
+        .await
+        .expect("finish 300");
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "300 finishes are one statement"
+    );
+    let expected = [
+        RunStatus::Completed,
+        RunStatus::Failed,
+        RunStatus::Scheduled,
+        RunStatus::Queued,
+    ];
+    for (index, (finish, reply)) in finishes.iter().zip(&replies).enumerate() {
+        assert_eq!(
+            *reply,
+            FinishReply::Applied {
+                id: finish.id,
+                status: expected[index % 4]
+            },
+            "finish {index} answered in input order with its new status"
+        );
+    }
+    let replies = store.run_finish_many(finishes).await.expect("finish again");
+    assert!(
+        replies
+            .iter()
+            .all(|reply| matches!(reply, FinishReply::LeaseLost { .. })),
+        "a repeated batch is lease lost, run by run"
+    );
+    let stats = store.run_stats().await.expect("stats");
+    assert_eq!(
+        (stats.completed, stats.failed, stats.scheduled, stats.queued),
+        (75, 75, 75, 75),
+        "the batch wrote every action: {stats:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Migrations
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_starting_together_migrate_once() {
+    let db = TestDb::create().await;
+    let (a, b, c) = tokio::join!(
+        PgStore::connect(db.config(None)),
+        PgStore::connect(db.config(None)),
+        PgStore::connect(db.config(None)),
+    );
+    for (label, store) in [("first", a), ("second", b), ("third", c)] {
+        store.unwrap_or_else(|err| panic!("the {label} concurrent connect succeeds: {err}"));
+    }
+    let mut conn = db.connection().await;
+    let versions: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM schema_migrations ORDER BY version")
+            .fetch_all(&mut conn)
+            .await
+            .expect("read schema_migrations");
+    let expected: Vec<i64> = schema::MIGRATIONS
+        .iter()
+        .map(|(version, _, _)| *version)
+        .collect();
+    assert_eq!(versions, expected, "each migration is recorded once");
+
+    let again = schema::migrate(db.store(None).await.pool())
+        .await
+        .expect("migrate an up-to-date database");
+    assert!(again.is_empty(), "nothing is applied twice: {again:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Wake-ups
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_process_enqueue_wakes_this_one_through_listen() {
+    let db = TestDb::create().await;
+    let producer = db.store(None).await;
+    let consumer = db.store(None).await;
+    let signal = consumer.enqueue_signal();
+
+    for round in ["enqueue", "second enqueue"] {
+        let notified = signal.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        dispatcher(&producer)
+            .enqueue(request())
+            .await
+            .expect("enqueue on the producer");
+        tokio::time::timeout(Duration::from_secs(10), notified)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("{round}: the consumer's signal fires for the producer's enqueue")
+            });
+    }
+
+    // A finish that puts a run back wakes other processes too.
+    let claimed = consumer.run_claim(params(10)).await.expect("claim");
+    assert_eq!(claimed.claimed.len(), 2, "both runs claimed");
+    let signal = producer.enqueue_signal();
+    let notified = signal.notified();
+    let mut notified = std::pin::pin!(notified);
+    notified.as_mut().enable();
+    let listener_only = db.store(None).await;
+    let other_signal = listener_only.enqueue_signal();
+    let other = other_signal.notified();
+    let mut other = std::pin::pin!(other);
+    other.as_mut().enable();
+    consumer
+        .run_finish_many(vec![Finish {
+            id: claimed.claimed[0].run.id,
+            owner: claimed.claimed[0].owner,
+            action: FinishAction::Release,
+        }])
+        .await
+        .expect("release");
+    tokio::time::timeout(Duration::from_secs(10), other)
+        .await
+        .expect("a released run wakes another process");
+    tokio::time::timeout(Duration::from_secs(10), notified)
+        .await
+        .expect("and the producer");
+}
+
+// ---------------------------------------------------------------------------------------
+// Time
+// ---------------------------------------------------------------------------------------
+
+async fn database_now(conn: &mut PgConnection) -> DateTime<Utc> {
+    sqlx::query_scalar("SELECT date_trunc('milliseconds', clock_timestamp())")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("read the database clock")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_injected_clock_the_database_clock_rules() {
+    let db = TestDb::create().await;
+    let store = db.store(None).await;
+    assert_eq!(store.now(), None, "no injected clock");
+    let dispatcher = dispatcher(&store);
+    let mut conn = db.connection().await;
+
+    let before = database_now(&mut conn).await;
+    let due = dispatcher.enqueue(request()).await.expect("enqueue").id();
+    let later = dispatcher
+        .enqueue(request().delay(Duration::from_secs(3600)))
+        .await
+        .expect("enqueue delayed")
+        .id();
+    let after = database_now(&mut conn).await;
+
+    let run = store.run_get(due).await.expect("get").expect("exists");
+    assert!(
+        before <= run.run_at && run.run_at <= after,
+        "due at the database's now: {before} <= {} <= {after}",
+        run.run_at
+    );
+    assert_eq!(run.status, RunStatus::Queued, "due by the database clock");
+    assert_eq!(
+        run.created_at, run.run_at,
+        "created and due at the same now"
+    );
+    assert_eq!(
+        run.run_at.timestamp_subsec_micros() % 1000,
+        0,
+        "kept to the millisecond"
+    );
+    let delayed = store.run_get(later).await.expect("get").expect("exists");
+    assert_eq!(
+        delayed.status,
+        RunStatus::Scheduled,
+        "an hour away by the database clock"
+    );
+    assert_eq!(
+        delayed.run_at - delayed.created_at,
+        chrono::Duration::hours(1),
+        "due exactly an hour after its creation"
+    );
+
+    let batch = store.run_claim(params(10)).await.expect("claim");
+    let ids: Vec<RunId> = batch.claimed.iter().map(|claimed| claimed.run.id).collect();
+    assert_eq!(ids, vec![due], "only the due run is claimed");
+    let claimed = &batch.claimed[0].run;
+    let started = claimed.started_at.expect("started");
+    assert!(
+        after <= started && started <= database_now(&mut conn).await,
+        "started at the database's now"
+    );
+    assert_eq!(
+        claimed.locked_until,
+        Some(started + chrono::Duration::seconds(60)),
+        "the lease runs from the database's now"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The caller's transaction
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn caller_transaction_commits_or_drops_its_runs_with_its_own_writes() {
+    let db = TestDb::create().await;
+    let store = db
+        .store(Some(Arc::new(ManualClock::at_fixed_start())))
+        .await;
+    let dispatcher = dispatcher(&store);
+    sqlx::raw_sql("CREATE TABLE tickets (id bigint PRIMARY KEY)")
+        .execute(store.pool())
+        .await
+        .expect("a business table");
+    let tickets = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM tickets")
+            .fetch_one(store.pool())
+            .await
+            .expect("count tickets")
+    };
+
+    // Committed: the ticket and its run together; the signal fires after the commit.
+    let signal = store.enqueue_signal();
+    let notified = signal.notified();
+    let mut notified = std::pin::pin!(notified);
+    notified.as_mut().enable();
+    let mut tx = store.begin().await.expect("begin");
+    sqlx::query("INSERT INTO tickets VALUES (1)")
+        .execute(tx.connection())
+        .await
+        .expect("insert a ticket");
+    let run = prepare(&dispatcher, request().unique_key("ticket-1"));
+    let answer = tx.run_insert(&run).await.expect("enqueue inside");
+    assert_eq!(
+        answer,
+        Enqueued::Inserted(run.id),
+        "inserted inside the transaction"
+    );
+    assert_eq!(
+        store.run_get(run.id).await.expect("get"),
+        None,
+        "invisible to others before the commit"
+    );
+    tx.commit().await.expect("commit");
+    tokio::time::timeout(Duration::from_secs(5), notified)
+        .await
+        .expect("the commit wakes this process's workers");
+    assert_eq!(tickets().await, 1, "the ticket is committed");
+    assert!(
+        store.run_get(run.id).await.expect("get").is_some(),
+        "and its run"
+    );
+
+    // A duplicate id fails alone (savepoint); the rest of the transaction carries on.
+    let plain = prepare(&dispatcher, request());
+    store
+        .run_enqueue_many(vec![plain.clone()])
+        .await
+        .expect("enqueue a run without a key");
+    let mut tx = store.begin().await.expect("begin");
+    let err = tx
+        .run_insert(&plain)
+        .await
+        .expect_err("a duplicate id is refused");
+    assert!(
+        matches!(err, StoreError::Conflict(_)),
+        "a duplicate id is a conflict: {err:?}"
+    );
+    let again = prepare(&dispatcher, request().unique_key("ticket-1"));
+    assert_eq!(
+        tx.run_insert(&again)
+            .await
+            .expect("the transaction is still usable"),
+        Enqueued::Existing(run.id),
+        "the key is held by the committed run"
+    );
+    sqlx::query("INSERT INTO tickets VALUES (2)")
+        .execute(tx.connection())
+        .await
+        .expect("the caller's statements still work");
+    tx.commit().await.expect("commit");
+    assert_eq!(tickets().await, 2, "the second ticket is committed");
+
+    // Rolled back (explicitly, or by dropping the handle): neither the ticket nor the run.
+    for how in ["rollback", "drop"] {
+        let mut tx = store.begin().await.expect("begin");
+        sqlx::query("INSERT INTO tickets VALUES (3)")
+            .execute(tx.connection())
+            .await
+            .expect("insert a ticket");
+        let dropped = prepare(&dispatcher, request());
+        tx.run_insert(&dropped).await.expect("enqueue inside");
+        if how == "rollback" {
+            tx.rollback().await.expect("rollback");
+        } else {
+            drop(tx);
+        }
+        assert_eq!(tickets().await, 2, "{how}: the ticket is gone");
+        assert_eq!(
+            store.run_get(dropped.id).await.expect("get"),
+            None,
+            "{how}: the run is gone with it"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Several processes
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_claiming_at_once_never_share_a_run() {
+    let db = TestDb::create().await;
+    let stores = [db.store(None).await, db.store(None).await];
+    let total = 600;
+    let runs: Vec<NewRun> = (0..total)
+        .map(|index| {
+            prepare(
+                &dispatcher(&stores[0]),
+                request().tenant(format!("t{}", index % 3)),
+            )
+        })
+        .collect();
+    stores[0].run_enqueue_many(runs).await.expect("enqueue");
+
+    let mut claimers = Vec::new();
+    for store in stores.iter().chain(stores.iter()).chain(stores.iter()) {
+        let store = store.clone();
+        claimers.push(tokio::spawn(async move {
+            let mut mine = Vec::new();
+            loop {
+                let batch = match store.run_claim(params(7)).await {
+                    Ok(batch) => batch,
+                    Err(StoreError::Unavailable(_)) => continue,
+                    Err(err) => panic!("claim failed: {err}"),
+                };
+                if batch.claimed.is_empty() {
+                    return mine;
+                }
+                let finishes: Vec<Finish> = batch
+                    .claimed
+                    .iter()
+                    .map(|claimed| Finish {
+                        id: claimed.run.id,
+                        owner: claimed.owner,
+                        action: FinishAction::Complete { result: None },
+                    })
+                    .collect();
+                let replies = store.run_finish_many(finishes).await.expect("finish");
+                assert!(
+                    replies
+                        .iter()
+                        .all(|reply| matches!(reply, FinishReply::Applied { .. })),
+                    "every claim is still owned at its finish: {replies:?}"
+                );
+                mine.extend(batch.claimed.into_iter().map(|claimed| claimed.run.id));
+            }
+        }));
+    }
+    let mut seen = HashSet::new();
+    for claimer in claimers {
+        for id in claimer.await.expect("claimer task") {
+            assert!(seen.insert(id), "run {id} was claimed twice");
+        }
+    }
+    assert_eq!(seen.len(), total, "together they claimed every run once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_enqueues_of_one_unique_key_insert_one_run() {
+    let db = TestDb::create().await;
+    let stores = [db.store(None).await, db.store(None).await];
+    let mut tasks = Vec::new();
+    for index in 0..20 {
+        let store = stores[index % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            dispatcher(&store)
+                .enqueue(request().unique_key("one-and-only"))
+                .await
+                .expect("enqueue")
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.expect("task"));
+    }
+    let inserted: Vec<RunId> = answers
+        .iter()
+        .filter_map(|answer| match answer {
+            Enqueued::Inserted(id) => Some(*id),
+            Enqueued::Existing(_) => None,
+        })
+        .collect();
+    assert_eq!(inserted.len(), 1, "exactly one insert: {answers:?}");
+    assert!(
+        answers.iter().all(|answer| answer.id() == inserted[0]),
+        "everyone else is told the one run: {answers:?}"
+    );
+}
+
+async fn listed_tenants(store: &PgStore) -> Vec<String> {
+    sqlx::query_scalar("SELECT tenant FROM run_tenants ORDER BY tenant")
+        .fetch_all(store.pool())
+        .await
+        .expect("read run_tenants")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_list_forgets_drained_tenants_and_never_loses_one_with_work() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let dispatcher = dispatcher(&store);
+    for tenant in ["a", "b"] {
+        dispatcher
+            .enqueue(request().tenant(tenant))
+            .await
+            .expect("enqueue");
+    }
+    dispatcher
+        .enqueue(request().tenant("c").delay(Duration::from_secs(60)))
+        .await
+        .expect("enqueue a scheduled run");
+    assert_eq!(
+        listed_tenants(&store).await,
+        ["a", "b", "c"],
+        "every tenant with work is listed"
+    );
+    let batch = store.run_claim(params(10)).await.expect("claim");
+    assert_eq!(batch.claimed.len(), 2, "the two due runs");
+    store.run_claim(params(10)).await.expect("an empty claim");
+    assert_eq!(
+        listed_tenants(&store).await,
+        ["c"],
+        "drained tenants are forgotten; one with a scheduled run is kept"
+    );
+    store
+        .run_finish_many(vec![Finish {
+            id: batch.claimed[0].run.id,
+            owner: batch.claimed[0].owner,
+            action: FinishAction::Retry {
+                delay: Duration::ZERO,
+                error: "again".into(),
+            },
+        }])
+        .await
+        .expect("retry");
+    let tenant = batch.claimed[0].run.tenant.clone();
+    assert!(
+        listed_tenants(&store).await.contains(&tenant),
+        "a run put back lists its tenant again"
+    );
+    let cancelled = store
+        .run_request_cancel(batch.claimed[1].run.id)
+        .await
+        .expect("cancel");
+    assert_eq!(cancelled, CancelReply::Requested, "the other is running");
+
+    // An enqueue not yet committed keeps its tenant listed: the claim that finds the
+    // tenant empty cannot take its lock, so it does not forget it.
+    dispatcher
+        .enqueue(request().tenant("d"))
+        .await
+        .expect("enqueue");
+    let taken = store.run_claim(params(10)).await.expect("claim");
+    assert!(
+        taken
+            .claimed
+            .iter()
+            .any(|claimed| claimed.run.tenant == "d"),
+        "d's run is claimed"
+    );
+    let mut tx = store.begin().await.expect("begin");
+    let pending = prepare(&dispatcher, request().tenant("d"));
+    tx.run_insert(&pending).await.expect("enqueue inside");
+    store
+        .run_claim(params(10))
+        .await
+        .expect("a claim that finds d empty");
+    assert!(
+        listed_tenants(&store).await.contains(&"d".to_owned()),
+        "d stays listed while its enqueue is in flight"
+    );
+    tx.commit().await.expect("commit");
+    let taken = store.run_claim(params(10)).await.expect("claim");
+    assert!(
+        taken
+            .claimed
+            .iter()
+            .any(|claimed| claimed.run.id == pending.id),
+        "the committed run is claimed: its tenant was never lost"
+    );
+
+    // Enqueues racing claims that forget tenants: every run is claimed in the end.
+    let producers = [db.store(None).await, db.store(None).await];
+    let consumer = db.store(None).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drainer = {
+        let consumer = consumer.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut done = 0usize;
+            loop {
+                let finished = stop.load(std::sync::atomic::Ordering::SeqCst);
+                let batch = consumer.run_claim(params(16)).await.expect("claim");
+                if batch.claimed.is_empty() && finished {
+                    return done;
+                }
+                done += batch.claimed.len();
+                let finishes = batch
+                    .claimed
+                    .iter()
+                    .map(|claimed| Finish {
+                        id: claimed.run.id,
+                        owner: claimed.owner,
+                        action: FinishAction::Complete { result: None },
+                    })
+                    .collect();
+                consumer.run_finish_many(finishes).await.expect("finish");
+            }
+        })
+    };
+    let mut enqueuers = Vec::new();
+    for (index, producer) in producers.iter().enumerate() {
+        let producer = producer.clone();
+        enqueuers.push(tokio::spawn(async move {
+            let dispatcher = self::dispatcher(&producer);
+            for round in 0..150 {
+                dispatcher
+                    .enqueue(request().tenant(format!("racer-{}", (round + index) % 3)))
+                    .await
+                    .expect("enqueue");
+                if round % 10 == 0 {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        }));
+    }
+    for enqueuer in enqueuers {
+        enqueuer.await.expect("enqueuer");
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let drained = tokio::time::timeout(Duration::from_secs(60), drainer)
+        .await
+        .expect("the drain ends")
+        .expect("drainer task");
+    assert_eq!(
+        drained, 300,
+        "every raced run was claimed: none was hidden by a forgotten tenant"
+    );
+    let left: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM runs WHERE tenant LIKE 'racer-%' AND status = 0")
+            .fetch_one(consumer.pool())
+            .await
+            .expect("count");
+    assert_eq!(left, 0, "no raced run is left pending");
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_is_unavailable_and_a_bad_url_invalid() {
+    let mut config = PgConfig::new("postgres://postgres@127.0.0.1:1/nowhere");
+    config.acquire_timeout = Duration::from_secs(2);
+    let err = PgStore::connect(config)
+        .await
+        .expect_err("nothing listens on port 1");
+    assert!(
+        matches!(err, StoreError::Unavailable(_)),
+        "unreachable is Unavailable: {err:?}"
+    );
+
+    let err = PgStore::connect(PgConfig::new("mysql://nope"))
+        .await
+        .expect_err("not a Postgres URL");
+    assert!(
+        matches!(err, StoreError::Invalid(_)),
+        "a bad URL is Invalid: {err:?}"
+    );
+
+    let err = PgStore::connect(PgConfig::new("postgres://u:hunter2@127.0.0.1:1/x"))
+        .await
+        .expect_err("unreachable");
+    assert!(
+        !err.to_string().contains("hunter2"),
+        "the password never reaches an error: {err}"
+    );
+}
