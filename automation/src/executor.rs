@@ -1,10 +1,13 @@
 //! The durable executor: an automation run is a durable engine run that walks the step
 //! tree, checkpointing its cursor, context and step log after every action, so a retry
 //! or a crash reclaim resumes at the step that failed and never repeats a finished one.
+//! (After the tree's last action the run's completion, which carries the step log, is
+//! that checkpoint.)
 //!
-//! Also here: the routing of ticket events (a `ticket.created`/`ticket.changed` event,
-//! committed with the change as one routing run, fans out to the tenant's automations
-//! with the loop guards applied), and the failure path (an incident whose `title` and
+//! Also here: ticket events (the store hands each `ticket.created`/`ticket.changed`
+//! event and its listening automations to [`event_sink`] inside the write's transaction,
+//! so their runs commit with the change; loop guard 1 there, loop guard 2 when a run
+//! starts), and the failure path (an incident whose `title` and
 //! `impact` a customer can read, and whose `detail` only admins see).
 //!
 //! Left out: connectors (`http/request`, `mcp/call-tool`), polling and cron.
@@ -32,8 +35,6 @@ use crate::validate::MAX_ACTIONS;
 
 /// The engine kind of automation runs (durable).
 pub const AUTOMATION_KIND: &str = "automation";
-/// The engine kind of event routing runs (fire-and-forget, idempotent).
-pub const ROUTE_KIND: &str = "automation.route";
 /// Retries of an automation run after its first attempt: with the default ladder that
 /// is attempts at once, after 30 s, 2 min, 10 min and 1 h.
 pub const AUTOMATION_MAX_RETRIES: i64 = 4;
@@ -51,6 +52,10 @@ pub struct RunPayload {
     /// The context the tree starts from: trigger parameters and `_body`, or `ticket` and
     /// `change` for events.
     pub context: Map<String, Value>,
+    /// For event-triggered runs: the ticket whose change started it (the loop guard
+    /// counts runs per automation and ticket).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ticket: Option<fronta_desk::TicketId>,
 }
 
 /// Where a block of steps is: the path of (step index, branch) from the root.
@@ -150,6 +155,19 @@ fn block<'a>(steps: &'a [Step], path: &[(usize, Branch)]) -> Option<&'a [Step]> 
     Some(current)
 }
 
+/// Whether the cursor has nothing left to run: every frame at its block's end and no loop
+/// with items left.
+fn finished(tree: &[Step], stack: &[Frame]) -> bool {
+    stack.iter().all(|frame| {
+        let at_end = block(tree, &frame.block).is_none_or(|steps| frame.index >= steps.len());
+        let loop_done = frame
+            .each
+            .as_ref()
+            .is_none_or(|each| each.position + 1 >= each.items.len());
+        at_end && loop_done
+    })
+}
+
 /// The automation runtime: the stores the executor works on, and the clock long pauses
 /// and the loop guard are judged by (the run store's, so tests can move it).
 pub struct Runtime {
@@ -183,36 +201,52 @@ pub fn register(
             async move { runtime.execute(ctx).await }
         },
     )?;
-    registry.register(
-        ROUTE_KIND,
-        KindConfig::fire_and_forget(Duration::from_secs(60)),
-        move |ctx: RunContext| {
-            let runtime = runtime.clone();
-            async move { runtime.route(ctx).await }
-        },
-    )?;
     Ok(())
 }
 
-/// The event sink stores call inside a ticket write: one routing run per event, committed
-/// with the change. `dispatcher` must know [`ROUTE_KIND`].
+/// The event sink stores call inside a ticket write: one automation run per listening
+/// automation, committed with the change. A change made by automation X never starts X
+/// (the origin travels with the change); that decision is logged. `dispatcher` must know
+/// [`AUTOMATION_KIND`].
 pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
-    Arc::new(move |event: &TicketEvent| {
-        let request = EnqueueRequest::new(
-            ROUTE_KIND,
-            serde_json::to_value(event).unwrap_or(Value::Null),
-            AUTOMATION_MAX_RETRIES,
-        )
-        .tenant(event.tenant.to_string())
-        .trigger(RunTrigger::Event)
-        .unique_key(format!("route:{}", event.id));
-        match dispatcher.prepare(request) {
-            Ok(run) => vec![run],
-            Err(err) => {
-                tracing::error!(event = %event.id, error = %err, "cannot route a ticket event");
-                Vec::new()
+    Arc::new(move |event: &TicketEvent, listeners: &[AutomationId]| {
+        let mut context = Map::new();
+        context.insert("ticket".into(), ticket_json(&event.ticket));
+        context.insert(
+            "change".into(),
+            serde_json::to_value(&event.change).unwrap_or(Value::Null),
+        );
+        let mut runs = Vec::with_capacity(listeners.len());
+        for automation in listeners {
+            if let Origin::Automation { automation_id, .. } = &event.origin
+                && *automation_id == automation.to_string()
+            {
+                tracing::info!(event = %event.id, automation = %automation, ticket = %event.ticket.human_id(),
+                    "loop guard: a change made by this automation does not start it again");
+                continue;
+            }
+            let payload = RunPayload {
+                automation_id: *automation,
+                tenant: event.tenant,
+                context: context.clone(),
+                ticket: Some(event.ticket.id),
+            };
+            let request = EnqueueRequest::new(
+                AUTOMATION_KIND,
+                serde_json::to_value(payload).unwrap_or(Value::Null),
+                AUTOMATION_MAX_RETRIES,
+            )
+            .tenant(event.tenant.to_string())
+            .trigger(RunTrigger::Event)
+            .unique_key(format!("event:{}:{automation}", event.id));
+            match dispatcher.prepare(request) {
+                Ok(run) => runs.push(run),
+                Err(err) => {
+                    tracing::error!(event = %event.id, automation = %automation, error = %err, "cannot start an automation for a ticket event")
+                }
             }
         }
+        runs
     })
 }
 
@@ -226,6 +260,7 @@ pub fn run_request(
         automation_id: stored.id,
         tenant: stored.tenant,
         context,
+        ticket: None,
     };
     EnqueueRequest::new(
         AUTOMATION_KIND,
@@ -286,6 +321,52 @@ impl Runtime {
             self.report(&ctx, &payload, Some(&stored), None, "", &message)
                 .await;
             return Outcome::Fail(message);
+        }
+        if ctx.run.state.is_none()
+            && let Some(ticket) = payload.ticket
+        {
+            match self
+                .automations
+                .guard_admit(
+                    payload.tenant,
+                    stored.id,
+                    ticket,
+                    self.clock.now(),
+                    GUARD_WINDOW,
+                    GUARD_MAX_RUNS,
+                )
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    let message = format!(
+                        "Loop guard: automation \"{}\" ran {GUARD_MAX_RUNS} times over this ticket in the last minute; this run was not started.",
+                        stored.automation.name
+                    );
+                    tracing::warn!(run = %ctx.run.id, automation = %stored.id, ticket = %ticket, "{message}");
+                    let entry = TicketLogEntry {
+                        at: self.clock.now(),
+                        kind: "guard".into(),
+                        message: message.clone(),
+                        run_id: Some(ctx.run.id.to_string()),
+                    };
+                    if let Err(err) = self
+                        .desk
+                        .ticket_log_append(payload.tenant, ticket, entry)
+                        .await
+                    {
+                        tracing::warn!(run = %ctx.run.id, error = %err, "could not log the loop guard on the ticket");
+                    }
+                    return Outcome::Done(Some(json!({ "suppressed": message })));
+                }
+                Err(DeskError::Unavailable(message)) => {
+                    return Outcome::Retry {
+                        after: None,
+                        reason: format!("storage unavailable: {message}"),
+                    };
+                }
+                Err(err) => return Outcome::Fail(format!("loop guard: {err}")),
+            }
         }
         let mut state = match ctx.run.state.as_deref() {
             Some(bytes) => match ExecState::decode(bytes) {
@@ -533,7 +614,10 @@ impl Runtime {
                                     Some(fronta_engine::clock::add(self.clock.now(), snooze));
                             }
                             // The side effect is done: record it before anything else can fail.
-                            if ctx.checkpointer.save(state.encode()).await.is_err() {
+                            // After the tree's last step the completion is that record (it
+                            // carries the step log), so no separate checkpoint is written.
+                            let last = done.snooze.is_none() && finished(tree, &state.stack);
+                            if !last && ctx.checkpointer.save(state.encode()).await.is_err() {
                                 return Err(Failure::Retry {
                                     step: action.name.clone(),
                                     message: "lease lost".into(),
@@ -671,103 +755,6 @@ impl Runtime {
             )
             .await;
         }
-    }
-
-    /// Fan a ticket event out to the tenant's automations listening for it.
-    async fn route(&self, ctx: RunContext) -> Outcome {
-        let event: TicketEvent = match serde_json::from_value(ctx.run.payload.clone()) {
-            Ok(event) => event,
-            Err(err) => return Outcome::Fail(format!("not a ticket event: {err}")),
-        };
-        let automations = match self
-            .automations
-            .automations_for_event(event.tenant, event.kind.as_str())
-            .await
-        {
-            Ok(automations) => automations,
-            Err(err @ DeskError::Unavailable(_)) => {
-                return Outcome::Retry {
-                    after: None,
-                    reason: err.to_string(),
-                };
-            }
-            Err(err) => return Outcome::Fail(err.to_string()),
-        };
-        let mut requests = Vec::new();
-        for stored in automations {
-            if !matches!(&stored.automation.trigger, Trigger::Event { .. }) {
-                continue;
-            }
-            if let Origin::Automation { automation_id, .. } = &event.origin
-                && *automation_id == stored.id.to_string()
-            {
-                tracing::info!(event = %event.id, automation = %stored.id, ticket = %event.ticket.human_id(),
-                    "loop guard: a change made by this automation does not start it again");
-                continue;
-            }
-            match self
-                .automations
-                .guard_admit(
-                    event.tenant,
-                    stored.id,
-                    event.ticket.id,
-                    self.clock.now(),
-                    GUARD_WINDOW,
-                    GUARD_MAX_RUNS,
-                )
-                .await
-            {
-                Ok(true) => {}
-                Ok(false) => {
-                    let message = format!(
-                        "Loop guard: automation \"{}\" ran {GUARD_MAX_RUNS} times over {} in the last minute; this {} did not start it.",
-                        stored.automation.name,
-                        event.ticket.human_id(),
-                        event.kind.as_str()
-                    );
-                    tracing::warn!(event = %event.id, automation = %stored.id, ticket = %event.ticket.human_id(), "{message}");
-                    let entry = TicketLogEntry {
-                        at: Utc::now(),
-                        kind: "guard".into(),
-                        message,
-                        run_id: Some(ctx.run.id.to_string()),
-                    };
-                    let _ = self
-                        .desk
-                        .ticket_log_append(event.tenant, event.ticket.id, entry)
-                        .await;
-                    continue;
-                }
-                Err(err @ DeskError::Unavailable(_)) => {
-                    return Outcome::Retry {
-                        after: None,
-                        reason: err.to_string(),
-                    };
-                }
-                Err(err) => return Outcome::Fail(err.to_string()),
-            }
-            let mut context = Map::new();
-            context.insert("ticket".into(), ticket_json(&event.ticket));
-            context.insert(
-                "change".into(),
-                serde_json::to_value(&event.change).unwrap_or(Value::Null),
-            );
-            requests.push(
-                run_request(&stored, RunTrigger::Event, context)
-                    .unique_key(format!("event:{}:{}", event.id, stored.id)),
-            );
-        }
-        let count = requests.len();
-        if count > 0
-            && let Err(err) = ctx.dispatcher.enqueue_many(requests).await
-        {
-            return Outcome::Retry {
-                after: None,
-                reason: format!("could not enqueue the event's runs: {err}"),
-            };
-        }
-        tracing::debug!(event = %event.id, kind = event.kind.as_str(), started = count, "ticket event routed");
-        Outcome::Done(Some(json!({ "started": count })))
     }
 }
 

@@ -126,9 +126,13 @@ pub trait AutomationStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 }
 
-/// What a store calls inside the transaction of every ticket write that changed
-/// something; the runs it answers are inserted in that same transaction. The automation
-/// runtime installs one that answers a routing run per event (see `executor`).
+/// What a store calls inside the transaction of a ticket write that changed something
+/// and that at least one **enabled** automation of the tenant listens to (its trigger is
+/// that event); it gets the event and those automations' ids (oldest first), and the runs
+/// it answers are inserted in that same transaction. The automation runtime installs one
+/// that answers one automation run per listener (see `executor::event_sink`).
 pub type TicketEventSink = std::sync::Arc<
-    dyn Fn(&fronta_desk::store::TicketEvent) -> Vec<fronta_engine::NewRun> + Send + Sync,
+    dyn Fn(&fronta_desk::store::TicketEvent, &[AutomationId]) -> Vec<fronta_engine::NewRun>
+        + Send
+        + Sync,
 >;

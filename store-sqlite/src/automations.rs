@@ -415,3 +415,33 @@ impl AutomationStore for SqliteStore {
         .await
     }
 }
+
+/// The ids of the tenant's enabled automations listening to `event`, oldest first: what
+/// a ticket write hands its event sink (one probe of `automations_event`).
+pub(crate) fn listeners(
+    conn: &Connection,
+    tenant: &TenantId,
+    event: &str,
+) -> DeskSql<Vec<AutomationId>> {
+    let mut stmt = conn
+        .prepare_cached(
+            "SELECT id FROM automations INDEXED BY automations_event \
+             WHERE tenant = ?1 AND event = ?2 AND enabled = 1 ORDER BY created_at, id",
+        )
+        .map_err(sql_err)?;
+    let rows = stmt
+        .query_map(params![key(&tenant.0), event], |row| {
+            row.get::<_, Vec<u8>>(0)
+        })
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(sql_err)?;
+    rows.into_iter()
+        .map(|bytes| {
+            uuid::Uuid::from_slice(&bytes)
+                .map(AutomationId)
+                .map_err(|err| {
+                    DeskError::Internal(format!("a stored automation id is not a UUID: {err}"))
+                })
+        })
+        .collect()
+}

@@ -851,7 +851,10 @@ fn ticket_assign_least_busy(
             .map_err(sql_err)?
             .unwrap_or(0);
         let holds_this_one = !old.closed
-            && old.assignee.as_ref().is_some_and(|assignee| assignee.id == member.id);
+            && old
+                .assignee
+                .as_ref()
+                .is_some_and(|assignee| assignee.id == member.id);
         let count = count - i64::from(holds_this_one);
         open.push(u32::try_from(count.max(0)).unwrap_or(u32::MAX));
     }
@@ -1073,6 +1076,11 @@ fn announce(
     } else {
         return Ok(());
     };
+    // Only events somebody listens to reach the sink: one index probe.
+    let listeners = crate::automations::listeners(conn, &write.ticket.tenant, kind.as_str())?;
+    if listeners.is_empty() {
+        return Ok(());
+    }
     let event = TicketEvent {
         id: Uuid::now_v7().to_string(),
         tenant: write.ticket.tenant,
@@ -1084,14 +1092,15 @@ fn announce(
     };
     // The sink runs on the writer thread: a panic there must fail this write, not stop
     // the writer for every other caller.
-    let new_runs = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event)))
-        .map_err(|_| {
-            DeskError::Internal(format!(
-                "the ticket event sink panicked on {} of {}",
-                kind.as_str(),
-                write.ticket.human_id()
-            ))
-        })?;
+    let new_runs =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event, &listeners)))
+            .map_err(|_| {
+                DeskError::Internal(format!(
+                    "the ticket event sink panicked on {} of {}",
+                    kind.as_str(),
+                    write.ticket.human_id()
+                ))
+            })?;
     for run in &new_runs {
         // `insert` raises the writer's `enqueued` flag: workers wake after the commit.
         runs::insert(state, conn, run, now).map_err(|err| {

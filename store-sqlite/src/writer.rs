@@ -154,18 +154,23 @@ fn run(
         }
         state.enqueued = false;
         for job in group.drain(..) {
-            if let Err(err) = conn.execute_batch("SAVEPOINT job") {
+            if let Err(err) = conn
+                .prepare_cached("SAVEPOINT job")
+                .and_then(|mut stmt| stmt.execute([]))
+            {
                 let err = map_err(err);
                 replies.push(Box::new(move |_| drop(err)));
                 continue;
             }
             let (keep, reply) = job(&mut state, &conn);
             let end = if keep {
-                "RELEASE job"
+                conn.prepare_cached("RELEASE job")
+                    .and_then(|mut stmt| stmt.execute([]))
+                    .map(|_| ())
             } else {
-                "ROLLBACK TO job; RELEASE job"
+                conn.execute_batch("ROLLBACK TO job; RELEASE job")
             };
-            if let Err(err) = conn.execute_batch(end) {
+            if let Err(err) = end {
                 tracing::error!(error = %map_err(err), "sqlite writer: savepoint end failed");
             }
             replies.push(reply);

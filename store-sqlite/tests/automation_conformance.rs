@@ -44,10 +44,18 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
     async fn open_with_sink(
         &self,
         sink: TicketEventSink,
-    ) -> (Arc<dyn DeskStore>, Arc<dyn RunStore>) {
+    ) -> (
+        Arc<dyn DeskStore>,
+        Arc<dyn RunStore>,
+        Arc<dyn AutomationStore>,
+    ) {
         let store = self.open();
         store.set_ticket_event_sink(sink);
-        (Arc::new(store.clone()), Arc::new(store))
+        (
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(store),
+        )
     }
 }
 

@@ -86,7 +86,10 @@ fn ticket_filters_and_the_open_count_walk_their_indexes() {
             "{filter:?} reads newest first without sorting: {plan}"
         );
     }
-    let open = plan(&conn, "SELECT open FROM desk_member_open WHERE member = x'01'");
+    let open = plan(
+        &conn,
+        "SELECT open FROM desk_member_open WHERE member = x'01'",
+    );
     assert!(
         open.contains("PRIMARY KEY") && !open.contains("SCAN"),
         "least-busy reads one kept count per member, never counts tickets: {open}"

@@ -1059,6 +1059,7 @@ const ROUTE: &str = "automation-route";
 #[derive(Clone, Default)]
 struct Recorder {
     events: Arc<Mutex<Vec<TicketEvent>>>,
+    listeners: Arc<Mutex<Vec<Vec<AutomationId>>>>,
     runs: Arc<Mutex<Vec<RunId>>>,
     duplicate: Arc<AtomicBool>,
 }
@@ -1066,7 +1067,12 @@ struct Recorder {
 impl Recorder {
     fn sink(&self) -> TicketEventSink {
         let recorder = self.clone();
-        Arc::new(move |event: &TicketEvent| {
+        Arc::new(move |event: &TicketEvent, listeners: &[AutomationId]| {
+            recorder
+                .listeners
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(listeners.to_vec());
             let mut runs = recorder
                 .runs
                 .lock()
@@ -1096,6 +1102,13 @@ impl Recorder {
         })
     }
 
+    fn listeners(&self) -> Vec<Vec<AutomationId>> {
+        self.listeners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn events(&self) -> Vec<TicketEvent> {
         self.events
             .lock()
@@ -1113,12 +1126,16 @@ impl Recorder {
     }
 }
 
-/// A store with the recorder's sink installed and one tenant with an `order` type.
+/// A store with the recorder's sink installed and one tenant with an `order` type and
+/// two enabled automations listening, one to `ticket.created`, one to `ticket.changed`.
 struct SinkEnv {
     desk: Arc<dyn DeskStore>,
     runs: Arc<dyn RunStore>,
+    automations: Arc<dyn AutomationStore>,
     recorder: Recorder,
     acme: TenantId,
+    on_created: AutomationId,
+    on_changed: AutomationId,
 }
 
 const ORDER: &str = "order";
@@ -1128,16 +1145,29 @@ const SHIPPED: &str = "shipped";
 impl SinkEnv {
     async fn open(factory: &dyn AutomationStoreFactory) -> Self {
         let recorder = Recorder::default();
-        let (desk, runs) = factory.open_with_sink(recorder.sink()).await;
+        let (desk, runs, automations) = factory.open_with_sink(recorder.sink()).await;
         let (acme, _) = desk.tenant_create("Acme").await.expect("tenant Acme");
         desk.ticket_type_create(acme.id, ORDER, &[WAITING.into(), SHIPPED.into()], &[])
             .await
             .expect("type order");
+        let on_created = automations
+            .automation_create(acme.id, listener("on created", "ticket.created"), None)
+            .await
+            .expect("created listener")
+            .id;
+        let on_changed = automations
+            .automation_create(acme.id, listener("on changed", "ticket.changed"), None)
+            .await
+            .expect("changed listener")
+            .id;
         Self {
             desk,
             runs,
+            automations,
             recorder,
             acme: acme.id,
+            on_created,
+            on_changed,
         }
     }
 
@@ -1587,4 +1617,78 @@ pub async fn runs_of_ticket_events_wake_the_enqueue_signal(factory: &dyn Automat
     tokio::time::timeout(Duration::from_secs(30), notified)
         .await
         .expect("the enqueue signal fires after a ticket write that inserted a run");
+}
+
+/// The sink gets, with each event, exactly the tenant's enabled automations that listen
+/// to it: `ticket.created` → the created listener, `ticket.changed` → the changed one.
+pub async fn the_sink_gets_the_automations_listening_to_the_event(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = SinkEnv::open(factory).await;
+    let write = env
+        .desk
+        .ticket_upsert(env.acme, env.order("L-1"), Origin::Person)
+        .await
+        .expect("create");
+    env.desk
+        .ticket_change(
+            env.acme,
+            write.ticket.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                ..TicketChange::default()
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("change");
+    assert_eq!(
+        env.recorder.listeners(),
+        vec![vec![env.on_created], vec![env.on_changed]],
+        "each event reaches the sink with its own listeners"
+    );
+}
+
+/// An event no enabled automation listens to never reaches the sink and starts nothing:
+/// disabling the only `ticket.changed` listener silences changes.
+pub async fn an_event_nobody_listens_to_reaches_no_sink(factory: &dyn AutomationStoreFactory) {
+    let env = SinkEnv::open(factory).await;
+    let write = env
+        .desk
+        .ticket_upsert(env.acme, env.order("L-2"), Origin::Person)
+        .await
+        .expect("create");
+    env.automations
+        .automation_set_enabled(env.acme, env.on_changed, false)
+        .await
+        .expect("disable the changed listener");
+    let runs_before = env.run_ids().await;
+    env.desk
+        .ticket_change(
+            env.acme,
+            write.ticket.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                ..TicketChange::default()
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("change");
+    let kinds: Vec<TicketEventKind> = env
+        .recorder
+        .events()
+        .iter()
+        .map(|event| event.kind)
+        .collect();
+    assert_eq!(
+        kinds,
+        vec![TicketEventKind::Created],
+        "only the create (which has a listener) reached the sink"
+    );
+    assert_eq!(
+        env.run_ids().await,
+        runs_before,
+        "the unheard change started no run"
+    );
 }

@@ -71,7 +71,11 @@ pub trait AutomationStoreFactory: Send + Sync {
     async fn open_with_sink(
         &self,
         sink: TicketEventSink,
-    ) -> (Arc<dyn fronta_desk::DeskStore>, Arc<dyn RunStore>);
+    ) -> (
+        Arc<dyn fronta_desk::DeskStore>,
+        Arc<dyn RunStore>,
+        Arc<dyn fronta_automation::store::AutomationStore>,
+    );
 }
 
 /// Not public API: what [`conformance_suite!`] expands to needs.
@@ -274,6 +278,8 @@ macro_rules! automation_conformance_suite {
             refused_ticket_write_emits_nothing_and_inserts_no_run,
             failing_run_insert_fails_the_ticket_write_and_leaves_no_trace,
             runs_of_ticket_events_wake_the_enqueue_signal,
+            the_sink_gets_the_automations_listening_to_the_event,
+            an_event_nobody_listens_to_reaches_no_sink,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
@@ -296,6 +302,7 @@ macro_rules! runtime_scenarios {
         $crate::runtime_scenarios!(@cases $factory;
             seed_scenario_orders_and_converter_error,
             an_automation_never_triggers_itself,
+            a_loop_between_two_automations_is_stopped_and_logged,
             crashed_automation_run_resumes_at_the_next_step,
             loops_count_against_max_actions_not_the_step_cap,
             long_pause_snoozes_and_resumes_at_the_next_step,

@@ -635,3 +635,88 @@ pub async fn long_pause_snoozes_and_resumes_at_the_next_step(factory: &dyn Runti
         "the pause ran once, then the next step: {steps}"
     );
 }
+
+/// Two automations that undo each other's change (X ↔ Y) would loop forever; the loop
+/// guard lets each run at most 5 times over one ticket in a minute, and says so on the
+/// ticket.
+pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    for (name, from, to) in [
+        ("Ship", "waiting-to-pack", "shipped"),
+        ("Unship", "shipped", "waiting-to-pack"),
+    ] {
+        firm.automation(json!({
+            "name": name,
+            "trigger": {"type": "event", "event": "ticket.changed"},
+            "steps": [{"name": "check", "type": "condition",
+                       "rules": [{"field": "ticket.status", "operator": "eq", "value": from}],
+                       "then": [{"name": "flip", "op": "ticket/set-status",
+                                 "input": {"ticket": "{{ticket.id}}", "status": to}}]}]
+        }))
+        .await;
+    }
+    let orders = firm.automation(orders_automation()).await;
+    firm.webhook(
+        &orders,
+        json!({"kind": "x", "data": {"order": {"id": "9"}}}),
+    )
+    .await;
+    firm.drain().await;
+    let ticket = firm
+        .stores
+        .desk
+        .ticket_list(firm.tenant, TicketFilter::default())
+        .await
+        .expect("tickets")
+        .remove(0);
+    // A person tags it: the change starts the ping-pong.
+    let change = fronta_desk::store::TicketChange {
+        add_tags: vec!["vip".into()],
+        ..Default::default()
+    };
+    firm.stores
+        .desk
+        .ticket_change(firm.tenant, ticket.id, change, fronta_desk::Origin::Person)
+        .await
+        .expect("a person's change");
+    firm.drain().await;
+    let runs = firm
+        .stores
+        .runs
+        .run_list(RunFilter {
+            kind: Some(executor::AUTOMATION_KIND.into()),
+            limit: 1000,
+            ..RunFilter::default()
+        })
+        .await
+        .expect("runs");
+    let suppressed = runs
+        .iter()
+        .filter(|run| {
+            run.result
+                .as_ref()
+                .is_some_and(|result| result.get("suppressed").is_some())
+        })
+        .count();
+    assert!(
+        suppressed >= 1,
+        "the guard stopped the loop: {} runs, none suppressed",
+        runs.len()
+    );
+    assert!(
+        runs.len() <= 1 + 2 * 6,
+        "at most 5 admitted runs (+1 refused) per automation, got {}",
+        runs.len()
+    );
+    let log = firm
+        .stores
+        .desk
+        .ticket_log(firm.tenant, ticket.id)
+        .await
+        .expect("log");
+    assert!(
+        log.iter()
+            .any(|entry| entry.kind == "guard" && entry.message.contains("5 times")),
+        "the ticket's log says the guard stopped an automation: {log:?}"
+    );
+}
