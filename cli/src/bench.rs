@@ -162,8 +162,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             ..db.clone()
         },
     };
-    let store = crate::open_store(&db)?;
-    let store: Arc<dyn RunStore> = Arc::new(store);
+    let store = crate::open_store(&db, "fronta-bench").await?.runs();
     let before = store.run_stats().await?;
     if before.queued + before.running + before.scheduled > 0 {
         bail!("the bench database already holds pending runs; give an empty one");

@@ -20,6 +20,8 @@ use fronta_engine::{
     Dispatcher, EnqueueRequest, Registry, RunFilter, RunStatus, RunStore, Worker, WorkerConfig,
     store::CancelReply,
 };
+use fronta_store_postgres::leader::{self, LeaderConfig};
+use fronta_store_postgres::{PgConfig, PgStore};
 use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 use tokio_util::sync::CancellationToken;
 
@@ -41,7 +43,7 @@ struct Cli {
 
 #[derive(Args, Debug, Clone)]
 struct DbArgs {
-    /// The database: a SQLite file path (or sqlite://PATH). Default ./fronta.db
+    /// The database: a SQLite file path (or sqlite://PATH), or postgres://… Default ./fronta.db
     /// (the bench uses a fresh temporary one unless this is given).
     #[arg(long, global = true, env = "FRONTA_DATABASE_URL")]
     database: Option<String>,
@@ -124,6 +126,10 @@ pub(crate) struct WorkerArgs {
     /// On Ctrl-C, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
+    /// On Postgres: how often a follower tries to become the leader, and the leader
+    /// checks its connection.
+    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    leader_retry: Duration,
     /// One step of the built-in `sleep` kind (tests shorten it).
     #[arg(long, default_value = "1s", value_parser = duration::parse, hide = true)]
     sleep_step: Duration,
@@ -174,19 +180,62 @@ fn init_logs(format: LogFormat, default: &str) {
     }
 }
 
-/// Open the store named by `--database`.
-pub(crate) fn open_store(db: &DbArgs) -> anyhow::Result<SqliteStore> {
+/// The database a command works on.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Sqlite(SqliteStore),
+    Postgres(PgStore),
+}
+
+impl Store {
+    pub(crate) fn runs(&self) -> Arc<dyn RunStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(store) => format!("SQLite {}", store.config().path.display()),
+            Store::Postgres(_) => "Postgres".to_string(),
+        }
+    }
+}
+
+fn is_postgres(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
+}
+
+/// Open the store named by `--database` (migrations run on open). `name` is the
+/// connection's `application_name` on Postgres.
+pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store> {
     let url = db.database.as_deref().unwrap_or("fronta.db");
+    if is_postgres(url) {
+        let config = PgConfig::new(with_application_name(url, name));
+        let store = PgStore::connect(config)
+            .await
+            .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;
+        return Ok(Store::Postgres(store));
+    }
     let path = sqlite_path(url)?;
     let mut config = SqliteConfig::new(path);
     config.synchronous = db.synchronous;
-    SqliteStore::open(config).with_context(|| format!("opening database {url}"))
+    let store = SqliteStore::open(config).with_context(|| format!("opening database {url}"))?;
+    Ok(Store::Sqlite(store))
+}
+
+/// `url` with `application_name=name` unless it names one already: an operator (and the
+/// tests) can tell each process's connections apart in `pg_stat_activity`.
+pub(crate) fn with_application_name(url: &str, name: &str) -> String {
+    if url.contains("application_name=") {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}application_name={name}")
 }
 
 fn sqlite_path(url: &str) -> anyhow::Result<PathBuf> {
-    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        bail!("Postgres is not supported by this build yet; give a SQLite file path");
-    }
     let path = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
@@ -217,6 +266,7 @@ fn default_worker_args() -> WorkerArgs {
         poll: Duration::from_millis(500),
         max_reclaims: 5,
         shutdown_grace: Duration::from_secs(10),
+        leader_retry: Duration::from_secs(1),
         sleep_step: Duration::from_secs(1),
     }
 }
@@ -251,8 +301,8 @@ fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => {
-            let store = open_store(&cli.db)?;
-            println!("database {} is up to date", store.config().path.display());
+            let store = open_store(&cli.db, "fronta-migrate").await?;
+            println!("database ({}) is up to date", store.describe());
             Ok(())
         }
         Command::Enqueue(args) => enqueue(&cli.db, args).await,
@@ -274,7 +324,7 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
     {
         bail!("--delay must be zero or more seconds");
     }
-    let store: Arc<dyn RunStore> = Arc::new(open_store(db)?);
+    let store = open_store(db, "fronta-enqueue").await?.runs();
     let registry = registry(&default_worker_args())?;
     let dispatcher = Dispatcher::from_registry(store, &registry);
     let request = EnqueueRequest {
@@ -316,7 +366,9 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
 }
 
 async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
-    let store: Arc<dyn RunStore> = Arc::new(open_store(db)?);
+    let name = format!("fronta-worker-{}", std::process::id());
+    let opened = open_store(db, &name).await?;
+    let store = opened.runs();
     let registry = Arc::new(registry(&args)?);
     let config = WorkerConfig {
         name: format!("worker-{}", std::process::id()),
@@ -336,7 +388,22 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         tracing::info!("signal received: shutting down");
         on_signal.cancel();
     });
-    let report = worker.run(shutdown).await?;
+    // On Postgres, one process per database leads (maintenance, later the scheduler).
+    let election = match (&opened, db.database.as_deref()) {
+        (Store::Postgres(_), Some(url)) => {
+            let mut config = LeaderConfig::new(url, format!("{name}-leader"));
+            config.retry_every = args.leader_retry;
+            config.check_every = args.leader_retry;
+            let (leading, _) = tokio::sync::watch::channel(false);
+            Some(tokio::spawn(leader::run(config, shutdown.clone(), leading, || async {})))
+        }
+        _ => None,
+    };
+    let report = worker.run(shutdown.clone()).await?;
+    shutdown.cancel();
+    if let Some(election) = election {
+        let _ = election.await;
+    }
     // The bench reads the first number of this line: keep `claimed` first.
     eprintln!(
         "worker done: {} claimed, {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",
@@ -382,7 +449,7 @@ fn when(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
 }
 
 async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
-    let store = open_store(db)?;
+    let store = open_store(db, "fronta-runs").await?.runs();
     match command {
         RunsCommand::List {
             status,
