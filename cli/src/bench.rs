@@ -332,7 +332,11 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
     } else {
-        println!("fronta bench — SQLite synchronous={}", figures.synchronous);
+        if figures.database.starts_with("postgres") {
+            println!("fronta bench — Postgres (synchronous_commit as the server has it)");
+        } else {
+            println!("fronta bench — SQLite synchronous={}", figures.synchronous);
+        }
         println!(
             "  enqueue  {:>9.0} runs/s   ({} runs, {} callers, one run per call, {:.2} s)",
             figures.enqueue_per_second, figures.runs, figures.callers, figures.enqueue_seconds

@@ -395,7 +395,12 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
             config.retry_every = args.leader_retry;
             config.check_every = args.leader_retry;
             let (leading, _) = tokio::sync::watch::channel(false);
-            Some(tokio::spawn(leader::run(config, shutdown.clone(), leading, || async {})))
+            Some(tokio::spawn(leader::run(
+                config,
+                shutdown.clone(),
+                leading,
+                || async {},
+            )))
         }
         _ => None,
     };
