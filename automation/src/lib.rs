@@ -50,6 +50,7 @@ pub mod executor;
 pub mod instant;
 pub mod model;
 pub mod problem;
+pub mod retry;
 pub mod steps;
 pub mod store;
 pub mod template;

@@ -10,6 +10,7 @@ use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
 use serde_json::{Map, Value, json};
 
 use crate::catalogue::Op;
+use crate::retry::Cause;
 
 /// Pauses up to this long happen inside the run; longer ones snooze it (no worker held).
 pub const INLINE_PAUSE_LIMIT: Duration = Duration::from_secs(5);
@@ -43,14 +44,17 @@ impl StepError {
     }
 }
 
-/// Our storage: unavailable is retried; everything else (not found, invalid, conflict)
-/// ends the run.
+/// Our storage, by the table of [`crate::retry`]: unavailable is retried; a missing
+/// thing (group, ticket) or a refused write ends the run.
 impl From<DeskError> for StepError {
     fn from(err: DeskError) -> Self {
-        match err {
-            DeskError::Unavailable(_) => StepError::retryable(err.to_string()),
-            other => StepError::fatal(other.to_string()),
-        }
+        let cause = match &err {
+            DeskError::Unavailable(_) => Cause::StorageUnavailable,
+            DeskError::NotFound(_) => Cause::MissingGroup,
+            DeskError::Invalid(_) | DeskError::Conflict(_) => Cause::BadInput,
+            DeskError::Internal(_) => Cause::Bug,
+        };
+        cause.step_error(err.to_string(), None)
     }
 }
 
