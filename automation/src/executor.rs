@@ -2,7 +2,8 @@
 //! tree, checkpointing its cursor, context and step log after every action, so a retry
 //! or a crash reclaim resumes at the step that failed and never repeats a finished one.
 //! (After the tree's last action the run's completion, which carries the step log, is
-//! that checkpoint.)
+//! that checkpoint; `flow/log`, which touches nothing outside the run, is not followed
+//! by one.)
 //!
 //! Also here: ticket events (the store hands each `ticket.created`/`ticket.changed`
 //! event and its listening automations to [`event_sink`] inside the write's transaction,
@@ -615,9 +616,16 @@ impl Runtime {
                             }
                             // The side effect is done: record it before anything else can fail.
                             // After the tree's last step the completion is that record (it
-                            // carries the step log), so no separate checkpoint is written.
+                            // carries the step log), so no separate checkpoint is written;
+                            // `flow/log` changes nothing outside the run, so repeating it
+                            // after a crash repeats a log line only: no checkpoint either.
                             let last = done.snooze.is_none() && finished(tree, &state.stack);
-                            if !last && ctx.checkpointer.save(state.encode()).await.is_err() {
+                            let outside_effect =
+                                !matches!(action.op, crate::catalogue::Op::FlowLog);
+                            if !last
+                                && outside_effect
+                                && ctx.checkpointer.save(state.encode()).await.is_err()
+                            {
                                 return Err(Failure::Retry {
                                     step: action.name.clone(),
                                     message: "lease lost".into(),

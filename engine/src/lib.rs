@@ -27,7 +27,7 @@ pub use model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 pub use registry::{Handler, KindConfig, Outcome, Registry, RunContext, Shape};
 pub use store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
-    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, RunFilter, RunInsert, RunStats,
-    RunStore,
+    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert,
+    RunStats, RunStore,
 };
 pub use worker::{Worker, WorkerConfig, WorkerReport};

@@ -156,6 +156,15 @@ pub enum CancelReply {
     AlreadyFinished(RunStatus),
 }
 
+/// What a manual retry of a run did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RetryReply {
+    /// It was failed: it is queued again, due now, resuming from its checkpoint.
+    Requeued,
+    /// Only failed runs are retried: nothing changed.
+    NotFailed(RunStatus),
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     pub status: Option<RunStatus>,
@@ -253,6 +262,12 @@ impl RunStats {
 /// `cancel_requested` flag (kept across reclaims), status unchanged; terminal → nothing;
 /// unknown id → `NotFound`.
 ///
+/// Manual retry (`run_retry`): a failed run goes back to pending, due now, keeping its
+/// checkpoint (`state`), its payload and its `last_error`, with a fresh budget
+/// (`attempts`, `reclaims`, `parks` back to 0, `failed_at` cleared); any other status →
+/// `NotFailed(status)`, nothing changed; unknown id → `NotFound`; when another
+/// non-terminal run of the tenant holds its unique key → `Conflict`, nothing changed.
+///
 /// Reads (`run_get`, `run_list`, `run_stats`) see committed data only; `run_list` is
 /// newest first; `scheduled` vs `queued` is judged against the store's now.
 ///
@@ -275,6 +290,8 @@ pub trait RunStore: Send + Sync + 'static {
     async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>>;
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply>;
+
+    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply>;
 
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>>;
 

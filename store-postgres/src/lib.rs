@@ -11,23 +11,34 @@
 //!   process's own writes wake [`RunStore::enqueue_signal`] directly after commit.
 //! - Migrations are embedded ([`schema`]) and run on connect under an advisory lock.
 //! - [`PgTx`] lets a caller enqueue runs in the same transaction as its own writes.
+//! - The desk port ([`desk`]: tenants, groups, tickets, incidents) and the automation
+//!   port ([`automations`]: saved automations, webhook tokens, the loop guard) make each
+//!   write one transaction; row locks (and, for the guard, an advisory lock) order the
+//!   concurrent ones, where SQLite's single writer orders everything.
+//! - Ticket events: a ticket write that changed something hands a `TicketEvent` to the
+//!   sink installed with [`PgStore::set_ticket_event_sink`] and inserts the runs it
+//!   answers in the write's transaction ([`desk`]).
 //!
 //! Left out on purpose: sqlx's compile-time checked macros (no database at build time),
 //! an ORM, a group commit for enqueues (Postgres commits concurrently on its own), and
 //! the scheduler's leader election (a later port).
 
+pub mod automations;
+pub mod desk;
 pub mod leader;
 pub mod listener;
+mod retry;
 pub mod runs;
 pub mod schema;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
     HeartbeatReply, LeaseRenewal, RunFilter, RunStats, RunStore, StoreResult,
@@ -149,6 +160,8 @@ struct Inner {
     round_trips: AtomicU64,
     listener: Option<tokio::task::AbortHandle>,
     url: String,
+    /// Called inside every ticket write that changed something (see [`desk`]).
+    ticket_event_sink: RwLock<Option<TicketEventSink>>,
 }
 
 impl Drop for Inner {
@@ -218,6 +231,7 @@ impl PgStore {
                 round_trips: AtomicU64::new(0),
                 listener,
                 url: config.url,
+                ticket_event_sink: RwLock::new(None),
             }),
         })
     }
@@ -237,23 +251,60 @@ impl PgStore {
         self.inner.clock.as_ref().map(|clock| clock.now())
     }
 
-    fn ctx(&self) -> Ctx<'_> {
+    /// Install the sink every ticket write that changed something calls, inside its
+    /// transaction, when at least one enabled automation of the tenant listens to the
+    /// event: the runs it answers are inserted in that transaction, so they commit with
+    /// the write or not at all, and a failing insert fails the write. It replaces any sink
+    /// installed before; clones of this store share it. The sink runs while the write
+    /// holds its row locks, so it must be quick (no I/O); a panic in it fails that write
+    /// only. It may see an event whose write then fails (a run it answered cannot be
+    /// inserted, the commit fails): its only effect should be its answer.
+    pub fn set_ticket_event_sink(&self, sink: TicketEventSink) {
+        *self
+            .inner
+            .ticket_event_sink
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+    }
+
+    /// The installed ticket event sink, if any.
+    pub(crate) fn ticket_event_sink(&self) -> Option<TicketEventSink> {
+        self.inner
+            .ticket_event_sink
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Wake this process's workers (after a commit that made runs pending).
+    pub(crate) fn wake_workers(&self) {
+        self.inner.signal.notify_waiters();
+    }
+
+    pub(crate) fn ctx(&self) -> Ctx<'_> {
         Ctx {
             now: self.now(),
             round_trips: &self.inner.round_trips,
         }
     }
 
-    async fn connection(&self) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
+    pub(crate) async fn connection(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
         self.inner.pool.acquire().await.map_err(map_err)
     }
 
-    async fn begin_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+    pub(crate) async fn begin_tx(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
         self.inner.pool.begin().await.map_err(map_err)
     }
 
-    async fn commit_tx(&self, tx: sqlx::Transaction<'static, Postgres>) -> Result<(), StoreError> {
+    pub(crate) async fn commit_tx(
+        &self,
+        tx: sqlx::Transaction<'static, Postgres>,
+    ) -> Result<(), StoreError> {
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
         tx.commit().await.map_err(map_err)
     }
@@ -436,6 +487,15 @@ impl RunStore for PgStore {
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
         let mut conn = self.connection().await?;
         runs::request_cancel(&mut conn, self.ctx(), id).await
+    }
+
+    async fn run_retry(&self, id: RunId) -> StoreResult<fronta_engine::store::RetryReply> {
+        let mut conn = self.connection().await?;
+        let reply = retry::retry(&mut conn, self.ctx(), id).await?;
+        if reply == fronta_engine::store::RetryReply::Requeued {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(reply)
     }
 
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {

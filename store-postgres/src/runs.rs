@@ -431,7 +431,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn trip(&self) {
+    pub(crate) fn trip(&self) {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -447,7 +447,7 @@ fn count(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
 }
 
-fn status_of(code: i16, later: bool) -> RunStatus {
+pub(crate) fn status_of(code: i16, later: bool) -> RunStatus {
     match code {
         PENDING if later => RunStatus::Scheduled,
         PENDING => RunStatus::Queued,

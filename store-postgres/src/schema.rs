@@ -5,6 +5,10 @@
 //! advisory lock ([`MIGRATION_LOCK`]), so several processes starting at once agree: the
 //! first applies, the others wait, then find it recorded in `schema_migrations` and skip
 //! it. Left out: down-migrations and a CLI (`fronta migrate` calls [`migrate`]).
+//!
+//! The versions and names follow the SQLite store's (`fronta_store_sqlite::schema`): 1
+//! runs, 2 desk, 3 automations, 4 member open counts, so one number means the same
+//! tables on both.
 
 use sqlx::PgPool;
 
@@ -17,7 +21,17 @@ pub const MIGRATION_LOCK: i64 = 0x6672_6F6E_7461_0001;
 pub const TENANT_LOCK_CLASS: i32 = 0x6672_6F6E;
 
 /// `(version, name, sql)`, in order.
-pub const MIGRATIONS: &[(i64, &str, &str)] = &[(1, "runs", RUNS_V1)];
+pub const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "runs", RUNS_V1),
+    (2, "desk", DESK_V2),
+    (3, "automations", AUTOMATIONS_V3),
+    (4, "member open counts", MEMBER_OPEN_V4),
+];
+
+/// The advisory lock class (two-`int4` key space) of the loop guard: one lock per
+/// (automation, ticket), the second key `hashtext` of the pair ("guar" in ASCII). See
+/// `automations::guard_admit`.
+pub const GUARD_LOCK_CLASS: i32 = 0x6775_6172;
 
 /// The runs table, its indexes, the tenants with possible pending work, and the one
 /// function that records pending work.
@@ -95,6 +109,214 @@ BEGIN
     RETURN cardinality(noted);
 END
 $$;
+"#;
+
+/// The service desk (the `DeskStore` port), like SQLite's migration 2: ids are `uuid`,
+/// instants `timestamptz` (kept to the millisecond), lists (statuses, fields, tags) and
+/// maps (ticket fields, incident detail) `jsonb`. Every row but a tenant's carries its
+/// tenant, and every query the port makes is scoped by it.
+///
+/// Names that lists are ordered by (groups, members, ticket types) are `COLLATE "C"`:
+/// byte order, as on SQLite, whatever the database's default collation.
+///
+/// Differences from SQLite: a tenant's ticket counter row is made with the tenant (a
+/// ticket create locks it first, which orders the creates of one tenant — see
+/// `desk::ticket_upsert`); the log's `seq` is an identity column.
+pub const DESK_V2: &str = r#"
+CREATE TABLE desk_tenants (
+    id         uuid        PRIMARY KEY,
+    name       text        NOT NULL,
+    created_at timestamptz NOT NULL
+);
+-- API tokens, by their SHA-256 hash only (the raw token is shown once and never stored).
+CREATE TABLE desk_tenant_tokens (
+    hash       text        PRIMARY KEY,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    created_at timestamptz NOT NULL
+);
+CREATE TABLE desk_groups (
+    id         uuid        PRIMARY KEY,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    name       text        COLLATE "C" NOT NULL,
+    created_at timestamptz NOT NULL,
+    UNIQUE (tenant, name)
+);
+CREATE TABLE desk_members (
+    id         uuid        PRIMARY KEY,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    group_id   uuid        NOT NULL REFERENCES desk_groups (id) ON DELETE CASCADE,
+    name       text        COLLATE "C" NOT NULL,
+    email      text,
+    capacity   bigint      NOT NULL CHECK (capacity >= 0),
+    created_at timestamptz NOT NULL
+);
+CREATE INDEX desk_members_group ON desk_members (group_id, name, id);
+CREATE TABLE desk_ticket_types (
+    id         uuid        PRIMARY KEY,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    name       text        COLLATE "C" NOT NULL,
+    statuses   jsonb       NOT NULL,
+    fields     jsonb       NOT NULL,
+    created_at timestamptz NOT NULL,
+    UNIQUE (tenant, name)
+);
+-- The last ticket number given out per tenant: numbers are never reused.
+CREATE TABLE desk_ticket_counters (
+    tenant      uuid   PRIMARY KEY REFERENCES desk_tenants (id),
+    last_number bigint NOT NULL
+);
+-- `type_name` and `group_name` are names (a type is never renamed; a group rename is
+-- carried to its tickets). `assignee_name` keeps who handled a closed ticket after the
+-- member is deleted; a rename is carried to it.
+CREATE TABLE desk_tickets (
+    id            uuid        PRIMARY KEY,
+    tenant        uuid        NOT NULL REFERENCES desk_tenants (id),
+    number        bigint      NOT NULL,
+    external_id   text,
+    title         text        NOT NULL,
+    type_name     text,
+    status        text,
+    closed        boolean     NOT NULL DEFAULT false,
+    tags          jsonb       NOT NULL DEFAULT '[]',
+    assignee      uuid,
+    assignee_name text,
+    group_name    text,
+    fields        jsonb       NOT NULL DEFAULT '{}',
+    created_at    timestamptz NOT NULL,
+    updated_at    timestamptz NOT NULL
+);
+-- Numbers are unique per tenant; newest first is a walk of this index backwards.
+CREATE UNIQUE INDEX desk_tickets_number ON desk_tickets (tenant, number);
+CREATE UNIQUE INDEX desk_tickets_external_id ON desk_tickets (tenant, external_id)
+    WHERE external_id IS NOT NULL;
+-- The filters of `ticket_list`, each walked newest first.
+CREATE INDEX desk_tickets_status ON desk_tickets (tenant, status, number);
+CREATE INDEX desk_tickets_type ON desk_tickets (tenant, type_name, number);
+CREATE INDEX desk_tickets_closed ON desk_tickets (tenant, closed, number);
+-- Also a member's open tickets, unassigned when the member is deleted. (SQLite's
+-- `desk_tickets_open_by_assignee` served the least-busy count, which migration 4 replaced
+-- with per-member counts: not made here.)
+CREATE INDEX desk_tickets_assignee ON desk_tickets (tenant, assignee, number)
+    WHERE assignee IS NOT NULL;
+CREATE TABLE desk_ticket_log (
+    seq     bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    ticket  uuid        NOT NULL REFERENCES desk_tickets (id),
+    at      timestamptz NOT NULL,
+    kind    text        NOT NULL,
+    message text        NOT NULL,
+    run_id  text
+);
+CREATE INDEX desk_ticket_log_ticket ON desk_ticket_log (ticket, seq);
+CREATE TABLE desk_incidents (
+    id          uuid        PRIMARY KEY,
+    tenant      uuid        NOT NULL REFERENCES desk_tenants (id),
+    cause       text        NOT NULL,
+    title       text        NOT NULL,
+    impact      text        NOT NULL,
+    detail      jsonb       NOT NULL,
+    status      text        NOT NULL CHECK (status IN ('open', 'resolved')),
+    count       bigint      NOT NULL,
+    ticket      uuid        REFERENCES desk_tickets (id),
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    resolved_at timestamptz
+);
+-- At most one open incident per cause within a tenant (the arbiter of a repeat report).
+CREATE UNIQUE INDEX desk_incidents_open_cause ON desk_incidents (tenant, cause)
+    WHERE status = 'open';
+CREATE INDEX desk_incidents_tenant ON desk_incidents (tenant, created_at);
+CREATE INDEX desk_incidents_created ON desk_incidents (created_at);
+"#;
+
+/// Saved automations (the `AutomationStore` port) and the loop guard's counter, like
+/// SQLite's migration 3. The definition is the automation's JSON; `enabled`,
+/// `trigger_kind` and `event` mirror it for the queries that pick automations (`event` is
+/// set only for event triggers). `webhook_token` stays in the row while the trigger is
+/// not a webhook, so a trigger that changes away and back keeps its URL; the store shows
+/// and finds it only for webhook triggers.
+pub const AUTOMATIONS_V3: &str = r#"
+CREATE TABLE automations (
+    id             uuid        PRIMARY KEY,
+    tenant         uuid        NOT NULL REFERENCES desk_tenants (id),
+    name           text        COLLATE "C" NOT NULL,
+    definition     jsonb       NOT NULL,
+    enabled        boolean     NOT NULL,
+    trigger_kind   text        NOT NULL,
+    event          text,
+    webhook_token  text,
+    signing_secret text,
+    created_at     timestamptz NOT NULL,
+    updated_at     timestamptz NOT NULL,
+    UNIQUE (tenant, name)
+);
+-- `automation_by_webhook_token`: one automation per token, ever.
+CREATE UNIQUE INDEX automations_webhook_token ON automations (webhook_token)
+    WHERE webhook_token IS NOT NULL;
+-- `automations_for_event`: the tenant's enabled listeners of one event, oldest first.
+CREATE INDEX automations_event ON automations (tenant, event, created_at, id)
+    WHERE enabled;
+-- One row per run the loop guard admitted; rows older than the window are pruned by the
+-- next admission of the same (automation, ticket).
+CREATE TABLE automation_guard (
+    seq        bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    tenant     uuid        NOT NULL,
+    automation uuid        NOT NULL REFERENCES automations (id) ON DELETE CASCADE,
+    ticket     uuid        NOT NULL REFERENCES desk_tickets (id),
+    at         timestamptz NOT NULL
+);
+-- The window count and the prune: a range of one (automation, ticket).
+CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at);
+"#;
+
+/// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
+/// code path makes it, so least-busy reads one row per member (a primary-key probe)
+/// instead of counting a member's open tickets (which grows with the desk). Like SQLite's
+/// migration 4, plus: every member has a row from `member_add` on (backfilled here with 0
+/// for members without open tickets), so least-busy can lock the group's rows with
+/// `FOR UPDATE` before it reads them — that lock is what makes concurrent assignments
+/// count each other's. Rows of deleted members stay (their closed tickets still name
+/// them), as on SQLite.
+pub const MEMBER_OPEN_V4: &str = r#"
+CREATE TABLE desk_member_open (
+    member uuid   PRIMARY KEY,
+    open   bigint NOT NULL
+);
+INSERT INTO desk_member_open (member, open)
+    SELECT assignee, count(*) FROM desk_tickets
+    WHERE assignee IS NOT NULL AND NOT closed GROUP BY assignee;
+INSERT INTO desk_member_open (member, open)
+    SELECT id, 0 FROM desk_members
+    ON CONFLICT (member) DO NOTHING;
+
+-- One function for the three triggers: take the old row's open ticket off its assignee,
+-- put the new row's on its assignee.
+CREATE FUNCTION desk_member_open_count() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        IF OLD.assignee IS NOT NULL AND NOT OLD.closed THEN
+            UPDATE desk_member_open SET open = open - 1 WHERE member = OLD.assignee;
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.assignee IS NOT NULL AND NOT NEW.closed THEN
+            INSERT INTO desk_member_open AS counts (member, open) VALUES (NEW.assignee, 1)
+                ON CONFLICT (member) DO UPDATE SET open = counts.open + 1;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER desk_member_open_insert AFTER INSERT ON desk_tickets
+    FOR EACH ROW WHEN (NEW.assignee IS NOT NULL AND NOT NEW.closed)
+    EXECUTE FUNCTION desk_member_open_count();
+CREATE TRIGGER desk_member_open_update AFTER UPDATE OF assignee, closed ON desk_tickets
+    FOR EACH ROW WHEN (OLD.assignee IS DISTINCT FROM NEW.assignee
+                       OR OLD.closed IS DISTINCT FROM NEW.closed)
+    EXECUTE FUNCTION desk_member_open_count();
+CREATE TRIGGER desk_member_open_delete AFTER DELETE ON desk_tickets
+    FOR EACH ROW WHEN (OLD.assignee IS NOT NULL AND NOT OLD.closed)
+    EXECUTE FUNCTION desk_member_open_count();
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.

@@ -35,7 +35,8 @@ use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
-    HeartbeatReply, LeaseRenewal, RunFilter, RunInsert, RunStats, RunStore, StoreResult,
+    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert, RunStats, RunStore,
+    StoreResult,
 };
 use fronta_engine::{Clock, NewRun, Run, RunId, StoreError, SystemClock};
 use rusqlite::{Connection, OpenFlags};
@@ -377,6 +378,11 @@ impl RunStore for SqliteStore {
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
         self.write(move |_, conn, now| runs::request_cancel(conn, id, now))
+            .await
+    }
+
+    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
+        self.write(move |state, conn, now| runs::retry(state, conn, id, now))
             .await
     }
 

@@ -7,7 +7,7 @@ use fronta_engine::StoreError;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
-    HeartbeatReply, LeaseRenewal, RunFilter, RunStats,
+    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
@@ -675,4 +675,50 @@ pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
         stats.parks += u64::try_from(parks).unwrap_or(0);
     }
     Ok(stats)
+}
+
+pub fn retry(
+    state: &mut WriterState,
+    conn: &Connection,
+    id: RunId,
+    now: i64,
+) -> SqlResult<RetryReply> {
+    let key = id.0.as_bytes().as_slice();
+    let found: Option<(i64, i64, String, Option<String>)> = conn
+        .prepare_cached("SELECT status, run_at, tenant, unique_key FROM runs WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([key], |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+            })
+            .optional()
+        })
+        .map_err(map_err)?;
+    let Some((status, run_at, tenant, unique_key)) = found else {
+        return Err(StoreError::NotFound);
+    };
+    if status != FAILED {
+        return Ok(RetryReply::NotFailed(status_of(status, run_at, now)));
+    }
+    let changed = conn
+        .prepare_cached(
+            "UPDATE runs SET status = 0, run_at = ?1, updated_at = ?1, failed_at = NULL, \
+             attempts = 0, reclaims = 0, parks = 0, locked_by = NULL, locked_until = NULL \
+             WHERE id = ?2 AND status = 3",
+        )
+        .and_then(|mut stmt| stmt.execute(params![now, key]));
+    match changed {
+        Ok(_) => {}
+        Err(err) => {
+            let err = map_err(err);
+            return Err(match (err, unique_key) {
+                (StoreError::Conflict(_), Some(key)) => StoreError::Conflict(format!(
+                    "another pending or running run holds the unique key {key:?}"
+                )),
+                (err, _) => err,
+            });
+        }
+    }
+    note_tenant(conn, &tenant)?;
+    state.enqueued = true;
+    Ok(RetryReply::Requeued)
 }

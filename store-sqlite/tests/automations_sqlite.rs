@@ -132,7 +132,7 @@ async fn guard_prunes_the_rows_that_left_the_window() {
 async fn panicking_sink_fails_its_write_and_the_writer_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = SqliteStore::open(SqliteConfig::new(dir.path().join("sink.db"))).expect("open");
-    let sink: TicketEventSink = Arc::new(|event: &TicketEvent| {
+    let sink: TicketEventSink = Arc::new(|event: &TicketEvent, _listeners: &[_]| {
         if event.ticket.external_id.as_deref() == Some("boom") {
             panic!("the sink refuses ticket boom");
         }
@@ -140,6 +140,16 @@ async fn panicking_sink_fails_its_write_and_the_writer_goes_on() {
     });
     store.set_ticket_event_sink(sink);
     let (tenant, _) = store.tenant_create("Acme").await.expect("tenant");
+    // The sink hears only events somebody listens to.
+    let listener = fronta_automation::Automation::from_value(&serde_json::json!({
+        "name": "listener", "trigger": {"type": "event", "event": "ticket.created"},
+        "steps": [{"name": "note", "op": "flow/log", "input": {"message": "seen"}}]
+    }))
+    .expect("listener parses");
+    store
+        .automation_create(tenant.id, listener, None)
+        .await
+        .expect("listener saved");
     let refused = store
         .ticket_upsert(tenant.id, upsert("boom"), Origin::Person)
         .await;

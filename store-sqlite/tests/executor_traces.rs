@@ -25,19 +25,33 @@ async fn trace(automation: Value, body: Value) -> String {
     let desk: Arc<dyn DeskStore> = Arc::new(store.clone());
     let automations: Arc<dyn AutomationStore> = Arc::new(store.clone());
     let mut registry = Registry::new();
-    let runtime = Arc::new(Runtime { desk: desk.clone(), automations: automations.clone(), clock: Arc::new(SystemClock) });
+    let runtime = Arc::new(Runtime {
+        desk: desk.clone(),
+        automations: automations.clone(),
+        clock: Arc::new(SystemClock),
+    });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);
     let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
     store.set_ticket_event_sink(executor::event_sink(dispatcher.clone()));
     let (tenant, _) = desk.tenant_create("Acme").await.expect("tenant");
     let it = desk.group_create(tenant.id, "IT").await.expect("group");
-    desk.member_add(tenant.id, it.id, "Ota", None, 3).await.expect("member");
-    desk.ticket_type_create(tenant.id, "order", &["new".into(), "paid".into(), "shipped".into()], &[])
+    desk.member_add(tenant.id, it.id, "Ota", None, 3)
         .await
-        .expect("type");
+        .expect("member");
+    desk.ticket_type_create(
+        tenant.id,
+        "order",
+        &["new".into(), "paid".into(), "shipped".into()],
+        &[],
+    )
+    .await
+    .expect("type");
     let automation = Automation::from_value(&automation).expect("parses");
-    let stored = automations.automation_create(tenant.id, automation, None).await.expect("saved");
+    let stored = automations
+        .automation_create(tenant.id, automation, None)
+        .await
+        .expect("saved");
     let context = match &stored.automation.trigger {
         Trigger::Webhook { params } => contract::extract(params, &body).expect("fits"),
         _ => serde_json::Map::new(),
@@ -47,15 +61,31 @@ async fn trace(automation: Value, body: Value) -> String {
         .await
         .expect("enqueue")
         .id();
-    let config = WorkerConfig { until_idle: true, poll_interval: Duration::from_millis(10), ..WorkerConfig::default() };
-    Worker::new(runs.clone(), registry, config).expect("worker").run(CancellationToken::new()).await.expect("ran");
+    let config = WorkerConfig {
+        until_idle: true,
+        poll_interval: Duration::from_millis(10),
+        ..WorkerConfig::default()
+    };
+    Worker::new(runs.clone(), registry, config)
+        .expect("worker")
+        .run(CancellationToken::new())
+        .await
+        .expect("ran");
     let run = runs.run_get(id).await.expect("get").expect("run");
     let steps = match (&run.result, &run.state) {
         (Some(result), _) => result["steps"].clone(),
-        (None, Some(state)) => serde_json::from_slice::<Value>(state).expect("state")["steps"].clone(),
+        (None, Some(state)) => {
+            serde_json::from_slice::<Value>(state).expect("state")["steps"].clone()
+        }
         (None, None) => Value::Null,
     };
-    let mut out = format!("run: {}{}\n", run.status, run.last_error.map(|e| format!(" — {e}")).unwrap_or_default());
+    let mut out = format!(
+        "run: {}{}\n",
+        run.status,
+        run.last_error
+            .map(|e| format!(" — {e}"))
+            .unwrap_or_default()
+    );
     for step in steps.as_array().into_iter().flatten() {
         out.push_str(&format!(
             "- {} [{}] {}\n",

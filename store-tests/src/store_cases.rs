@@ -2012,3 +2012,106 @@ pub async fn put_back_turned_cancel_spends_no_counter(factory: &dyn StoreFactory
         );
     }
 }
+
+/// A manual retry puts a failed run back in the queue, due now, with its checkpoint and a
+/// fresh budget; anything but a failed run is left alone; an unknown id is `NotFound`.
+pub async fn manual_retry_requeues_a_failed_run_from_its_checkpoint(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let (id, owner) = env.running_run().await;
+    env.store
+        .run_checkpoint(CheckpointParams {
+            id,
+            owner,
+            state: vec![7],
+            lease: LEASE,
+        })
+        .await
+        .expect("checkpoint");
+    env.finish(
+        id,
+        owner,
+        FinishAction::Fail {
+            error: "the other side said no".into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        env.store.run_retry(id).await.expect("retry"),
+        fronta_engine::RetryReply::Requeued,
+        "a failed run is requeued"
+    );
+    let run = env.get(id).await;
+    assert_eq!(run.status, RunStatus::Queued, "queued again");
+    assert_eq!(run.run_at, env.now(), "due now");
+    assert_eq!(run.state, Some(vec![7]), "it keeps its checkpoint");
+    assert_eq!(
+        (run.attempts, run.reclaims, run.parks),
+        (0, 0, 0),
+        "a fresh budget"
+    );
+    assert!(run.failed_at.is_none(), "no longer failed");
+    assert_eq!(
+        run.last_error.as_deref(),
+        Some("the other side said no"),
+        "the last error stays readable"
+    );
+    assert_eq!(
+        env.store.run_retry(id).await.expect("retry"),
+        fronta_engine::RetryReply::NotFailed(RunStatus::Queued),
+        "a queued run is not retried"
+    );
+    let claimed = env.claim_one().await;
+    assert_eq!(
+        claimed.run.state,
+        Some(vec![7]),
+        "the next claim resumes from the checkpoint"
+    );
+    env.finish(id, claimed.owner, FinishAction::Complete { result: None })
+        .await;
+    assert_eq!(
+        env.store.run_retry(id).await.expect("retry"),
+        fronta_engine::RetryReply::NotFailed(RunStatus::Completed),
+        "a completed run is not retried"
+    );
+    assert_eq!(
+        env.store.run_retry(RunId::new_v7()).await,
+        Err(StoreError::NotFound),
+        "an unknown run is not found"
+    );
+}
+
+/// A failed run whose unique key a newer pending run holds cannot be retried: the key
+/// stays with one non-terminal run.
+pub async fn manual_retry_never_breaks_a_unique_key(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let first = env.enqueue(request(KIND_A).unique_key("nightly")).await;
+    let claimed = env.claim_one().await;
+    env.finish(
+        first,
+        claimed.owner,
+        FinishAction::Fail {
+            error: "broken".into(),
+        },
+    )
+    .await;
+    let second = env
+        .enqueue(
+            request(KIND_A)
+                .unique_key("nightly")
+                .delay(Duration::from_secs(60)),
+        )
+        .await;
+    assert_ne!(first, second, "the failed run freed its key");
+    assert!(
+        matches!(
+            env.store.run_retry(first).await,
+            Err(StoreError::Conflict(_))
+        ),
+        "the retry would make two runs hold the key"
+    );
+    assert_eq!(
+        env.get(first).await.status,
+        RunStatus::Failed,
+        "the refused retry changed nothing"
+    );
+}

@@ -1,0 +1,105 @@
+//! [`App`]: what every handler shares — the configuration, the three ports, the
+//! dispatcher, the rate limiters and the webhook replay cache. Cheap to clone.
+//!
+//! The server depends on no store crate: it gets `Arc<dyn RunStore>`,
+//! `Arc<dyn DeskStore>` and `Arc<dyn AutomationStore>` from whoever starts it (the
+//! binary, a test), and a [`Dispatcher`] built from a registry that knows the automation
+//! kind (`fronta_automation::executor::AUTOMATION_KIND`).
+//!
+//! Left out: the worker (the binary runs one beside the server, or not).
+
+use std::sync::Arc;
+
+use fronta_automation::store::AutomationStore;
+use fronta_desk::DeskStore;
+use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock};
+
+use crate::config::ServerConfig;
+use crate::ratelimit::Limiter;
+use crate::replay::ReplayCache;
+
+/// The storage ports the server works on.
+#[derive(Clone)]
+pub struct Ports {
+    pub runs: Arc<dyn RunStore>,
+    pub desk: Arc<dyn DeskStore>,
+    pub automations: Arc<dyn AutomationStore>,
+}
+
+impl std::fmt::Debug for Ports {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ports")
+    }
+}
+
+/// The shared state of the router.
+#[derive(Clone, Debug)]
+pub struct App {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub config: ServerConfig,
+    pub ports: Ports,
+    pub dispatcher: Dispatcher,
+    /// Judges webhook timestamps (tests may move it).
+    pub clock: Arc<dyn Clock>,
+    pub webhook_per_token: Option<Limiter>,
+    pub webhook_per_tenant: Option<Limiter>,
+    pub api_per_tenant: Option<Limiter>,
+    pub replays: ReplayCache,
+}
+
+impl App {
+    /// Refuses a configuration whose limits make no sense.
+    pub fn new(config: ServerConfig, ports: Ports, dispatcher: Dispatcher) -> Result<Self, String> {
+        Self::with_clock(config, ports, dispatcher, Arc::new(SystemClock))
+    }
+
+    /// As [`App::new`], with the clock webhook timestamps are judged by.
+    pub fn with_clock(
+        config: ServerConfig,
+        ports: Ports,
+        dispatcher: Dispatcher,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, String> {
+        config.validate()?;
+        let limiter = |limit: Option<crate::config::RateLimit>| {
+            limit.map(|limit| Limiter::new(limit, config.rate_limit_max_keys))
+        };
+        let inner = Inner {
+            webhook_per_token: limiter(config.webhook_rate_per_token),
+            webhook_per_tenant: limiter(config.webhook_rate_per_tenant),
+            api_per_tenant: limiter(config.api_rate_per_tenant),
+            replays: ReplayCache::new(config.replay_window, config.replay_capacity),
+            config,
+            ports,
+            dispatcher,
+            clock,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    pub(crate) fn runs(&self) -> &dyn RunStore {
+        self.inner.ports.runs.as_ref()
+    }
+
+    pub(crate) fn desk(&self) -> &dyn DeskStore {
+        self.inner.ports.desk.as_ref()
+    }
+
+    pub(crate) fn automations(&self) -> &dyn AutomationStore {
+        self.inner.ports.automations.as_ref()
+    }
+}

@@ -1,0 +1,158 @@
+//! [`ServerConfig`]: every limit and switch of the HTTP server, named, with the defaults
+//! API.md and DESIGN.md ask for. The binary fills it from flags and the environment;
+//! tests shrink the limits.
+//!
+//! Left out: where the values come from (flags, files) and the stores themselves.
+
+use std::time::Duration;
+
+/// A token bucket: `burst` requests at once, refilled at `per_second`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    pub per_second: f64,
+    /// Requests allowed at once after a quiet spell (the bucket's size).
+    pub burst: u32,
+}
+
+impl RateLimit {
+    pub fn new(per_second: f64, burst: u32) -> Self {
+        Self { per_second, burst }
+    }
+}
+
+/// The HTTP server's settings.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// Lowercase hex SHA-256 of the admin token (`fronta_desk::token::hash`); `None` = no
+    /// admin routes (every admin call answers 401).
+    pub admin_token_hash: Option<String>,
+    /// The URL clients reach this server at (`https://desk.example.com`), used for
+    /// webhook URLs; `None` = scheme and `Host` as the client reached us.
+    pub public_base_url: Option<String>,
+    /// Honour `X-Forwarded-Proto` / `X-Forwarded-Host` when building URLs. Only behind a
+    /// proxy that sets them: otherwise any client could choose the URL we print.
+    pub trust_proxy_headers: bool,
+    /// The largest request body, in bytes (API.md: 1 MiB by default).
+    pub body_limit: usize,
+    /// Webhook calls per webhook token (per automation).
+    pub webhook_rate_per_token: Option<RateLimit>,
+    /// Webhook calls per tenant, all its automations together.
+    pub webhook_rate_per_tenant: Option<RateLimit>,
+    /// REST calls per tenant token's tenant.
+    pub api_rate_per_tenant: Option<RateLimit>,
+    /// Buckets kept per limiter before idle (full) ones are dropped.
+    pub rate_limit_max_keys: usize,
+    /// Standard Webhooks: how far `webhook-timestamp` may be from now, either way.
+    pub signature_tolerance: Duration,
+    /// How long a `webhook-id` is remembered in memory after its run was enqueued, so a
+    /// repeat answers the first run's id also after that run finished.
+    pub replay_window: Duration,
+    /// The most `webhook-id`s remembered at once (oldest forgotten first).
+    pub replay_capacity: usize,
+    /// Items per page when `?limit=` is not given.
+    pub page_default: usize,
+    /// The largest `?limit=` accepted (larger is clamped).
+    pub page_max: usize,
+    /// The most runs read from the store to fill one filtered page of runs.
+    pub runs_scan_max: usize,
+    /// `GET /readyz` answers 503 when the run store takes longer than this.
+    pub ready_timeout: Duration,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            admin_token_hash: None,
+            public_base_url: None,
+            trust_proxy_headers: false,
+            body_limit: 1024 * 1024,
+            webhook_rate_per_token: Some(RateLimit::new(50.0, 100)),
+            webhook_rate_per_tenant: Some(RateLimit::new(200.0, 400)),
+            api_rate_per_tenant: Some(RateLimit::new(50.0, 100)),
+            rate_limit_max_keys: 10_000,
+            signature_tolerance: Duration::from_secs(5 * 60),
+            replay_window: Duration::from_secs(24 * 3600),
+            replay_capacity: 100_000,
+            page_default: 50,
+            page_max: 500,
+            runs_scan_max: 5_000,
+            ready_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Refuses limits that make no sense (a typo should stop the start, not the traffic).
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, limit) in [
+            ("webhook rate per token", self.webhook_rate_per_token),
+            ("webhook rate per tenant", self.webhook_rate_per_tenant),
+            ("API rate per tenant", self.api_rate_per_tenant),
+        ] {
+            if let Some(limit) = limit
+                && (!(limit.per_second.is_finite() && limit.per_second > 0.0) || limit.burst == 0)
+            {
+                return Err(format!(
+                    "{name}: the rate must be above 0 per second and the burst at least 1"
+                ));
+            }
+        }
+        if self.body_limit == 0 {
+            return Err("the body limit must be at least 1 byte".into());
+        }
+        if self.page_default == 0 || self.page_max < self.page_default {
+            return Err("page sizes: 1 ≤ default ≤ max".into());
+        }
+        if self.runs_scan_max < self.page_max {
+            return Err("runs_scan_max must be at least page_max".into());
+        }
+        if let Some(url) = &self.public_base_url
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(format!(
+                "the public base URL must start with http:// or https://, got {url:?}"
+            ));
+        }
+        if let Some(hash) = &self.admin_token_hash
+            && (hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            return Err("the admin token hash must be 64 hex digits (SHA-256)".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_limit_bodies_to_one_mebibyte() {
+        let config = ServerConfig::default();
+        assert_eq!(config.validate(), Ok(()), "defaults validate");
+        assert_eq!(config.body_limit, 1_048_576, "API.md's 1 MiB");
+    }
+
+    #[test]
+    fn nonsense_limits_are_refused() {
+        let zero_rate = ServerConfig {
+            api_rate_per_tenant: Some(RateLimit::new(0.0, 10)),
+            ..ServerConfig::default()
+        };
+        assert!(zero_rate.validate().is_err(), "a zero rate");
+        let bad_url = ServerConfig {
+            public_base_url: Some("desk.example.com".into()),
+            ..ServerConfig::default()
+        };
+        assert!(bad_url.validate().is_err(), "a base URL without scheme");
+        let bad_hash = ServerConfig {
+            admin_token_hash: Some("secret".into()),
+            ..ServerConfig::default()
+        };
+        assert!(
+            bad_hash.validate().is_err(),
+            "a hash that is not SHA-256 hex"
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! [`ApiError`]: every answer that is not a success, mapped to a status and API.md's body
+//! `{"error": {"code": "snake_case", "message": "…", …}}` in one place.
+//!
+//! Internals (storage errors, engine errors, bugs) go to the log with their detail and
+//! reach the client only as a generic message. A `NotFound` is built from the *route's*
+//! resource name, never from a store's message, so an id of another tenant answers
+//! byte-identically to an id that never existed.
+//!
+//! Left out: what a route does to get here (each route picks the variant).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use fronta_automation::{ContractError, Problem};
+use fronta_desk::DeskError;
+use fronta_engine::{EngineError, StoreError};
+use serde_json::{Map, Value, json};
+
+/// Everything a route can answer besides success.
+#[derive(Debug)]
+pub enum ApiError {
+    /// 401: no token, or not one we know (`code`: `unauthorized` or `invalid_signature`).
+    Unauthorized { code: &'static str, message: String },
+    /// 404 for an unknown id — and for an id of another tenant, with the same body.
+    NotFound(&'static str),
+    /// 409 `automation_paused`.
+    AutomationPaused,
+    /// 409 with a code of its own (`conflict`, `run_not_failed`, `run_finished`, …).
+    Conflict { code: &'static str, message: String },
+    /// 400: the request itself is malformed (`invalid_json`, `invalid_request`, …).
+    BadRequest { code: &'static str, message: String },
+    /// 400 `missing_parameter` / `invalid_parameter`: the webhook contract is not met.
+    Contract(ContractError),
+    /// 413: the body is over the configured limit.
+    PayloadTooLarge { limit: usize },
+    /// 415: the body is not JSON.
+    UnsupportedMediaType,
+    /// 422 `invalid_automation`, listing every problem.
+    InvalidAutomation(Vec<Problem>),
+    /// 422 `invalid_setup` (`POST /api/apply`), listing every problem.
+    InvalidSetup(Vec<Problem>),
+    /// 429 with `Retry-After` (whole seconds, at least 1).
+    RateLimited { retry_after: Duration },
+    /// 503: the database did not answer; the request may be repeated.
+    Unavailable,
+    /// 500: a bug or an unexpected storage error; the detail is in the log only.
+    Internal,
+}
+
+impl ApiError {
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError::BadRequest {
+            code: "invalid_request",
+            message: message.into(),
+        }
+    }
+
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        ApiError::Unauthorized {
+            code: "unauthorized",
+            message: message.into(),
+        }
+    }
+
+    pub fn signature(message: impl Into<String>) -> Self {
+        ApiError::Unauthorized {
+            code: "invalid_signature",
+            message: message.into(),
+        }
+    }
+
+    /// A desk or automation store error on a route whose resource is `what`: `NotFound`
+    /// becomes this route's 404 (whatever the store called it), the rest map by kind.
+    pub fn desk(error: DeskError, what: &'static str) -> Self {
+        match error {
+            DeskError::NotFound(_) => ApiError::NotFound(what),
+            other => ApiError::from(other),
+        }
+    }
+
+    /// A run store error on a route about the run `what`.
+    pub fn store(error: StoreError, what: &'static str) -> Self {
+        match error {
+            StoreError::NotFound => ApiError::NotFound(what),
+            other => ApiError::from(other),
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::AutomationPaused | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::BadRequest { .. } | ApiError::Contract(_) => StatusCode::BAD_REQUEST,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::InvalidAutomation(_) | ApiError::InvalidSetup(_) => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The `error` object of the body.
+    pub fn body(&self) -> Value {
+        let mut error = Map::new();
+        let (code, message): (&str, String) = match self {
+            ApiError::Unauthorized { code, message } => (code, message.clone()),
+            ApiError::NotFound(what) => ("not_found", format!("{what} not found")),
+            ApiError::AutomationPaused => (
+                "automation_paused",
+                "the automation is paused; resume it to accept webhooks".into(),
+            ),
+            ApiError::Conflict { code, message } | ApiError::BadRequest { code, message } => {
+                (code, message.clone())
+            }
+            ApiError::Contract(contract) => {
+                // `code`, `parameter`, `path` (and `expected`, `found`) as the contract
+                // serializes them; the message is added below.
+                if let Ok(Value::Object(fields)) = serde_json::to_value(contract) {
+                    error.extend(fields);
+                }
+                (contract.code(), contract.to_string())
+            }
+            ApiError::PayloadTooLarge { limit } => {
+                error.insert("limit".into(), json!(limit));
+                (
+                    "payload_too_large",
+                    format!("the request body is over the limit of {limit} bytes"),
+                )
+            }
+            ApiError::UnsupportedMediaType => (
+                "unsupported_media_type",
+                "the body must be JSON (Content-Type: application/json)".into(),
+            ),
+            ApiError::InvalidAutomation(problems) | ApiError::InvalidSetup(problems) => {
+                error.insert("problems".into(), json!(problems));
+                let (code, what) = match self {
+                    ApiError::InvalidSetup(_) => ("invalid_setup", "setup"),
+                    _ => ("invalid_automation", "automation"),
+                };
+                (
+                    code,
+                    format!(
+                        "the {what} has {} problem{}",
+                        problems.len(),
+                        if problems.len() == 1 { "" } else { "s" }
+                    ),
+                )
+            }
+            ApiError::RateLimited { retry_after } => {
+                error.insert("retryAfter".into(), json!(retry_after_secs(*retry_after)));
+                ("rate_limited", "too many requests; slow down".into())
+            }
+            ApiError::Unavailable => (
+                "unavailable",
+                "the database is not answering; try again shortly".into(),
+            ),
+            ApiError::Internal => ("internal", "something went wrong on our side".into()),
+        };
+        error.insert("code".into(), json!(code));
+        error.insert("message".into(), json!(message));
+        json!({ "error": error })
+    }
+}
+
+/// `Retry-After` in whole seconds, rounded up, never below 1.
+pub fn retry_after_secs(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if let ApiError::RateLimited { retry_after } = self {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(retry_after_secs(retry_after)),
+            );
+        }
+        response
+    }
+}
+
+impl From<DeskError> for ApiError {
+    fn from(error: DeskError) -> Self {
+        match error {
+            // Callers that know their resource use `ApiError::desk`; this is the fallback.
+            DeskError::NotFound(what) => ApiError::NotFound(what),
+            DeskError::Conflict(message) => ApiError::Conflict {
+                code: "conflict",
+                message,
+            },
+            DeskError::Invalid(message) => ApiError::bad_request(message),
+            DeskError::Unavailable(message) => {
+                tracing::warn!(error = %message, "desk storage unavailable");
+                ApiError::Unavailable
+            }
+            DeskError::Internal(message) => {
+                tracing::error!(error = %message, "desk storage error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            StoreError::NotFound => ApiError::NotFound("run"),
+            StoreError::Conflict(message) => ApiError::Conflict {
+                code: "conflict",
+                message,
+            },
+            StoreError::Unavailable(message) => {
+                tracing::warn!(error = %message, "run storage unavailable");
+                ApiError::Unavailable
+            }
+            other => {
+                tracing::error!(error = %other, "run storage error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(error: EngineError) -> Self {
+        match error {
+            EngineError::Store(store) => ApiError::from(store),
+            // The server builds every enqueue itself: a refused one is our bug.
+            other => {
+                tracing::error!(error = %other, "enqueue refused");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_rounds_up_and_is_at_least_one_second() {
+        assert_eq!(retry_after_secs(Duration::ZERO), 1, "zero becomes 1");
+        assert_eq!(retry_after_secs(Duration::from_millis(1)), 1, "1 ms → 1 s");
+        assert_eq!(retry_after_secs(Duration::from_secs(2)), 2, "whole seconds");
+        assert_eq!(
+            retry_after_secs(Duration::from_millis(2001)),
+            3,
+            "rounded up"
+        );
+    }
+
+    #[test]
+    fn not_found_names_the_route_resource_not_the_store_message() {
+        let error = ApiError::desk(DeskError::NotFound("member"), "group");
+        assert_eq!(
+            error.body(),
+            json!({"error": {"code": "not_found", "message": "group not found"}}),
+            "the route decides what was not found"
+        );
+    }
+
+    #[test]
+    fn contract_errors_carry_parameter_and_path() {
+        let error = ApiError::Contract(ContractError::MissingParameter {
+            parameter: "docId".into(),
+            path: "document.id".into(),
+        });
+        let body = error.body();
+        assert_eq!(body["error"]["code"], "missing_parameter", "code");
+        assert_eq!(body["error"]["parameter"], "docId", "parameter");
+        assert_eq!(body["error"]["path"], "document.id", "path");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("docId")),
+            "a message naming it: {body}"
+        );
+    }
+
+    #[test]
+    fn internal_errors_never_reach_the_client() {
+        let error = ApiError::from(DeskError::Internal("disk I/O error at /var/db".into()));
+        let text = error.body().to_string();
+        assert!(!text.contains("/var/db"), "no internals: {text}");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR, "500");
+    }
+}

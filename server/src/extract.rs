@@ -1,0 +1,127 @@
+//! Request extraction that answers in API.md's error shape: JSON bodies ([`JsonBody`],
+//! [`read_json_body`]) and query strings ([`QueryParams`]).
+//!
+//! Bodies: a `Content-Type` that is not JSON → 415; over the configured limit → 413,
+//! whether the client sent `Content-Length` (refused before reading) or streamed a
+//! chunked body (the read stops at the limit: axum's `DefaultBodyLimit`, installed by
+//! the router, bounds every `Bytes` extraction); not JSON → 400 `invalid_json`.
+//!
+//! Left out: what the JSON means (each route's wire type).
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::app::App;
+use crate::error::ApiError;
+
+/// Whether `Content-Type` says JSON: `application/json` or `application/*+json`, with
+/// any parameters (`; charset=utf-8`).
+pub fn is_json(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// The body's bytes, at most `limit` of them (413 beyond, also for chunked bodies).
+pub async fn read_body(request: Request, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    Bytes::from_request(request, &())
+        .await
+        .map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge { limit }
+            } else {
+                ApiError::bad_request(format!("the body could not be read: {rejection}"))
+            }
+        })
+}
+
+/// Parse JSON bytes, answering 400 `invalid_json` with serde's message.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|err| ApiError::BadRequest {
+        code: "invalid_json",
+        message: format!("the body is not valid JSON for this route: {err}"),
+    })
+}
+
+/// Content type, limit and parse, in that order.
+pub async fn read_json_body<T: DeserializeOwned>(
+    request: Request,
+    limit: usize,
+) -> Result<T, ApiError> {
+    if !is_json(request.headers()) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let bytes = read_body(request, limit).await?;
+    parse_json(&bytes)
+}
+
+/// A JSON body of type `T`.
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned> FromRequest<App> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, app: &App) -> Result<Self, Self::Rejection> {
+        read_json_body(request, app.config().body_limit)
+            .await
+            .map(JsonBody)
+    }
+}
+
+/// A query string of type `T`; a bad one is 400 `invalid_request`.
+#[derive(Debug)]
+pub struct QueryParams<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(value)| QueryParams(value))
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn json_content_types_are_recognised() {
+        let mut headers = HeaderMap::new();
+        assert!(!is_json(&headers), "no content type");
+        for (value, expected) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            ("application/cloudevents+json", true),
+            ("text/plain", false),
+            ("application/x-www-form-urlencoded", false),
+        ] {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(value));
+            assert_eq!(is_json(&headers), expected, "{value}");
+        }
+    }
+}

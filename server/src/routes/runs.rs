@@ -1,0 +1,198 @@
+//! The tenant's runs: list (`GET /api/runs`, also `/api/dashboard/runs`), read with the
+//! step log, cancel (two-phase) and retry (a failed run, from its checkpoint).
+//!
+//! A run belongs to the tenant whose id is its `tenant`; any other run answers the same
+//! 404 as an unknown id.
+//!
+//! Listing: newest first, `?status=&automation=&trigger=`. The store filters by tenant
+//! and status; `automation` (in the payload) and `trigger` are filtered here, reading
+//! the store page by page behind the cursor. To keep one request bounded, at most
+//! `runs_scan_max` runs are read: a page may then hold fewer items than `limit` and still
+//! carry a `nextCursor` — follow it until it is `null`.
+//!
+//! Answers: cancel → 200 `{"runId", "cancel": "cancelled"|"requested", "status"}`, 409
+//! `run_finished` when it had already ended; retry → 202 `{"runId", "status": "queued"}`,
+//! 409 `run_not_failed` unless it failed, 409 `conflict` when another live run holds its
+//! unique key.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use fronta_automation::store::AutomationId;
+use fronta_desk::TenantId;
+use fronta_engine::store::{CancelReply, RetryReply};
+use fronta_engine::{Run, RunFilter, RunId, RunStatus, Trigger};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::auth::TenantAuth;
+use crate::error::ApiError;
+use crate::extract::QueryParams;
+use crate::page::{Page, PageParams};
+use crate::wire::{RunView, run_automation_id};
+
+#[derive(Debug, Deserialize)]
+pub struct RunQuery {
+    status: Option<String>,
+    automation: Option<String>,
+    trigger: Option<String>,
+}
+
+pub async fn list(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    QueryParams(query): QueryParams<RunQuery>,
+    QueryParams(page): QueryParams<PageParams>,
+) -> Result<Json<Page<RunView>>, ApiError> {
+    let size = page.size(app.config())?;
+    let status = query
+        .status
+        .as_deref()
+        .map(str::parse::<RunStatus>)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    let trigger = query
+        .trigger
+        .as_deref()
+        .map(str::parse::<Trigger>)
+        .transpose()
+        .map_err(ApiError::bad_request)?;
+    let automation = query
+        .automation
+        .as_deref()
+        .map(|id| {
+            id.parse::<AutomationId>()
+                .map_err(|_| ApiError::bad_request("automation must be an automation id"))
+        })
+        .transpose()?
+        .map(|id| id.to_string());
+    let filtered_here = trigger.is_some() || automation.is_some();
+    let matches = |run: &Run| {
+        trigger.is_none_or(|trigger| run.trigger == trigger)
+            && automation
+                .as_ref()
+                .is_none_or(|id| run_automation_id(run).as_ref() == Some(id))
+    };
+    let batch = if filtered_here {
+        (size + 1).max(100)
+    } else {
+        size + 1
+    };
+    let scan_max = app.config().runs_scan_max;
+    let mut cursor = page.cursor_id()?.map(RunId);
+    let mut items: Vec<Run> = Vec::with_capacity(size);
+    let mut scanned = 0usize;
+    loop {
+        let runs = app
+            .runs()
+            .run_list(RunFilter {
+                status,
+                kind: None,
+                tenant: Some(tenant.id.to_string()),
+                before: cursor,
+                limit: batch,
+            })
+            .await?;
+        let exhausted = runs.len() < batch;
+        for run in runs {
+            scanned += 1;
+            if matches(&run) {
+                if items.len() == size {
+                    // One more matches: the page is full and there is a next one.
+                    let next_cursor = items.last().map(|run| run.id.to_string());
+                    return Ok(Json(page_of(items, next_cursor)));
+                }
+                items.push(run.clone());
+            }
+            cursor = Some(run.id);
+            if scanned >= scan_max {
+                let next_cursor = cursor.map(|id| id.to_string());
+                return Ok(Json(page_of(items, next_cursor)));
+            }
+        }
+        if exhausted {
+            return Ok(Json(page_of(items, None)));
+        }
+    }
+}
+
+fn page_of(runs: Vec<Run>, next_cursor: Option<String>) -> Page<RunView> {
+    Page {
+        items: runs.iter().map(|run| RunView::of(run, false)).collect(),
+        next_cursor,
+    }
+}
+
+/// The tenant's run `id`, or the 404 of an unknown id.
+async fn tenant_run(app: &App, tenant: TenantId, id: &str) -> Result<Run, ApiError> {
+    let id: RunId = id.parse().map_err(|_| ApiError::NotFound("run"))?;
+    app.runs()
+        .run_get(id)
+        .await
+        .map_err(|err| ApiError::store(err, "run"))?
+        .filter(|run| run.tenant == tenant.to_string())
+        .ok_or(ApiError::NotFound("run"))
+}
+
+pub async fn get(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<RunView>, ApiError> {
+    let run = tenant_run(&app, tenant.id, &id).await?;
+    Ok(Json(RunView::of(&run, true)))
+}
+
+pub async fn cancel(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let run = tenant_run(&app, tenant.id, &id).await?;
+    let reply = app
+        .runs()
+        .run_request_cancel(run.id)
+        .await
+        .map_err(|err| ApiError::store(err, "run"))?;
+    let (cancel, status) = match reply {
+        CancelReply::Cancelled => ("cancelled", RunStatus::Cancelled),
+        CancelReply::Requested => ("requested", run.status),
+        CancelReply::AlreadyFinished(status) => {
+            return Err(ApiError::Conflict {
+                code: "run_finished",
+                message: format!("the run is already {status}: nothing to cancel"),
+            });
+        }
+    };
+    tracing::info!(run = %run.id, cancel, "cancel requested through the API");
+    Ok(Json(
+        json!({"runId": run.id.to_string(), "cancel": cancel, "status": status}),
+    ))
+}
+
+pub async fn retry(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let run = tenant_run(&app, tenant.id, &id).await?;
+    let reply = app
+        .runs()
+        .run_retry(run.id)
+        .await
+        .map_err(|err| ApiError::store(err, "run"))?;
+    match reply {
+        RetryReply::Requeued => {
+            tracing::info!(run = %run.id, "failed run retried through the API");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"runId": run.id.to_string(), "status": "queued"})),
+            ))
+        }
+        RetryReply::NotFailed(status) => Err(ApiError::Conflict {
+            code: "run_not_failed",
+            message: format!("only failed runs are retried; this one is {status}"),
+        }),
+    }
+}

@@ -1,0 +1,191 @@
+//! `POST /webhook/{token}` (start a run from a sender's body) and `GET /webhook/{token}`
+//! (the help: method, full URL, parameters, example body).
+//!
+//! The POST checks, in this order, each with its answer:
+//! 1. the token names a webhook automation, else 404 (a token kept by an automation whose
+//!    trigger is no longer a webhook is unknown too);
+//! 2. rate limits per token (automation) and per tenant, else 429 + `Retry-After`;
+//! 3. `Content-Type` is JSON, else 415; the body is within the limit, else 413;
+//! 4. with a signing secret: Standard Webhooks signature and timestamp, else 401;
+//! 5. the automation is enabled, else 409 `automation_paused`;
+//! 6. the body is JSON (400 `invalid_json`) that meets the contract (400
+//!    `missing_parameter` / `invalid_parameter`);
+//! 7. enqueue (`executor::run_request`, trigger `webhook`) and answer 202 only after the
+//!    store committed the run.
+//!
+//! Authentication (4) comes before the paused check (5) so that an unsigned caller
+//! learns nothing but "unsigned". A `webhook-id` (signed or not) makes the call
+//! idempotent: see `crate::replay` for how a repeat finds the first run, also after it
+//! finished.
+//!
+//! The token is a secret: it is never logged (the trace layer redacts the path) and
+//! rate-limit keys use the automation id instead.
+
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fronta_automation::executor;
+use fronta_automation::store::StoredAutomation;
+use fronta_automation::{Trigger, WebhookParam, contract};
+use fronta_engine::{Enqueued, RunId, Trigger as RunTrigger};
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::base_url::{base_url, webhook_url};
+use crate::error::ApiError;
+use crate::extract::{is_json, parse_json, read_body};
+use crate::signature::{self, MAX_WEBHOOK_ID_LEN, SignedHeaders};
+
+/// The webhook automation of `token`, with its parameters.
+async fn find(app: &App, token: &str) -> Result<(StoredAutomation, Vec<WebhookParam>), ApiError> {
+    let stored = app
+        .automations()
+        .automation_by_webhook_token(token)
+        .await
+        .map_err(|err| ApiError::desk(err, "webhook"))?
+        .ok_or(ApiError::NotFound("webhook"))?;
+    match &stored.automation.trigger {
+        Trigger::Webhook { params } => {
+            let params = params.clone();
+            Ok((stored, params))
+        }
+        _ => Err(ApiError::NotFound("webhook")),
+    }
+}
+
+fn rate_limit(app: &App, stored: &StoredAutomation) -> Result<(), ApiError> {
+    let inner = app.inner();
+    for (limiter, key) in [
+        (&inner.webhook_per_token, stored.id.to_string()),
+        (&inner.webhook_per_tenant, stored.tenant.to_string()),
+    ] {
+        if let Some(limiter) = limiter {
+            limiter
+                .check(&key)
+                .map_err(|retry_after| ApiError::RateLimited { retry_after })?;
+        }
+    }
+    Ok(())
+}
+
+fn header<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|value| value.to_str().ok())
+}
+
+/// `webhook-id`, when sent: 1–256 visible ASCII characters.
+fn webhook_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(value) = headers.get("webhook-id") else {
+        return Ok(None);
+    };
+    let id = value.to_str().unwrap_or_default().trim();
+    if id.is_empty() || id.len() > MAX_WEBHOOK_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(ApiError::bad_request(format!(
+            "webhook-id must be 1 to {MAX_WEBHOOK_ID_LEN} visible ASCII characters"
+        )));
+    }
+    Ok(Some(id.to_owned()))
+}
+
+pub async fn receive(
+    State(app): State<App>,
+    Path(token): Path<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (stored, params) = find(&app, &token).await?;
+    rate_limit(&app, &stored)?;
+    if !is_json(request.headers()) {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let headers = request.headers().clone();
+    let body = read_body(request, app.config().body_limit).await?;
+    if let Some(secret) = &stored.signing_secret {
+        let signed = SignedHeaders {
+            id: header(&headers, "webhook-id"),
+            timestamp: header(&headers, "webhook-timestamp"),
+            signature: header(&headers, "webhook-signature"),
+        };
+        signature::verify(
+            secret,
+            signed,
+            &body,
+            app.inner().clock.now(),
+            app.config().signature_tolerance,
+        )
+        .map_err(|err| {
+            tracing::info!(automation = %stored.id, reason = %err, "webhook signature refused");
+            ApiError::signature(err.to_string())
+        })?;
+    }
+    let webhook_id = webhook_id(&headers)?;
+    if !stored.automation.enabled {
+        return Err(ApiError::AutomationPaused);
+    }
+    let value: Value = parse_json(&body)?;
+    let context = contract::extract(&params, &value).map_err(ApiError::Contract)?;
+
+    let key = webhook_id.map(|id| format!("webhook:{}:{id}", stored.id));
+    let replays = &app.inner().replays;
+    if let Some(key) = &key
+        && let Some(first) = replays.get(key)
+    {
+        return Ok(repeated(&app, first).await);
+    }
+    let mut enqueue = executor::run_request(&stored, RunTrigger::Webhook, context);
+    if let Some(key) = &key {
+        enqueue = enqueue.unique_key(key.clone());
+    }
+    let enqueued = app.inner().dispatcher.enqueue(enqueue).await?;
+    if let Some(key) = &key {
+        replays.remember(key, enqueued.id());
+    }
+    match enqueued {
+        Enqueued::Inserted(id) => {
+            tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"runId": id.to_string(), "status": "queued"})),
+            )
+                .into_response())
+        }
+        Enqueued::Existing(id) => Ok(repeated(&app, id).await),
+    }
+}
+
+/// The answer to a repeated `webhook-id`: the first run's id and its status now.
+async fn repeated(app: &App, first: RunId) -> Response {
+    let status = match app.runs().run_get(first).await {
+        Ok(Some(run)) => run.status.as_str(),
+        // Gone or unreadable: its id is still the answer.
+        _ => "queued",
+    };
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({"runId": first.to_string(), "status": status, "duplicate": true})),
+    )
+        .into_response()
+}
+
+pub async fn help(
+    State(app): State<App>,
+    Path(token): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let (stored, params) = find(&app, &token).await?;
+    let url = webhook_url(&base_url(app.config(), &headers), &token);
+    let mut help = contract::help(&url, &params);
+    if let Value::Object(map) = &mut help {
+        map.insert("enabled".into(), json!(stored.automation.enabled));
+        if stored.signing_secret.is_some() {
+            map.insert(
+                "signature".into(),
+                json!({
+                    "scheme": "Standard Webhooks (HMAC-SHA256 over id.timestamp.body)",
+                    "headers": ["webhook-id", "webhook-timestamp", "webhook-signature"],
+                    "toleranceSec": app.config().signature_tolerance.as_secs(),
+                }),
+            );
+        }
+    }
+    Ok(Json(help))
+}

@@ -1,0 +1,180 @@
+//! Wire types: how domain values look in API.md's JSON (camelCase, ids as strings, RFC
+//! 3339 UTC times). Only this crate has them; the domain crates know no HTTP.
+//!
+//! Decisions where API.md is silent:
+//! - A ticket carries its `log` when read alone (`GET`/`PATCH /api/tickets/{id}`), not
+//!   in lists; a run carries its `steps` when read alone, not in lists.
+//! - A tenant sees an incident's `id`, `title`, `impact`, `status`, `count`, `ticket` and
+//!   times — never `detail` nor `cause` (the cause names automation and step ids).
+//! - An automation is its definition plus `id`, `webhookUrl` (webhook triggers),
+//!   `signed` (whether webhooks must be signed) and times; the token and the signing
+//!   secret are never shown after creation.
+//!
+//! Left out: request bodies (next to the routes that read them).
+
+use chrono::{DateTime, Utc};
+use fronta_automation::executor::{ExecState, RunPayload, StepLog};
+use fronta_automation::steps::ticket_json;
+use fronta_automation::store::StoredAutomation;
+use fronta_desk::{Group, Incident, Member, Tenant, Ticket, TicketLogEntry, TicketType};
+use fronta_engine::{Run, RunStatus};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::base_url::webhook_url;
+
+/// A run (API.md "A run").
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunView {
+    pub id: String,
+    pub automation_id: Option<String>,
+    pub kind: String,
+    pub trigger: &'static str,
+    pub status: RunStatus,
+    pub attempts: u32,
+    pub max_retries: u32,
+    pub reclaims: u32,
+    pub parks: u32,
+    pub run_at: DateTime<Utc>,
+    pub created_at: DateTime<Utc>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub cancel_requested: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepLog>>,
+}
+
+/// The automation a run belongs to, read from its payload.
+pub fn run_automation_id(run: &Run) -> Option<String> {
+    serde_json::from_value::<RunPayload>(run.payload.clone())
+        .ok()
+        .map(|payload| payload.automation_id.to_string())
+}
+
+/// The step log of a run: the completed run's result holds it; a run still going (or
+/// failed) has it in its checkpoint.
+pub fn run_steps(run: &Run) -> Vec<StepLog> {
+    if let Some(steps) = run.result.as_ref().and_then(|result| result.get("steps"))
+        && let Ok(steps) = serde_json::from_value::<Vec<StepLog>>(steps.clone())
+    {
+        return steps;
+    }
+    run.state
+        .as_deref()
+        .and_then(|bytes| ExecState::decode(bytes).ok())
+        .map(|state| state.steps)
+        .unwrap_or_default()
+}
+
+impl RunView {
+    pub fn of(run: &Run, with_steps: bool) -> Self {
+        Self {
+            id: run.id.to_string(),
+            automation_id: run_automation_id(run),
+            kind: run.kind.clone(),
+            trigger: run.trigger.as_str(),
+            status: run.status,
+            attempts: run.attempts,
+            max_retries: run.max_retries,
+            reclaims: run.reclaims,
+            parks: run.parks,
+            run_at: run.run_at,
+            created_at: run.created_at,
+            started_at: run.started_at,
+            finished_at: run.finished_at(),
+            last_error: run.last_error.clone(),
+            cancel_requested: run.cancel_requested,
+            steps: with_steps.then(|| run_steps(run)),
+        }
+    }
+}
+
+/// A ticket (API.md "A ticket"), with its log when given.
+pub fn ticket_view(ticket: &Ticket, log: Option<&[TicketLogEntry]>) -> Value {
+    let mut view = ticket_json(ticket);
+    if let Value::Object(map) = &mut view {
+        map.insert("createdAt".into(), json!(ticket.created_at));
+        map.insert("updatedAt".into(), json!(ticket.updated_at));
+        if let Some(log) = log {
+            map.insert("log".into(), json!(log));
+        }
+    }
+    view
+}
+
+/// An incident as its tenant sees it: never `detail`.
+pub fn incident_view(incident: &Incident) -> Value {
+    json!({
+        "id": incident.id.to_string(),
+        "title": incident.title,
+        "impact": incident.impact,
+        "status": incident.status,
+        "count": incident.count,
+        "ticket": incident.ticket.map(|id| id.to_string()),
+        "createdAt": incident.created_at,
+        "updatedAt": incident.updated_at,
+        "resolvedAt": incident.resolved_at,
+    })
+}
+
+/// An incident as the platform admin sees it: with tenant, cause and `detail`.
+pub fn admin_incident_view(incident: &Incident) -> Value {
+    let mut view = incident_view(incident);
+    if let Value::Object(map) = &mut view {
+        map.insert("tenant".into(), json!(incident.tenant.to_string()));
+        map.insert("cause".into(), json!(incident.cause));
+        map.insert("detail".into(), incident.detail.clone());
+    }
+    view
+}
+
+pub fn tenant_view(tenant: &Tenant) -> Value {
+    json!({"id": tenant.id.to_string(), "name": tenant.name, "createdAt": tenant.created_at})
+}
+
+pub fn group_view(group: &Group) -> Value {
+    json!({"id": group.id.to_string(), "name": group.name})
+}
+
+pub fn member_view(member: &Member) -> Value {
+    json!({
+        "id": member.id.to_string(),
+        "groupId": member.group.to_string(),
+        "name": member.name,
+        "email": member.email,
+        "capacity": member.capacity,
+    })
+}
+
+pub fn ticket_type_view(ticket_type: &TicketType) -> Value {
+    json!({
+        "id": ticket_type.id.to_string(),
+        "name": ticket_type.name,
+        "statuses": ticket_type.statuses,
+        "fields": ticket_type.fields,
+    })
+}
+
+/// An automation: its definition plus what the server adds (see the module docs).
+pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
+    let mut view = serde_json::to_value(&stored.automation).unwrap_or_else(|_| json!({}));
+    if let Value::Object(map) = &mut view {
+        map.insert("id".into(), json!(stored.id.to_string()));
+        if let Some(token) = &stored.webhook_token
+            && fronta_automation::executor::is_webhook(&stored.automation)
+        {
+            map.insert("webhookUrl".into(), json!(webhook_url(base, token)));
+        }
+        map.insert("signed".into(), json!(stored.signing_secret.is_some()));
+        map.insert("createdAt".into(), json!(stored.created_at));
+        map.insert("updatedAt".into(), json!(stored.updated_at));
+    }
+    view
+}
+
+/// The fields of an automation's answer that a client may send back but that are not
+/// part of the definition: stripped before a PUT body is parsed.
+pub const AUTOMATION_READ_ONLY: [&str; 5] =
+    ["id", "webhookUrl", "signed", "createdAt", "updatedAt"];

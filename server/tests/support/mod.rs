@@ -1,0 +1,275 @@
+//! The test harness of the router tests: a real SQLite store in a temp dir with every
+//! port, the executor registered, the ticket event sink installed, and the router called
+//! in-process with `oneshot` (no sockets).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, Method, Request, StatusCode, header};
+use fronta_automation::executor::{self, Runtime};
+use fronta_automation::store::AutomationStore;
+use fronta_desk::{DeskStore, TenantId};
+use fronta_engine::{Dispatcher, Registry, RunStore, SystemClock, Worker, WorkerConfig};
+use fronta_server::{App, Ports, ServerConfig};
+use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+/// The admin token of every harness.
+pub const ADMIN: &str = "fa_test_admin_token";
+
+/// One server over a fresh database.
+pub struct Harness {
+    pub dir: tempfile::TempDir,
+    pub store: SqliteStore,
+    pub registry: Arc<Registry>,
+    pub router: Router,
+    pub app: App,
+}
+
+/// What the router answered.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub bytes: Bytes,
+    /// The body as JSON (`Value::Null` when it is not JSON).
+    pub json: Value,
+}
+
+impl Reply {
+    /// `json[key]` as text, or a panic naming the answer.
+    pub fn text(&self, key: &str) -> String {
+        self.json[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no text field {key:?} in {} {}", self.status, self.json))
+            .to_owned()
+    }
+
+    pub fn code(&self) -> &str {
+        self.json["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// A configuration without rate limits (tests of limits set their own) and with the
+/// admin token of the harness.
+pub fn test_config() -> ServerConfig {
+    ServerConfig {
+        admin_token_hash: Some(fronta_desk::token::hash(ADMIN)),
+        webhook_rate_per_token: None,
+        webhook_rate_per_tenant: None,
+        api_rate_per_tenant: None,
+        ..ServerConfig::default()
+    }
+}
+
+impl Harness {
+    pub fn new() -> Self {
+        Self::with_config(test_config())
+    }
+
+    pub fn with_config(config: ServerConfig) -> Self {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let mut sqlite = SqliteConfig::new(dir.path().join("server-test.db"));
+        sqlite.synchronous = Synchronous::Normal;
+        let store = SqliteStore::open(sqlite).expect("the store opens");
+        let runs: Arc<dyn RunStore> = Arc::new(store.clone());
+        let desk: Arc<dyn DeskStore> = Arc::new(store.clone());
+        let automations: Arc<dyn AutomationStore> = Arc::new(store.clone());
+        let runtime = Arc::new(Runtime {
+            desk: desk.clone(),
+            automations: automations.clone(),
+            clock: Arc::new(SystemClock),
+        });
+        let mut registry = Registry::new();
+        executor::register(&mut registry, runtime, Duration::from_secs(60))
+            .expect("the executor registers");
+        let registry = Arc::new(registry);
+        let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
+        store.set_ticket_event_sink(executor::event_sink(dispatcher.clone()));
+        let app = App::new(
+            config,
+            Ports {
+                runs,
+                desk,
+                automations,
+            },
+            dispatcher,
+        )
+        .expect("a valid configuration");
+        Self {
+            dir,
+            store,
+            registry,
+            router: fronta_server::router(app.clone()),
+            app,
+        }
+    }
+
+    pub fn desk(&self) -> &dyn DeskStore {
+        &self.store
+    }
+
+    pub fn runs(&self) -> &dyn RunStore {
+        &self.store
+    }
+
+    /// Send a request through the router.
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .expect("the router never fails");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("the body is read");
+        let json = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Reply {
+            status,
+            headers,
+            bytes,
+            json,
+        }
+    }
+
+    /// A JSON call with an optional bearer token and body.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Reply {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::HOST, "fronta.test");
+        if let Some(token) = token {
+            builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let body = match body {
+            Some(body) => {
+                builder = builder.header(header::CONTENT_TYPE, "application/json");
+                Body::from(body.to_string())
+            }
+            None => Body::empty(),
+        };
+        self.send(builder.body(body).expect("a request")).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Reply {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Reply {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    /// A new tenant through the admin API: its id and token.
+    pub async fn tenant(&self, name: &str) -> (TenantId, String) {
+        let reply = self
+            .post("/api/admin/tenants", ADMIN, json!({"name": name}))
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "tenant created: {}",
+            reply.json
+        );
+        let id = reply.text("id").parse().expect("a tenant id");
+        (id, reply.text("token"))
+    }
+
+    /// Create an automation through the API; its JSON answer.
+    pub async fn automation(&self, token: &str, definition: Value) -> Value {
+        let reply = self.post("/api/automations", token, definition).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "automation created: {}",
+            reply.json
+        );
+        reply.json
+    }
+
+    /// Post a JSON body to a webhook URL path (`/webhook/…`) with extra headers.
+    pub async fn webhook(&self, path: &str, body: &str, headers: &[(&str, String)]) -> Reply {
+        let mut builder = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(header::HOST, "fronta.test")
+            .header(header::CONTENT_TYPE, "application/json");
+        for (name, value) in headers {
+            builder = builder.header(*name, value);
+        }
+        self.send(
+            builder
+                .body(Body::from(body.to_owned()))
+                .expect("a request"),
+        )
+        .await
+    }
+
+    /// Run a worker with the executor until nothing is left to do.
+    pub async fn drain(&self) {
+        let config = WorkerConfig {
+            name: "test-worker".into(),
+            until_idle: true,
+            poll_interval: Duration::from_millis(10),
+            ..WorkerConfig::default()
+        };
+        let worker = Worker::new(Arc::new(self.store.clone()), self.registry.clone(), config)
+            .expect("a worker");
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            worker.run(CancellationToken::new()),
+        )
+        .await
+        .expect("the worker drains within 30 s")
+        .expect("the worker ends cleanly");
+    }
+}
+
+/// The path of a webhook URL (`http://host/webhook/…` → `/webhook/…`).
+pub fn webhook_path(automation: &Value) -> String {
+    let url = automation["webhookUrl"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no webhookUrl in {automation}"));
+    let at = url.find("/webhook/").expect("a webhook path");
+    url[at..].to_owned()
+}
+
+/// The orders automation of API.md.
+pub fn orders_automation() -> Value {
+    json!({
+        "name": "Orders from the web shop",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "kind", "path": "kind", "type": "string", "required": true},
+            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}
+        ]},
+        "steps": [
+            {"name": "ticket", "op": "ticket/upsert",
+             "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                       "type": "order", "status": "waiting-to-pack", "tags": ["waiting-to-pack"]}}
+        ]
+    })
+}
+
+/// The `order` ticket type the orders automation needs.
+pub fn order_type() -> Value {
+    json!({"name": "order", "statuses": ["waiting-to-pack", "shipped"],
+           "fields": [{"name": "amount", "type": "number"}]})
+}
+
+/// An order body.
+pub fn order_body(id: &str) -> String {
+    json!({"kind": "order.created", "data": {"order": {"id": id}}}).to_string()
+}

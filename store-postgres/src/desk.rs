@@ -1,0 +1,2068 @@
+//! The desk port ([`fronta_desk::DeskStore`]) on Postgres: tenants and their token hashes,
+//! groups and members, ticket types, tickets with their per-tenant numbers and log, and
+//! incidents — the same behaviour as the SQLite store (`fronta_store_sqlite::desk`),
+//! pinned by the same conformance suite.
+//!
+//! Every write is one transaction; every read one statement (or two) on a pooled
+//! connection. Every statement is scoped by the caller's tenant, so another tenant's id
+//! finds nothing, exactly like an unknown one. Instants are the store's now (the injected
+//! clock, else the database's clock), truncated to the millisecond like the runs', read
+//! once per write, after its locks ([`Db::now`]).
+//!
+//! Concurrency. SQLite's single writer orders every write; here row locks do, taken in
+//! one order so that concurrent writes wait for each other instead of deadlocking:
+//!
+//! 1. a ticket create first locks its tenant's counter row (`desk_ticket_counters`), so
+//!    the creates of one tenant are ordered: holding it, a second look for the external
+//!    id finds a ticket another create committed meanwhile, and the upsert attaches to it
+//!    instead of creating a second one;
+//! 2. a ticket write locks its ticket row (`FOR UPDATE`): no change is lost;
+//! 3. then the rows it refers to `FOR SHARE` (the member it assigns, the group it names
+//!    or assigns from, that group's members), so a rename or delete of them waits for the
+//!    write, or the write for it (and then sees the result);
+//! 4. then the per-member open counts it will move (`desk_member_open`), all in one
+//!    statement sorted by member id ([`LOCK_MEMBER_OPEN`]) — for least busy, every member
+//!    of the group: the counts it reads under that lock include every assignment committed
+//!    before, and no concurrent assignment on the group can commit until it does. The
+//!    triggers of migration 4 then change only rows this write holds.
+//!
+//! Deleting a member or a group locks the member (and group) rows first, then the open
+//! tickets it unassigns, then their counts. A write racing a delete of the member it
+//! assigns on the very ticket the delete unassigns can still meet a deadlock, which
+//! Postgres breaks by failing one side (`Unavailable`: the call may be repeated).
+//!
+//! Ticket events: `ticket_upsert`, `ticket_change` and `ticket_assign_least_busy` build a
+//! `TicketEvent` when they created the ticket or changed something, and, when at least
+//! one enabled automation of the tenant listens to it, hand it to the store's event sink
+//! inside their transaction and insert the runs it answers there ([`announce`]); workers
+//! of this process are woken after the commit (other processes hear the `NOTIFY` the
+//! insert sends). Unassigning the tickets of a deleted member is not announced, as on
+//! SQLite.
+//!
+//! The decisions the port leaves open are SQLite's (see its module docs), and so are the
+//! log lines: the pure helpers at the end of this file (`diff`, `describe`, `who`, …) are
+//! copies of the SQLite store's — keep them equal, or better, move them into
+//! `fronta_desk` for both.
+//!
+//! Left out: custom field values are not checked against the ticket type's field
+//! definitions (the port does not ask for it yet); a GIN index on tags (the tag filter
+//! walks the tenant's tickets newest first, as on SQLite).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use fronta_automation::store::TicketEventSink;
+use fronta_desk::rules::{self, Load};
+use fronta_desk::store::{
+    DeskResult, FieldChange, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
+    TicketFilter, TicketUpsert, TicketWrite,
+};
+use fronta_desk::token;
+use fronta_desk::{
+    Assignee, DeskError, DeskStore, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus,
+    Member, MemberId, Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
+    TicketTypeId,
+};
+use fronta_engine::StoreError;
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::types::Json;
+use sqlx::{AssertSqlSafe, PgConnection, Postgres, Row};
+use uuid::Uuid;
+
+use crate::{PgStore, map_err, runs};
+
+/// The default page of `ticket_list`.
+pub const DEFAULT_TICKET_PAGE: usize = 100;
+/// The largest page of `ticket_list`.
+pub const MAX_TICKET_PAGE: usize = 1_000;
+
+const TENANT: &str = "tenant";
+const GROUP: &str = "group";
+const MEMBER: &str = "member";
+const TICKET_TYPE: &str = "ticket type";
+const TICKET: &str = "ticket";
+const INCIDENT: &str = "incident";
+
+/// Lock the per-member open counts of the members `$1` (an array, duplicates allowed),
+/// in member id order, and answer them: least busy's one probe per member (a walk of the
+/// primary key), and the lock every write that moves a count takes first.
+pub const LOCK_MEMBER_OPEN: &str = "SELECT member, open FROM desk_member_open \
+     WHERE member = ANY($1::uuid[]) ORDER BY member FOR UPDATE";
+
+macro_rules! group_columns {
+    () => {
+        "id, tenant, name"
+    };
+}
+macro_rules! member_columns {
+    () => {
+        "id, group_id, name, email, capacity"
+    };
+}
+macro_rules! type_columns {
+    () => {
+        "id, tenant, name, statuses, fields"
+    };
+}
+macro_rules! ticket_columns {
+    () => {
+        "id, tenant, number, external_id, title, type_name, status, closed, tags, assignee, \
+         assignee_name, group_name, fields, created_at, updated_at"
+    };
+}
+macro_rules! incident_columns {
+    () => {
+        "id, tenant, cause, title, impact, detail, status, count, ticket, created_at, \
+         updated_at, resolved_at"
+    };
+}
+
+/// How a lookup inside a write locks the row it finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lock {
+    /// A plain read (reads, and lookups whose row nobody changes).
+    None,
+    /// `FOR SHARE`: the row is referred to; a rename or delete waits for this write.
+    Share,
+    /// `FOR UPDATE`: this write changes (or deletes) the row.
+    Update,
+}
+
+pub(crate) type DeskSql<T> = Result<T, DeskError>;
+
+// ---------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------
+
+/// The store's own failures (pool, transactions, run inserts), as desk errors.
+pub(crate) fn from_store(err: StoreError) -> DeskError {
+    match err {
+        StoreError::Conflict(message) => DeskError::Conflict(message),
+        StoreError::Invalid(message) => DeskError::Invalid(message),
+        StoreError::Unavailable(message) => DeskError::Unavailable(message),
+        StoreError::Internal(message) => DeskError::Internal(message),
+        other @ (StoreError::NotFound | StoreError::LeaseLost) => {
+            DeskError::Internal(other.to_string())
+        }
+    }
+}
+
+/// A driver error as a desk error, as on SQLite: connection trouble, lock timeouts,
+/// deadlocks and serialization failures are `Unavailable`, integrity violations
+/// `Conflict`, anything else `Internal` (absent rows are handled where they can happen).
+pub(crate) fn sql_err(err: sqlx::Error) -> DeskError {
+    match map_err(err) {
+        StoreError::Unavailable(message) => DeskError::Unavailable(message),
+        StoreError::Conflict(message) => DeskError::Conflict(message),
+        other => DeskError::Internal(other.to_string()),
+    }
+}
+
+/// Whether `err` is a unique violation (SQLSTATE 23505).
+pub(crate) fn is_unique_violation(err: &sqlx::Error) -> bool {
+    matches!(err, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
+}
+
+/// A driver error, where a unique violation means `taken` (the name check lost a race).
+pub(crate) fn unique_as(taken: impl FnOnce() -> String) -> impl FnOnce(sqlx::Error) -> DeskError {
+    move |err| {
+        if is_unique_violation(&err) {
+            DeskError::Conflict(taken())
+        } else {
+            sql_err(err)
+        }
+    }
+}
+
+fn decode(what: &str) -> impl FnOnce(sqlx::Error) -> DeskError + '_ {
+    move |err| DeskError::Internal(format!("cannot read a {what} row: {err}"))
+}
+
+fn invalid(message: String) -> DeskError {
+    DeskError::Invalid(message)
+}
+
+/// `what` must not be empty or only white space.
+pub(crate) fn check_text(what: &str, text: &str) -> DeskSql<()> {
+    if text.trim().is_empty() {
+        Err(invalid(format!("{what} must not be empty")))
+    } else {
+        Ok(())
+    }
+}
+
+pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
+    rules::check_name(what, name).map_err(invalid)
+}
+
+/// Whether a lookup by name found a row: `NotFound` is "free", other errors pass through.
+fn taken<T>(lookup: DeskSql<T>) -> DeskSql<bool> {
+    match lookup {
+        Ok(_) => Ok(true),
+        Err(DeskError::NotFound(_)) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// An instant as SQLite keeps it: whole milliseconds.
+pub(crate) fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
+}
+
+// ---------------------------------------------------------------------------------------
+// A connection with the store's clock and round-trip counter
+// ---------------------------------------------------------------------------------------
+
+/// A connection the desk and automation statements run on — a pooled one for a read, the
+/// write's transaction for a write — with the store (its clock, its round-trip counter)
+/// and the write's now, read once.
+pub(crate) struct Db<'c> {
+    conn: &'c mut PgConnection,
+    store: &'c PgStore,
+    now: Option<DateTime<Utc>>,
+}
+
+impl<'c> Db<'c> {
+    pub(crate) fn new(conn: &'c mut PgConnection, store: &'c PgStore) -> Self {
+        Self {
+            conn,
+            store,
+            now: None,
+        }
+    }
+
+    /// The connection for one statement (counted as a round trip).
+    pub(crate) fn c(&mut self) -> &mut PgConnection {
+        self.store.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+        &mut *self.conn
+    }
+
+    /// The store's now for this write: the injected clock's instant, else the database
+    /// clock, truncated to the millisecond; read once, the same for every statement of
+    /// the write.
+    ///
+    /// The database clock is `statement_timestamp()`, not the transaction's start
+    /// (`now()`, which the runs use): writes read it after they locked their ticket, so
+    /// a write that waited for another write of the same ticket is stamped after it —
+    /// a ticket's `updated_at` and its log never go back in time.
+    pub(crate) async fn now(&mut self) -> DeskSql<DateTime<Utc>> {
+        if let Some(now) = self.now {
+            return Ok(now);
+        }
+        let injected = self.store.now();
+        let now: DateTime<Utc> = sqlx::query_scalar(
+            "SELECT date_trunc('milliseconds', coalesce($1::timestamptz, statement_timestamp()))",
+        )
+        .bind(injected)
+        .fetch_one(self.c())
+        .await
+        .map_err(sql_err)?;
+        self.now = Some(now);
+        Ok(now)
+    }
+}
+
+impl PgStore {
+    /// Begin one desk (or automation) write.
+    pub(crate) async fn desk_begin(&self) -> DeskResult<sqlx::Transaction<'static, Postgres>> {
+        self.begin_tx().await.map_err(from_store)
+    }
+
+    pub(crate) async fn desk_commit(
+        &self,
+        tx: sqlx::Transaction<'static, Postgres>,
+    ) -> DeskResult<()> {
+        self.commit_tx(tx).await.map_err(from_store)
+    }
+
+    /// A pooled connection for one desk (or automation) read.
+    pub(crate) async fn desk_connection(&self) -> DeskResult<sqlx::pool::PoolConnection<Postgres>> {
+        self.connection().await.map_err(from_store)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Rows
+// ---------------------------------------------------------------------------------------
+
+fn tenant_of(row: &PgRow) -> DeskSql<Tenant> {
+    let read = || -> Result<Tenant, sqlx::Error> {
+        Ok(Tenant {
+            id: TenantId(row.try_get(0)?),
+            name: row.try_get(1)?,
+            created_at: row.try_get(2)?,
+        })
+    };
+    read().map_err(decode(TENANT))
+}
+
+fn group_of(row: &PgRow) -> DeskSql<Group> {
+    let read = || -> Result<Group, sqlx::Error> {
+        Ok(Group {
+            id: GroupId(row.try_get(0)?),
+            tenant: TenantId(row.try_get(1)?),
+            name: row.try_get(2)?,
+        })
+    };
+    read().map_err(decode(GROUP))
+}
+
+fn member_of(row: &PgRow) -> DeskSql<Member> {
+    let read = || -> Result<Member, sqlx::Error> {
+        let capacity: i64 = row.try_get(4)?;
+        Ok(Member {
+            id: MemberId(row.try_get(0)?),
+            group: GroupId(row.try_get(1)?),
+            name: row.try_get(2)?,
+            email: row.try_get(3)?,
+            capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
+        })
+    };
+    read().map_err(decode(MEMBER))
+}
+
+fn type_of(row: &PgRow) -> DeskSql<TicketType> {
+    let read = || -> Result<TicketType, sqlx::Error> {
+        Ok(TicketType {
+            id: TicketTypeId(row.try_get(0)?),
+            tenant: TenantId(row.try_get(1)?),
+            name: row.try_get(2)?,
+            statuses: row.try_get::<Json<Vec<String>>, _>(3)?.0,
+            fields: row.try_get::<Json<Vec<FieldDef>>, _>(4)?.0,
+        })
+    };
+    read().map_err(decode(TICKET_TYPE))
+}
+
+fn ticket_of(row: &PgRow) -> DeskSql<Ticket> {
+    let read = || -> Result<Ticket, sqlx::Error> {
+        let assignee_id: Option<Uuid> = row.try_get(9)?;
+        let assignee_name: Option<String> = row.try_get(10)?;
+        let assignee = match (assignee_id, assignee_name) {
+            (Some(id), Some(name)) => Some(Assignee {
+                id: MemberId(id),
+                name,
+            }),
+            _ => None,
+        };
+        Ok(Ticket {
+            id: TicketId(row.try_get(0)?),
+            tenant: TenantId(row.try_get(1)?),
+            number: row.try_get(2)?,
+            external_id: row.try_get(3)?,
+            title: row.try_get(4)?,
+            ticket_type: row.try_get(5)?,
+            status: row.try_get(6)?,
+            closed: row.try_get(7)?,
+            tags: row.try_get::<Json<Vec<String>>, _>(8)?.0,
+            assignee,
+            group: row.try_get(11)?,
+            fields: row.try_get::<Json<BTreeMap<String, Value>>, _>(12)?.0,
+            created_at: row.try_get(13)?,
+            updated_at: row.try_get(14)?,
+        })
+    };
+    read().map_err(decode(TICKET))
+}
+
+fn incident_of(row: &PgRow) -> DeskSql<Incident> {
+    let read = || -> Result<Incident, sqlx::Error> {
+        let status: String = row.try_get(6)?;
+        let count: i64 = row.try_get(7)?;
+        Ok(Incident {
+            id: IncidentId(row.try_get(0)?),
+            tenant: TenantId(row.try_get(1)?),
+            cause: row.try_get(2)?,
+            title: row.try_get(3)?,
+            impact: row.try_get(4)?,
+            detail: row.try_get(5)?,
+            status: if status == "open" {
+                IncidentStatus::Open
+            } else {
+                IncidentStatus::Resolved
+            },
+            count: u32::try_from(count).unwrap_or(u32::MAX),
+            ticket: row.try_get::<Option<Uuid>, _>(8)?.map(TicketId),
+            created_at: row.try_get(9)?,
+            updated_at: row.try_get(10)?,
+            resolved_at: row.try_get(11)?,
+        })
+    };
+    read().map_err(decode(INCIDENT))
+}
+
+fn log_entry_of(row: &PgRow) -> DeskSql<TicketLogEntry> {
+    let read = || -> Result<TicketLogEntry, sqlx::Error> {
+        Ok(TicketLogEntry {
+            at: row.try_get(0)?,
+            kind: row.try_get(1)?,
+            message: row.try_get(2)?,
+            run_id: row.try_get(3)?,
+        })
+    };
+    read().map_err(decode("ticket log"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Lookups, for reads and inside writes
+// ---------------------------------------------------------------------------------------
+
+pub(crate) async fn tenant_exists(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
+    let found: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM desk_tenants WHERE id = $1)")
+            .bind(tenant.0)
+            .fetch_one(db.c())
+            .await
+            .map_err(sql_err)?;
+    if found {
+        Ok(())
+    } else {
+        Err(DeskError::NotFound(TENANT))
+    }
+}
+
+/// `sql` (one of three texts, by `lock`) run with `binds`, at most one row.
+macro_rules! locked {
+    ($lock:expr, $sql:expr) => {
+        match $lock {
+            Lock::None => $sql,
+            Lock::Share => concat!($sql, " FOR SHARE"),
+            Lock::Update => concat!($sql, " FOR UPDATE"),
+        }
+    };
+}
+
+async fn group_get(db: &mut Db<'_>, tenant: TenantId, id: GroupId, lock: Lock) -> DeskSql<Group> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            group_columns!(),
+            " FROM desk_groups WHERE tenant = $1 AND id = $2"
+        )
+    ))
+    .bind(tenant.0)
+    .bind(id.0)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(group_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(GROUP))
+}
+
+async fn group_by_name(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    name: &str,
+    lock: Lock,
+) -> DeskSql<Group> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            group_columns!(),
+            " FROM desk_groups WHERE tenant = $1 AND name = $2"
+        )
+    ))
+    .bind(tenant.0)
+    .bind(name)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(group_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(GROUP))
+}
+
+/// The members of `group`, by name then id.
+async fn members_of(db: &mut Db<'_>, group: GroupId, lock: Lock) -> DeskSql<Vec<Member>> {
+    let rows = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            member_columns!(),
+            " FROM desk_members WHERE group_id = $1 ORDER BY name, id"
+        )
+    ))
+    .bind(group.0)
+    .fetch_all(db.c())
+    .await
+    .map_err(sql_err)?;
+    rows.iter().map(member_of).collect()
+}
+
+async fn member_get(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: MemberId,
+    lock: Lock,
+) -> DeskSql<Member> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            member_columns!(),
+            " FROM desk_members WHERE tenant = $1 AND id = $2"
+        )
+    ))
+    .bind(tenant.0)
+    .bind(id.0)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(member_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(MEMBER))
+}
+
+async fn type_get(db: &mut Db<'_>, tenant: TenantId, id: TicketTypeId) -> DeskSql<TicketType> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        type_columns!(),
+        " FROM desk_ticket_types WHERE tenant = $1 AND id = $2"
+    ))
+    .bind(tenant.0)
+    .bind(id.0)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(type_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(TICKET_TYPE))
+}
+
+/// Ticket types are never renamed or deleted, so no lookup of one locks it.
+async fn type_by_name(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<TicketType> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        type_columns!(),
+        " FROM desk_ticket_types WHERE tenant = $1 AND name = $2"
+    ))
+    .bind(tenant.0)
+    .bind(name)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(type_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(TICKET_TYPE))
+}
+
+pub(crate) async fn ticket_get(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: TicketId,
+    lock: Lock,
+) -> DeskSql<Ticket> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            ticket_columns!(),
+            " FROM desk_tickets WHERE tenant = $1 AND id = $2"
+        )
+    ))
+    .bind(tenant.0)
+    .bind(id.0)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref()
+        .map(ticket_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(TICKET))
+}
+
+/// The tenant's ticket with `external_id`, locked for the write that looks.
+async fn ticket_by_external_id(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    external_id: &str,
+) -> DeskSql<Option<Ticket>> {
+    let row = sqlx::query(concat!(
+        "SELECT ",
+        ticket_columns!(),
+        " FROM desk_tickets WHERE tenant = $1 AND external_id = $2 FOR UPDATE"
+    ))
+    .bind(tenant.0)
+    .bind(external_id)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    row.as_ref().map(ticket_of).transpose()
+}
+
+async fn incident_get(
+    db: &mut Db<'_>,
+    tenant: Option<TenantId>,
+    id: IncidentId,
+    lock: Lock,
+) -> DeskSql<Incident> {
+    let row = match tenant {
+        Some(tenant) => sqlx::query(locked!(
+            lock,
+            concat!(
+                "SELECT ",
+                incident_columns!(),
+                " FROM desk_incidents WHERE tenant = $1 AND id = $2"
+            )
+        ))
+        .bind(tenant.0)
+        .bind(id.0)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?,
+        None => sqlx::query(locked!(
+            lock,
+            concat!(
+                "SELECT ",
+                incident_columns!(),
+                " FROM desk_incidents WHERE id = $1"
+            )
+        ))
+        .bind(id.0)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?,
+    };
+    row.as_ref()
+        .map(incident_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(INCIDENT))
+}
+
+/// Lock the open counts of `members` ([`LOCK_MEMBER_OPEN`]) and answer them by member; a
+/// member without a row (none yet) is absent, which reads as 0.
+async fn lock_member_open(db: &mut Db<'_>, members: &[Uuid]) -> DeskSql<HashMap<Uuid, i64>> {
+    if members.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let rows: Vec<(Uuid, i64)> = sqlx::query_as(LOCK_MEMBER_OPEN)
+        .bind(members)
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+    Ok(rows.into_iter().collect())
+}
+
+// ---------------------------------------------------------------------------------------
+// Tickets: the writes
+// ---------------------------------------------------------------------------------------
+
+/// The ticket's status fits its type: a status needs a type, and must be one of the type's
+/// statuses. Checked on the result of every ticket write.
+async fn check_ticket(db: &mut Db<'_>, tenant: TenantId, ticket: &Ticket) -> DeskSql<()> {
+    let Some(status) = &ticket.status else {
+        return Ok(());
+    };
+    let Some(type_name) = &ticket.ticket_type else {
+        return Err(invalid(format!(
+            "status {status:?} needs a ticket type: a ticket without a type has no statuses \
+             (set its type first)"
+        )));
+    };
+    let ticket_type = type_by_name(db, tenant, type_name).await?;
+    rules::check_status(&ticket_type.name, &ticket_type.statuses, status).map_err(invalid)
+}
+
+async fn log_insert(
+    db: &mut Db<'_>,
+    ticket: TicketId,
+    at: DateTime<Utc>,
+    kind: &str,
+    message: &str,
+    run_id: Option<&str>,
+) -> DeskSql<()> {
+    sqlx::query(
+        "INSERT INTO desk_ticket_log (ticket, at, kind, message, run_id) \
+         VALUES ($1, $2, $3, $4, $5)",
+    )
+    .bind(ticket.0)
+    .bind(at)
+    .bind(kind)
+    .bind(message)
+    .bind(run_id)
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Write every mutable column of `ticket` (already checked) with `updated_at = now`. A
+/// write that moves the assignee or `closed` must hold the open counts it moves
+/// ([`lock_member_open`]) before it calls this: the triggers change them.
+async fn ticket_update(db: &mut Db<'_>, ticket: &mut Ticket, now: DateTime<Utc>) -> DeskSql<()> {
+    ticket.updated_at = now;
+    let (assignee_id, assignee_name) = match &ticket.assignee {
+        Some(assignee) => (Some(assignee.id.0), Some(assignee.name.as_str())),
+        None => (None, None),
+    };
+    sqlx::query(
+        "UPDATE desk_tickets SET title = $1, type_name = $2, status = $3, closed = $4, tags = $5, \
+         assignee = $6, assignee_name = $7, group_name = $8, fields = $9, updated_at = $10 \
+         WHERE id = $11",
+    )
+    .bind(&ticket.title)
+    .bind(&ticket.ticket_type)
+    .bind(&ticket.status)
+    .bind(ticket.closed)
+    .bind(Json(&ticket.tags))
+    .bind(assignee_id)
+    .bind(assignee_name)
+    .bind(&ticket.group)
+    .bind(Json(&ticket.fields))
+    .bind(now)
+    .bind(ticket.id.0)
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Lock the tenant's ticket counter (made with the tenant; made here if missing), which
+/// orders the tenant's ticket creates.
+async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
+    for _ in 0..2 {
+        let found: Option<i64> = sqlx::query_scalar(
+            "SELECT last_number FROM desk_ticket_counters WHERE tenant = $1 FOR UPDATE",
+        )
+        .bind(tenant.0)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        if found.is_some() {
+            return Ok(());
+        }
+        sqlx::query(
+            "INSERT INTO desk_ticket_counters (tenant, last_number) VALUES ($1, 0) \
+             ON CONFLICT (tenant) DO NOTHING",
+        )
+        .bind(tenant.0)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+    }
+    Err(DeskError::Internal(format!(
+        "invariant: tenant {tenant} has a ticket counter once one is inserted"
+    )))
+}
+
+/// The type and group an upsert or change names must exist in the tenant; the group is
+/// locked `FOR SHARE` (a rename or delete of it waits for this write).
+async fn check_references(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    ticket_type: Option<&str>,
+    group: Option<&str>,
+) -> DeskSql<()> {
+    if let Some(name) = ticket_type {
+        type_by_name(db, tenant, name).await?;
+    }
+    if let Some(name) = group {
+        group_by_name(db, tenant, name, Lock::Share).await?;
+    }
+    Ok(())
+}
+
+async fn ticket_upsert(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    upsert: TicketUpsert,
+    origin: &Origin,
+) -> DeskSql<TicketWrite> {
+    check_text("ticket external id", &upsert.external_id)?;
+    tenant_exists(db, tenant).await?;
+    if let Some(title) = &upsert.title {
+        check_text("ticket title", title)?;
+    }
+    check_references(
+        db,
+        tenant,
+        upsert.ticket_type.as_deref(),
+        upsert.group.as_deref(),
+    )
+    .await?;
+    let (by, run_id) = who(origin);
+    let found = match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
+        Some(found) => Some(found),
+        None => {
+            // Not there yet: take the tenant's create lock, then look again — a create of
+            // the same external id that committed while this one waited is found now.
+            lock_counter(db, tenant).await?;
+            ticket_by_external_id(db, tenant, &upsert.external_id).await?
+        }
+    };
+    let Some(old) = found else {
+        return ticket_create(db, tenant, upsert, &by, run_id.as_deref()).await;
+    };
+    let mut new = old.clone();
+    if let Some(title) = upsert.title {
+        new.title = title;
+    }
+    if upsert.ticket_type.is_some() {
+        new.ticket_type = upsert.ticket_type;
+    }
+    if upsert.status.is_some() {
+        new.status = upsert.status;
+    }
+    if upsert.group.is_some() {
+        new.group = upsert.group;
+    }
+    new.tags = rules::merge_tags(&new.tags, &upsert.tags);
+    merge_fields(&mut new.fields, &upsert.fields);
+    check_ticket(db, tenant, &new).await?;
+    let change = diff(&old, &new);
+    let now = db.now().await?;
+    if !change.is_empty() {
+        ticket_update(db, &mut new, now).await?;
+    }
+    let event = upsert
+        .note
+        .unwrap_or_else(|| format!("event for external id {}", upsert.external_id));
+    let outcome = if change.is_empty() {
+        "nothing changed".to_owned()
+    } else {
+        describe(&change)
+    };
+    let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
+    log_insert(db, new.id, now, "event", &message, run_id.as_deref()).await?;
+    Ok(TicketWrite {
+        ticket: new,
+        created: false,
+        change,
+    })
+}
+
+/// Create the ticket of `upsert`; the caller holds the tenant's counter lock.
+async fn ticket_create(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    upsert: TicketUpsert,
+    by: &str,
+    run_id: Option<&str>,
+) -> DeskSql<TicketWrite> {
+    let now = db.now().await?;
+    let mut fields = BTreeMap::new();
+    merge_fields(&mut fields, &upsert.fields);
+    let mut ticket = Ticket {
+        id: TicketId::new(),
+        tenant,
+        number: 0,
+        title: upsert.title.unwrap_or_else(|| upsert.external_id.clone()),
+        external_id: Some(upsert.external_id),
+        ticket_type: upsert.ticket_type,
+        status: upsert.status,
+        closed: false,
+        tags: rules::merge_tags(&[], &upsert.tags),
+        assignee: None,
+        group: upsert.group,
+        fields,
+        created_at: now,
+        updated_at: now,
+    };
+    check_ticket(db, tenant, &ticket).await?;
+    // The number and the row in one statement.
+    let number: Option<i64> = sqlx::query_scalar(
+        "WITH bumped AS (
+            UPDATE desk_ticket_counters SET last_number = last_number + 1 WHERE tenant = $2
+            RETURNING last_number
+        )
+        INSERT INTO desk_tickets (id, tenant, number, external_id, title, type_name, status,
+                                  closed, tags, group_name, fields, created_at, updated_at)
+        SELECT $1, $2, bumped.last_number, $3, $4, $5, $6, false, $7, $8, $9, $10, $10
+        FROM bumped
+        RETURNING number",
+    )
+    .bind(ticket.id.0)
+    .bind(tenant.0)
+    .bind(&ticket.external_id)
+    .bind(&ticket.title)
+    .bind(&ticket.ticket_type)
+    .bind(&ticket.status)
+    .bind(Json(&ticket.tags))
+    .bind(&ticket.group)
+    .bind(Json(&ticket.fields))
+    .bind(now)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    ticket.number = number.ok_or_else(|| {
+        DeskError::Internal(format!(
+            "invariant: tenant {tenant} has a ticket counter (locked before the create)"
+        ))
+    })?;
+    let mut parts = vec![format!("title {}", ticket.title)];
+    if let Some(external_id) = &ticket.external_id {
+        parts.push(format!("external id {external_id}"));
+    }
+    for (name, value) in [
+        ("type", &ticket.ticket_type),
+        ("status", &ticket.status),
+        ("group", &ticket.group),
+    ] {
+        if let Some(value) = value {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    if !ticket.tags.is_empty() {
+        parts.push(format!("tags [{}]", ticket.tags.join(", ")));
+    }
+    if !ticket.fields.is_empty() {
+        parts.push(format!("fields {}", to_json(&ticket.fields)?));
+    }
+    let mut message = format!(
+        "{} created by {by}: {}",
+        ticket.human_id(),
+        parts.join("; ")
+    );
+    if let Some(note) = &upsert.note {
+        message.push_str(&format!(" (event: {note})"));
+    }
+    log_insert(db, ticket.id, now, "created", &message, run_id).await?;
+    Ok(TicketWrite {
+        ticket,
+        created: true,
+        change: BTreeMap::new(),
+    })
+}
+
+async fn ticket_change(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: TicketId,
+    change: TicketChange,
+    origin: &Origin,
+) -> DeskSql<TicketWrite> {
+    let old = ticket_get(db, tenant, id, Lock::Update).await?;
+    let mut new = old.clone();
+    if let Some(title) = change.title {
+        check_text("ticket title", &title)?;
+        new.title = title;
+    }
+    check_references(
+        db,
+        tenant,
+        change.ticket_type.as_deref(),
+        change.group.as_ref().and_then(Option::as_deref),
+    )
+    .await?;
+    if change.ticket_type.is_some() {
+        new.ticket_type = change.ticket_type;
+    }
+    if change.status.is_some() {
+        new.status = change.status;
+    }
+    if let Some(closed) = change.closed {
+        new.closed = closed;
+    }
+    if let Some(tags) = &change.set_tags {
+        new.tags = rules::merge_tags(&[], tags);
+    }
+    new.tags = rules::merge_tags(&new.tags, &change.add_tags);
+    if let Some(assignee) = change.assignee {
+        new.assignee = match assignee {
+            Some(member) => {
+                let member = member_get(db, tenant, member, Lock::Share).await?;
+                Some(Assignee {
+                    id: member.id,
+                    name: member.name,
+                })
+            }
+            None => None,
+        };
+    }
+    if let Some(group) = change.group {
+        new.group = group;
+    }
+    merge_fields(&mut new.fields, &change.fields);
+    check_ticket(db, tenant, &new).await?;
+    let change = diff(&old, &new);
+    if change.is_empty() {
+        return Ok(TicketWrite {
+            ticket: old,
+            created: false,
+            change,
+        });
+    }
+    if old.assignee != new.assignee || old.closed != new.closed {
+        let moved: Vec<Uuid> = [&old.assignee, &new.assignee]
+            .into_iter()
+            .flatten()
+            .map(|assignee| assignee.id.0)
+            .collect();
+        lock_member_open(db, &moved).await?;
+    }
+    let now = db.now().await?;
+    ticket_update(db, &mut new, now).await?;
+    let (by, run_id) = who(origin);
+    let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
+    log_insert(db, new.id, now, "changed", &message, run_id.as_deref()).await?;
+    Ok(TicketWrite {
+        ticket: new,
+        created: false,
+        change,
+    })
+}
+
+async fn ticket_assign_least_busy(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: TicketId,
+    group_name: &str,
+    origin: &Origin,
+) -> DeskSql<TicketWrite> {
+    let old = ticket_get(db, tenant, id, Lock::Update).await?;
+    let group = group_by_name(db, tenant, group_name, Lock::Share).await?;
+    let members = members_of(db, group.id, Lock::Share).await?;
+    if members.is_empty() {
+        return Err(invalid(format!(
+            "group {:?} has no members to assign {} to",
+            group.name,
+            old.human_id()
+        )));
+    }
+    // Lock the counts of every member this write can move — the group's and the
+    // ticket's current assignee — then read the loads under that lock: an assignment on
+    // this group that committed before is counted, and none can commit until this one
+    // does.
+    let mut locked: Vec<Uuid> = members.iter().map(|member| member.id.0).collect();
+    if let Some(assignee) = &old.assignee {
+        locked.push(assignee.id.0);
+    }
+    let counts = lock_member_open(db, &locked).await?;
+    // The ticket being assigned does not count against anybody: re-running the step
+    // keeps the same assignee instead of moving the ticket back and forth.
+    let open: Vec<u32> = members
+        .iter()
+        .map(|member| {
+            let count = counts.get(&member.id.0).copied().unwrap_or(0);
+            let holds_this_one = !old.closed
+                && old
+                    .assignee
+                    .as_ref()
+                    .is_some_and(|assignee| assignee.id == member.id);
+            let count = count - i64::from(holds_this_one);
+            u32::try_from(count.max(0)).unwrap_or(u32::MAX)
+        })
+        .collect();
+    let loads: Vec<Load<'_>> = members
+        .iter()
+        .zip(&open)
+        .map(|(member, open)| Load {
+            member,
+            open: *open,
+        })
+        .collect();
+    let chosen = rules::least_busy(&loads).ok_or_else(|| {
+        DeskError::Internal("invariant: least_busy picks somebody from a non-empty group".into())
+    })?;
+    let reasoning = loads
+        .iter()
+        .map(|load| {
+            format!(
+                "{} {} open of {}",
+                load.member.name, load.open, load.member.capacity
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut new = old.clone();
+    new.assignee = Some(Assignee {
+        id: chosen.id,
+        name: chosen.name.clone(),
+    });
+    new.group = Some(group.name.clone());
+    let change = diff(&old, &new);
+    let (by, run_id) = who(origin);
+    let now = db.now().await?;
+    let (kind, message) = if change.is_empty() {
+        (
+            "note",
+            format!(
+                "{} stays with {}, still the least busy in group {} ({reasoning}); checked by {by}",
+                old.human_id(),
+                chosen.name,
+                group.name
+            ),
+        )
+    } else {
+        ticket_update(db, &mut new, now).await?;
+        (
+            "changed",
+            format!(
+                "{} assigned to {} by {by}: least busy in group {} ({reasoning}); {}",
+                new.human_id(),
+                chosen.name,
+                group.name,
+                describe(&change)
+            ),
+        )
+    };
+    log_insert(db, old.id, now, kind, &message, run_id.as_deref()).await?;
+    Ok(TicketWrite {
+        ticket: if change.is_empty() { old } else { new },
+        created: false,
+        change,
+    })
+}
+
+/// Unassign the open tickets of `members`, who are being deleted (their rows are locked),
+/// each with a log line; closed tickets keep who handled them. Locks the tickets, then
+/// the members' open counts, then writes them member by member (in the given order),
+/// ticket by ticket (by number).
+async fn unassign_open_tickets(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    members: &[Member],
+) -> DeskSql<()> {
+    if members.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<Uuid> = members.iter().map(|member| member.id.0).collect();
+    let rows = sqlx::query(concat!(
+        "SELECT ",
+        ticket_columns!(),
+        " FROM desk_tickets WHERE tenant = $1 AND assignee = ANY($2::uuid[]) AND NOT closed \
+         ORDER BY number FOR UPDATE"
+    ))
+    .bind(tenant.0)
+    .bind(&ids)
+    .fetch_all(db.c())
+    .await
+    .map_err(sql_err)?;
+    let tickets = rows.iter().map(ticket_of).collect::<DeskSql<Vec<_>>>()?;
+    if tickets.is_empty() {
+        return Ok(());
+    }
+    lock_member_open(db, &ids).await?;
+    let now = db.now().await?;
+    for member in members {
+        for old in tickets.iter().filter(|ticket| {
+            ticket
+                .assignee
+                .as_ref()
+                .is_some_and(|assignee| assignee.id == member.id)
+        }) {
+            let mut new = old.clone();
+            new.assignee = None;
+            let change = diff(old, &new);
+            ticket_update(db, &mut new, now).await?;
+            let message = format!(
+                "{} unassigned because member {} was deleted: {}",
+                new.human_id(),
+                member.name,
+                describe(&change)
+            );
+            log_insert(db, new.id, now, "changed", &message, None).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn ticket_list(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    filter: &TicketFilter,
+) -> DeskSql<Vec<Ticket>> {
+    // Only fixed fragments go into the text; every value is a bind.
+    let mut sql = String::from(concat!(
+        "SELECT ",
+        ticket_columns!(),
+        " FROM desk_tickets WHERE tenant = $1"
+    ));
+    let mut next = 2;
+    let mut param = |sql: &mut String, fragment: &str| {
+        sql.push_str(&fragment.replace('?', &format!("${next}")));
+        next += 1;
+    };
+    if filter.status.is_some() {
+        param(&mut sql, " AND status = ?");
+    }
+    if filter.tag.is_some() {
+        // A whole tag: a string element of the `tags` array.
+        param(&mut sql, " AND tags @> jsonb_build_array(?::text)");
+    }
+    if filter.closed.is_some() {
+        param(&mut sql, " AND closed = ?");
+    }
+    if filter.assignee.is_some() {
+        param(&mut sql, " AND assignee = ?");
+    }
+    if filter.ticket_type.is_some() {
+        param(&mut sql, " AND type_name = ?");
+    }
+    if filter.before_number.is_some() {
+        param(&mut sql, " AND number < ?");
+    }
+    param(&mut sql, " ORDER BY number DESC LIMIT ?");
+    let limit = match filter.limit {
+        0 => DEFAULT_TICKET_PAGE,
+        n => n.min(MAX_TICKET_PAGE),
+    };
+    let mut query = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0);
+    if let Some(status) = &filter.status {
+        query = query.bind(status.as_str());
+    }
+    if let Some(tag) = &filter.tag {
+        query = query.bind(tag.as_str());
+    }
+    if let Some(closed) = filter.closed {
+        query = query.bind(closed);
+    }
+    if let Some(assignee) = filter.assignee {
+        query = query.bind(assignee.0);
+    }
+    if let Some(ticket_type) = &filter.ticket_type {
+        query = query.bind(ticket_type.as_str());
+    }
+    if let Some(before) = filter.before_number {
+        query = query.bind(before);
+    }
+    query = query.bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    let rows = query.fetch_all(db.c()).await.map_err(sql_err)?;
+    rows.iter().map(ticket_of).collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Incidents
+// ---------------------------------------------------------------------------------------
+
+/// How often a report retries when the open incident of its cause appears or is resolved
+/// between its two statements.
+const MAX_REPORT_ROUNDS: usize = 4;
+
+async fn incident_report(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    report: IncidentReport,
+) -> DeskSql<(Incident, bool)> {
+    check_text("incident cause", &report.cause)?;
+    check_text("incident title", &report.title)?;
+    tenant_exists(db, tenant).await?;
+    if let Some(ticket) = report.ticket {
+        ticket_get(db, tenant, ticket, Lock::None).await?;
+    }
+    let now = db.now().await?;
+    for _ in 0..MAX_REPORT_ROUNDS {
+        let repeated = sqlx::query(concat!(
+            "UPDATE desk_incidents SET count = count + 1, updated_at = $1 \
+             WHERE tenant = $2 AND cause = $3 AND status = 'open' RETURNING ",
+            incident_columns!()
+        ))
+        .bind(now)
+        .bind(tenant.0)
+        .bind(&report.cause)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        if let Some(row) = repeated {
+            return Ok((incident_of(&row)?, false));
+        }
+        // None open: open one, unless a concurrent report just did (the partial unique
+        // index is the arbiter; then the next round counts the repeat).
+        let opened = sqlx::query(concat!(
+            "INSERT INTO desk_incidents (id, tenant, cause, title, impact, detail, status, \
+             count, ticket, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'open', 1, $7, $8, $8) \
+             ON CONFLICT (tenant, cause) WHERE status = 'open' DO NOTHING RETURNING ",
+            incident_columns!()
+        ))
+        .bind(IncidentId::new().0)
+        .bind(tenant.0)
+        .bind(&report.cause)
+        .bind(&report.title)
+        .bind(&report.impact)
+        .bind(&report.detail)
+        .bind(report.ticket.map(|ticket| ticket.0))
+        .bind(now)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        if let Some(row) = opened {
+            return Ok((incident_of(&row)?, true));
+        }
+    }
+    Err(DeskError::Unavailable(format!(
+        "the open incident of cause {:?} kept changing during the report; try again",
+        report.cause
+    )))
+}
+
+// ---------------------------------------------------------------------------------------
+// Ticket events
+// ---------------------------------------------------------------------------------------
+
+/// Hand what `write` did to `sink` and insert the runs it answers, inside the write's
+/// transaction. A create is `ticket.created`, a write that changed something
+/// `ticket.changed`; a write that changed nothing, or an event no enabled automation of
+/// the tenant listens to, reaches no sink. A run that cannot be inserted (or a panicking
+/// sink) fails the whole write. Answers whether a run was inserted (workers are woken
+/// after the commit).
+async fn announce(
+    db: &mut Db<'_>,
+    sink: &TicketEventSink,
+    write: &TicketWrite,
+    origin: Origin,
+) -> DeskSql<bool> {
+    let kind = if write.created {
+        TicketEventKind::Created
+    } else if !write.change.is_empty() {
+        TicketEventKind::Changed
+    } else {
+        return Ok(false);
+    };
+    // Only events somebody listens to reach the sink: one index probe.
+    let listeners = crate::automations::listeners(db, write.ticket.tenant, kind.as_str()).await?;
+    if listeners.is_empty() {
+        return Ok(false);
+    }
+    let event = TicketEvent {
+        id: Uuid::now_v7().to_string(),
+        tenant: write.ticket.tenant,
+        kind,
+        ticket: write.ticket.clone(),
+        change: write.change.clone(),
+        origin,
+        at: write.ticket.updated_at,
+    };
+    // A panic in the sink fails this write, not the task that made it.
+    let new_runs =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event, &listeners)))
+            .map_err(|_| {
+                DeskError::Internal(format!(
+                    "the ticket event sink panicked on {} of {}",
+                    kind.as_str(),
+                    write.ticket.human_id()
+                ))
+            })?;
+    if new_runs.is_empty() {
+        return Ok(false);
+    }
+    let store = db.store;
+    let (_, inserted) = runs::insert_many(&mut *db.conn, store.ctx(), &new_runs)
+        .await
+        .map_err(|err| {
+            let context = match new_runs.as_slice() {
+                [run] => format!(
+                    "run {} triggered by {} of {} cannot be inserted",
+                    run.id,
+                    kind.as_str(),
+                    write.ticket.human_id()
+                ),
+                runs => format!(
+                    "{} runs triggered by {} of {} cannot be inserted",
+                    runs.len(),
+                    kind.as_str(),
+                    write.ticket.human_id()
+                ),
+            };
+            match from_store(err) {
+                DeskError::Conflict(message) => {
+                    DeskError::Conflict(format!("{context}: {message}"))
+                }
+                DeskError::Invalid(message) => DeskError::Invalid(format!("{context}: {message}")),
+                DeskError::Unavailable(message) => {
+                    DeskError::Unavailable(format!("{context}: {message}"))
+                }
+                other => DeskError::Internal(format!("{context}: {other}")),
+            }
+        })?;
+    Ok(inserted)
+}
+
+// ---------------------------------------------------------------------------------------
+// The port
+// ---------------------------------------------------------------------------------------
+
+/// The three ticket writes, run by [`PgStore::ticket_write`].
+enum TicketOp {
+    Upsert(TicketUpsert),
+    Change(TicketId, TicketChange),
+    LeastBusy(TicketId, String),
+}
+
+impl PgStore {
+    /// One ticket write: one transaction that also announces what it did ([`announce`]):
+    /// the event sink's runs are inserted in it, so they commit with the write or not at
+    /// all; this process's workers are woken after the commit.
+    async fn ticket_write(
+        &self,
+        tenant: TenantId,
+        origin: Origin,
+        op: TicketOp,
+    ) -> DeskResult<TicketWrite> {
+        let sink = self.ticket_event_sink();
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let write = match op {
+            TicketOp::Upsert(upsert) => ticket_upsert(&mut db, tenant, upsert, &origin).await?,
+            TicketOp::Change(id, change) => {
+                ticket_change(&mut db, tenant, id, change, &origin).await?
+            }
+            TicketOp::LeastBusy(id, group) => {
+                ticket_assign_least_busy(&mut db, tenant, id, &group, &origin).await?
+            }
+        };
+        let inserted = match &sink {
+            Some(sink) => announce(&mut db, sink, &write, origin).await?,
+            None => false,
+        };
+        self.desk_commit(tx).await?;
+        if inserted {
+            self.wake_workers();
+        }
+        Ok(write)
+    }
+}
+
+#[async_trait]
+impl DeskStore for PgStore {
+    async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)> {
+        check_name(TENANT, name)?;
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let now = db.now().await?;
+        let tenant = Tenant {
+            id: TenantId::new(),
+            name: name.to_owned(),
+            created_at: now,
+        };
+        let raw = token::generate(token::TENANT_TOKEN_PREFIX);
+        sqlx::query(
+            "WITH tenant AS (
+                INSERT INTO desk_tenants (id, name, created_at) VALUES ($1, $2, $4)
+                RETURNING id
+            ),
+            token AS (
+                INSERT INTO desk_tenant_tokens (hash, tenant, created_at)
+                SELECT $3, id, $4 FROM tenant
+            )
+            INSERT INTO desk_ticket_counters (tenant, last_number) SELECT id, 0 FROM tenant",
+        )
+        .bind(tenant.id.0)
+        .bind(&tenant.name)
+        .bind(token::hash(&raw))
+        .bind(now)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        self.desk_commit(tx).await?;
+        Ok((tenant, raw))
+    }
+
+    async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>> {
+        let hash = token::hash(token);
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let row = sqlx::query(
+            "SELECT t.id, t.name, t.created_at FROM desk_tenant_tokens k \
+             JOIN desk_tenants t ON t.id = k.tenant WHERE k.hash = $1",
+        )
+        .bind(hash)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        row.as_ref().map(tenant_of).transpose()
+    }
+
+    async fn tenant_list(&self) -> DeskResult<Vec<Tenant>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows =
+            sqlx::query("SELECT id, name, created_at FROM desk_tenants ORDER BY created_at, id")
+                .fetch_all(db.c())
+                .await
+                .map_err(sql_err)?;
+        rows.iter().map(tenant_of).collect()
+    }
+
+    async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
+        check_name(GROUP, name)?;
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        tenant_exists(&mut db, tenant).await?;
+        let exists = || format!("group {name:?} already exists");
+        if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
+            return Err(DeskError::Conflict(exists()));
+        }
+        let now = db.now().await?;
+        let group = Group {
+            id: GroupId::new(),
+            tenant,
+            name: name.to_owned(),
+        };
+        // The name check above answers the usual case; a concurrent create of the same
+        // name is caught by the unique index.
+        let inserted = sqlx::query(
+            "INSERT INTO desk_groups (id, tenant, name, created_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (tenant, name) DO NOTHING",
+        )
+        .bind(group.id.0)
+        .bind(tenant.0)
+        .bind(&group.name)
+        .bind(now)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        if inserted.rows_affected() == 0 {
+            return Err(DeskError::Conflict(exists()));
+        }
+        self.desk_commit(tx).await?;
+        Ok(group)
+    }
+
+    async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            group_columns!(),
+            " FROM desk_groups WHERE tenant = $1 ORDER BY name, id"
+        ))
+        .bind(tenant.0)
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(group_of).collect()
+    }
+
+    async fn group_get(&self, tenant: TenantId, id: GroupId) -> DeskResult<Group> {
+        let mut conn = self.desk_connection().await?;
+        group_get(&mut Db::new(&mut conn, self), tenant, id, Lock::None).await
+    }
+
+    async fn group_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
+        let mut conn = self.desk_connection().await?;
+        group_by_name(&mut Db::new(&mut conn, self), tenant, name, Lock::None).await
+    }
+
+    async fn group_rename(&self, tenant: TenantId, id: GroupId, name: &str) -> DeskResult<Group> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let mut group = group_get(&mut db, tenant, id, Lock::Update).await?;
+        check_name(GROUP, name)?;
+        if group.name == name {
+            return Ok(group);
+        }
+        let exists = || format!("group {name:?} already exists");
+        if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
+            return Err(DeskError::Conflict(exists()));
+        }
+        sqlx::query("UPDATE desk_groups SET name = $1 WHERE id = $2")
+            .bind(name)
+            .bind(id.0)
+            .execute(db.c())
+            .await
+            .map_err(unique_as(exists))?;
+        // Tickets name their group: the rename is carried to them.
+        sqlx::query(
+            "UPDATE desk_tickets SET group_name = $1 WHERE tenant = $2 AND group_name = $3",
+        )
+        .bind(name)
+        .bind(tenant.0)
+        .bind(&group.name)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        self.desk_commit(tx).await?;
+        group.name = name.to_owned();
+        Ok(group)
+    }
+
+    async fn group_delete(&self, tenant: TenantId, id: GroupId) -> DeskResult<()> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let group = group_get(&mut db, tenant, id, Lock::Update).await?;
+        let members = members_of(&mut db, group.id, Lock::Update).await?;
+        unassign_open_tickets(&mut db, tenant, &members).await?;
+        sqlx::query("DELETE FROM desk_members WHERE group_id = $1")
+            .bind(id.0)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        sqlx::query("DELETE FROM desk_groups WHERE id = $1")
+            .bind(id.0)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        self.desk_commit(tx).await
+    }
+
+    async fn member_add(
+        &self,
+        tenant: TenantId,
+        group: GroupId,
+        name: &str,
+        email: Option<&str>,
+        capacity: u32,
+    ) -> DeskResult<Member> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        group_get(&mut db, tenant, group, Lock::Share).await?;
+        check_name(MEMBER, name)?;
+        if let Some(email) = email {
+            check_text("member email", email)?;
+        }
+        let now = db.now().await?;
+        let member = Member {
+            id: MemberId::new(),
+            group,
+            name: name.to_owned(),
+            email: email.map(str::to_owned),
+            capacity,
+        };
+        // The member and its open count (0), which least busy locks before it reads.
+        sqlx::query(
+            "WITH member AS (
+                INSERT INTO desk_members (id, tenant, group_id, name, email, capacity, created_at)
+                VALUES ($1, $2, $3, $4, $5, $6, $7)
+                RETURNING id
+            )
+            INSERT INTO desk_member_open (member, open) SELECT id, 0 FROM member
+            ON CONFLICT (member) DO NOTHING",
+        )
+        .bind(member.id.0)
+        .bind(tenant.0)
+        .bind(group.0)
+        .bind(&member.name)
+        .bind(&member.email)
+        .bind(i64::from(member.capacity))
+        .bind(now)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        self.desk_commit(tx).await?;
+        Ok(member)
+    }
+
+    async fn member_list(&self, tenant: TenantId, group: GroupId) -> DeskResult<Vec<Member>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        group_get(&mut db, tenant, group, Lock::None).await?;
+        members_of(&mut db, group, Lock::None).await
+    }
+
+    async fn member_update(
+        &self,
+        tenant: TenantId,
+        member: MemberId,
+        name: Option<&str>,
+        email: Option<Option<&str>>,
+        capacity: Option<u32>,
+    ) -> DeskResult<Member> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let mut updated = member_get(&mut db, tenant, member, Lock::Update).await?;
+        if let Some(name) = name {
+            check_name(MEMBER, name)?;
+            updated.name = name.to_owned();
+        }
+        if let Some(email) = email {
+            if let Some(email) = email {
+                check_text("member email", email)?;
+            }
+            updated.email = email.map(str::to_owned);
+        }
+        if let Some(capacity) = capacity {
+            updated.capacity = capacity;
+        }
+        sqlx::query("UPDATE desk_members SET name = $1, email = $2, capacity = $3 WHERE id = $4")
+            .bind(&updated.name)
+            .bind(&updated.email)
+            .bind(i64::from(updated.capacity))
+            .bind(member.0)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        // Tickets show their assignee's name: a rename is carried to them.
+        sqlx::query(
+            "UPDATE desk_tickets SET assignee_name = $1 WHERE tenant = $2 AND assignee = $3",
+        )
+        .bind(&updated.name)
+        .bind(tenant.0)
+        .bind(member.0)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        self.desk_commit(tx).await?;
+        Ok(updated)
+    }
+
+    async fn member_delete(&self, tenant: TenantId, member: MemberId) -> DeskResult<()> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let member = member_get(&mut db, tenant, member, Lock::Update).await?;
+        unassign_open_tickets(&mut db, tenant, std::slice::from_ref(&member)).await?;
+        sqlx::query("DELETE FROM desk_members WHERE id = $1")
+            .bind(member.id.0)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        self.desk_commit(tx).await
+    }
+
+    async fn ticket_type_create(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        statuses: &[String],
+        fields: &[FieldDef],
+    ) -> DeskResult<TicketType> {
+        check_name(TICKET_TYPE, name)?;
+        for (idx, status) in statuses.iter().enumerate() {
+            check_name("status", status)?;
+            if statuses[..idx].contains(status) {
+                return Err(invalid(format!(
+                    "status {status:?} is listed twice in ticket type {name:?}"
+                )));
+            }
+        }
+        for (idx, field) in fields.iter().enumerate() {
+            check_name("field", &field.name)?;
+            if fields[..idx].iter().any(|seen| seen.name == field.name) {
+                return Err(invalid(format!(
+                    "field {:?} is listed twice in ticket type {name:?}",
+                    field.name
+                )));
+            }
+        }
+        let ticket_type = TicketType {
+            id: TicketTypeId::new(),
+            tenant,
+            name: name.to_owned(),
+            statuses: statuses.to_vec(),
+            fields: fields.to_vec(),
+        };
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        tenant_exists(&mut db, tenant).await?;
+        let exists = || format!("ticket type {:?} already exists", ticket_type.name);
+        if taken(type_by_name(&mut db, tenant, &ticket_type.name).await)? {
+            return Err(DeskError::Conflict(exists()));
+        }
+        let now = db.now().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO desk_ticket_types (id, tenant, name, statuses, fields, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, name) DO NOTHING",
+        )
+        .bind(ticket_type.id.0)
+        .bind(tenant.0)
+        .bind(&ticket_type.name)
+        .bind(Json(&ticket_type.statuses))
+        .bind(Json(&ticket_type.fields))
+        .bind(now)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+        if inserted.rows_affected() == 0 {
+            return Err(DeskError::Conflict(exists()));
+        }
+        self.desk_commit(tx).await?;
+        Ok(ticket_type)
+    }
+
+    async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            type_columns!(),
+            " FROM desk_ticket_types WHERE tenant = $1 ORDER BY name, id"
+        ))
+        .bind(tenant.0)
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(type_of).collect()
+    }
+
+    async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType> {
+        let mut conn = self.desk_connection().await?;
+        type_get(&mut Db::new(&mut conn, self), tenant, id).await
+    }
+
+    async fn ticket_type_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<TicketType> {
+        let mut conn = self.desk_connection().await?;
+        type_by_name(&mut Db::new(&mut conn, self), tenant, name).await
+    }
+
+    async fn ticket_upsert(
+        &self,
+        tenant: TenantId,
+        upsert: TicketUpsert,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite> {
+        self.ticket_write(tenant, origin, TicketOp::Upsert(upsert))
+            .await
+    }
+
+    async fn ticket_change(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        change: TicketChange,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite> {
+        self.ticket_write(tenant, origin, TicketOp::Change(id, change))
+            .await
+    }
+
+    async fn ticket_assign_least_busy(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        group: &str,
+        origin: Origin,
+    ) -> DeskResult<TicketWrite> {
+        self.ticket_write(tenant, origin, TicketOp::LeastBusy(id, group.to_owned()))
+            .await
+    }
+
+    async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket> {
+        let mut conn = self.desk_connection().await?;
+        ticket_get(&mut Db::new(&mut conn, self), tenant, id, Lock::None).await
+    }
+
+    async fn ticket_log(&self, tenant: TenantId, id: TicketId) -> DeskResult<Vec<TicketLogEntry>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        ticket_get(&mut db, tenant, id, Lock::None).await?;
+        let rows = sqlx::query(
+            "SELECT at, kind, message, run_id FROM desk_ticket_log WHERE ticket = $1 ORDER BY seq",
+        )
+        .bind(id.0)
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(log_entry_of).collect()
+    }
+
+    async fn ticket_log_append(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        entry: TicketLogEntry,
+    ) -> DeskResult<()> {
+        check_text("log line kind", &entry.kind)?;
+        check_text("log line message", &entry.message)?;
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        ticket_get(&mut db, tenant, id, Lock::None).await?;
+        log_insert(
+            &mut db,
+            id,
+            to_millis(entry.at),
+            &entry.kind,
+            &entry.message,
+            entry.run_id.as_deref(),
+        )
+        .await?;
+        self.desk_commit(tx).await
+    }
+
+    async fn ticket_list(&self, tenant: TenantId, filter: TicketFilter) -> DeskResult<Vec<Ticket>> {
+        let mut conn = self.desk_connection().await?;
+        ticket_list(&mut Db::new(&mut conn, self), tenant, &filter).await
+    }
+
+    async fn incident_report(
+        &self,
+        tenant: TenantId,
+        report: IncidentReport,
+    ) -> DeskResult<(Incident, bool)> {
+        let mut tx = self.desk_begin().await?;
+        let answer = incident_report(&mut Db::new(&mut tx, self), tenant, report).await?;
+        self.desk_commit(tx).await?;
+        Ok(answer)
+    }
+
+    async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = match tenant {
+            Some(tenant) => sqlx::query(concat!(
+                "SELECT ",
+                incident_columns!(),
+                " FROM desk_incidents WHERE tenant = $1 ORDER BY created_at DESC, id DESC"
+            ))
+            .bind(tenant.0)
+            .fetch_all(db.c())
+            .await
+            .map_err(sql_err)?,
+            None => sqlx::query(concat!(
+                "SELECT ",
+                incident_columns!(),
+                " FROM desk_incidents ORDER BY created_at DESC, id DESC"
+            ))
+            .fetch_all(db.c())
+            .await
+            .map_err(sql_err)?,
+        };
+        rows.iter().map(incident_of).collect()
+    }
+
+    async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident> {
+        let mut conn = self.desk_connection().await?;
+        incident_get(&mut Db::new(&mut conn, self), tenant, id, Lock::None).await
+    }
+
+    async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let incident = incident_get(&mut db, Some(tenant), id, Lock::Update).await?;
+        if incident.status == IncidentStatus::Resolved {
+            return Ok(incident);
+        }
+        let now = db.now().await?;
+        let row = sqlx::query(concat!(
+            "UPDATE desk_incidents SET status = 'resolved', resolved_at = $1, updated_at = $1 \
+             WHERE id = $2 RETURNING ",
+            incident_columns!()
+        ))
+        .bind(now)
+        .bind(id.0)
+        .fetch_one(db.c())
+        .await
+        .map_err(sql_err)?;
+        let resolved = incident_of(&row)?;
+        self.desk_commit(tx).await?;
+        Ok(resolved)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Pure helpers, copies of the SQLite store's (same change maps, same log lines)
+// ---------------------------------------------------------------------------------------
+
+fn to_json(value: &BTreeMap<String, Value>) -> DeskSql<String> {
+    serde_json::to_string(value)
+        .map_err(|err| DeskError::Internal(format!("cannot serialize to JSON: {err}")))
+}
+
+/// Who made a change, for the log line, and the run id the line carries.
+fn who(origin: &Origin) -> (String, Option<String>) {
+    match origin {
+        Origin::Person => ("a person".to_owned(), None),
+        Origin::Automation {
+            automation_id,
+            run_id,
+        } => (
+            format!("automation {automation_id} (run {run_id})"),
+            Some(run_id.clone()),
+        ),
+    }
+}
+
+/// Custom field values merged in: a `null` value removes the field.
+fn merge_fields(fields: &mut BTreeMap<String, Value>, changes: &BTreeMap<String, Value>) {
+    for (name, value) in changes {
+        if value.is_null() {
+            fields.remove(name);
+        } else {
+            fields.insert(name.clone(), value.clone());
+        }
+    }
+}
+
+fn assignee_json(assignee: &Option<Assignee>) -> Value {
+    match assignee {
+        Some(assignee) => {
+            serde_json::json!({ "id": assignee.id.to_string(), "name": assignee.name })
+        }
+        None => Value::Null,
+    }
+}
+
+fn opt_text(text: &Option<String>) -> Value {
+    text.as_ref()
+        .map_or(Value::Null, |text| Value::String(text.clone()))
+}
+
+/// What differs between `old` and `new`, keyed like the ticket's JSON (`title`, `type`,
+/// `status`, `closed`, `tags`, `assignee`, `group`, `fields`). For `fields`, `from` and
+/// `to` hold only the fields that changed (`null` = absent).
+fn diff(old: &Ticket, new: &Ticket) -> BTreeMap<String, FieldChange> {
+    let mut change = BTreeMap::new();
+    let mut note = |name: &str, from: Value, to: Value| {
+        if from != to {
+            change.insert(name.to_owned(), FieldChange { from, to });
+        }
+    };
+    note(
+        "title",
+        Value::String(old.title.clone()),
+        Value::String(new.title.clone()),
+    );
+    note(
+        "type",
+        opt_text(&old.ticket_type),
+        opt_text(&new.ticket_type),
+    );
+    note("status", opt_text(&old.status), opt_text(&new.status));
+    note("closed", Value::Bool(old.closed), Value::Bool(new.closed));
+    note(
+        "tags",
+        Value::from(old.tags.clone()),
+        Value::from(new.tags.clone()),
+    );
+    note(
+        "assignee",
+        assignee_json(&old.assignee),
+        assignee_json(&new.assignee),
+    );
+    note("group", opt_text(&old.group), opt_text(&new.group));
+    let mut from = serde_json::Map::new();
+    let mut to = serde_json::Map::new();
+    for name in old.fields.keys().chain(new.fields.keys()) {
+        let (before, after) = (old.fields.get(name), new.fields.get(name));
+        if before != after && !from.contains_key(name) {
+            from.insert(name.clone(), before.cloned().unwrap_or(Value::Null));
+            to.insert(name.clone(), after.cloned().unwrap_or(Value::Null));
+        }
+    }
+    if !from.is_empty() {
+        change.insert(
+            "fields".to_owned(),
+            FieldChange {
+                from: Value::Object(from),
+                to: Value::Object(to),
+            },
+        );
+    }
+    change
+}
+
+/// A value as a person reads it in the log.
+fn show(value: &Value) -> String {
+    match value {
+        Value::Null => "none".to_owned(),
+        Value::String(text) => text.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(show).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(map) => match map.get("name") {
+            Some(Value::String(name)) if map.contains_key("id") => name.clone(),
+            _ => value.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// `status waiting-to-pack → shipped; tags [a] → [a, b]`.
+fn describe(change: &BTreeMap<String, FieldChange>) -> String {
+    change
+        .iter()
+        .map(|(name, FieldChange { from, to })| format!("{name} {} → {}", show(from), show(to)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
