@@ -1,7 +1,8 @@
 //! The `fronta` binary: every command opens the database named by `--database`
 //! (or `FRONTA_DATABASE_URL`; default `./fronta.db`) and runs migrations first.
 //!
-//! Commands: `migrate`, `enqueue`, `worker`, `runs list|show|cancel|stats`, `demo`, `bench`.
+//! Commands: `migrate`, `enqueue`, `worker`, `serve`, `runs list|show|cancel|stats`, `demo`,
+//! `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
 mod bench;
@@ -9,6 +10,7 @@ mod bench_automation;
 mod demo;
 mod duration;
 mod kinds;
+mod serve;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -70,6 +72,8 @@ enum Command {
     Enqueue(EnqueueArgs),
     /// Run a worker: claim and execute runs until Ctrl-C (or until idle).
     Worker(WorkerArgs),
+    /// Serve webhooks and the REST API, with a worker in the same process (unless --no-worker).
+    Serve(serve::ServeArgs),
     /// Look at and act on runs.
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -307,6 +311,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Enqueue(args) => enqueue(&cli.db, args).await,
         Command::Worker(args) => worker(&cli.db, args).await,
+        Command::Serve(args) => serve::run(&cli.db, args).await,
         Command::Runs(command) => runs(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
         Command::Demo(args) => demo::run(args).await,

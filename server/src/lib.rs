@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! let app = App::new(ServerConfig::default(), Ports { runs, desk, automations }, dispatcher)?;
-//! axum::serve(listener, fronta_server::router(app)).await?;
+//! fronta_server::serve(Listener::bind(address).await?, app, shutdown).await?;
 //! ```
 //!
 //! Map of the crate: [`config`] (every limit, named), [`app`] (shared state),
@@ -36,3 +36,33 @@ pub use app::{App, Ports};
 pub use config::{RateLimit, ServerConfig};
 pub use error::ApiError;
 pub use routes::router;
+
+use std::future::Future;
+use std::net::SocketAddr;
+
+/// A listening socket for [`serve`]: bound first, so the caller can report the address
+/// (port 0 picks a free one) or a bind error before anything else starts.
+#[derive(Debug)]
+pub struct Listener(tokio::net::TcpListener);
+
+impl Listener {
+    pub async fn bind(address: SocketAddr) -> std::io::Result<Self> {
+        tokio::net::TcpListener::bind(address).await.map(Listener)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.0.local_addr()
+    }
+}
+
+/// Serve [`router`]`(app)` on `listener` until `shutdown` completes; then stop accepting,
+/// let requests in flight finish, and return.
+pub async fn serve(
+    listener: Listener,
+    app: App,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener.0, router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1035,6 +1035,72 @@ async fn lists_are_paginated_with_a_next_cursor_until_null() {
     assert_eq!(zero.status, StatusCode::BAD_REQUEST, "limit 0");
 }
 
+#[tokio::test]
+async fn filtered_run_pages_read_a_bounded_number_of_runs_and_the_cursor_reaches_every_match() {
+    let harness = Harness::with_config(fronta_server::ServerConfig {
+        page_default: 2,
+        page_max: 3,
+        runs_scan_max: 3,
+        ..test_config()
+    });
+    let (_, token) = harness.tenant("Acme").await;
+    let wanted = harness
+        .automation(
+            &token,
+            json!({"name": "Wanted", "trigger": {"type": "manual"}, "steps": []}),
+        )
+        .await;
+    let noise = harness
+        .automation(
+            &token,
+            json!({"name": "Noise", "trigger": {"type": "manual"}, "steps": []}),
+        )
+        .await;
+    let start = |automation: &Value| {
+        format!(
+            "/api/automations/{}/runs",
+            automation["id"].as_str().unwrap_or_default()
+        )
+    };
+    let oldest = harness
+        .post(&start(&wanted), &token, json!({}))
+        .await
+        .text("runId");
+    for _ in 0..5 {
+        harness.post(&start(&noise), &token, json!({})).await;
+    }
+    let first = harness
+        .get(
+            &format!(
+                "/api/runs?automation={}",
+                wanted["id"].as_str().unwrap_or_default()
+            ),
+            &token,
+        )
+        .await;
+    assert!(
+        items(&first).is_empty(),
+        "the first 3 runs read hold no match: {}",
+        first.json
+    );
+    assert!(
+        first.json["nextCursor"].is_string(),
+        "but the list goes on: {}",
+        first.json
+    );
+    let found = walk(
+        &harness,
+        &token,
+        &format!(
+            "/api/runs?automation={}",
+            wanted["id"].as_str().unwrap_or_default()
+        ),
+        2,
+    )
+    .await;
+    assert_eq!(found, vec![oldest], "the cursor reaches the one match");
+}
+
 fn setup() -> Value {
     json!({
         "groups": [{"name": "warehouse", "members": [{"name": "Eva", "capacity": 5}, {"name": "Jan"}]}],

@@ -2,6 +2,11 @@
 //! `DefaultBodyLimit`, so every body read stops at the configured size) and the trace
 //! layer (one span per request, path redacted: webhook tokens never reach a log).
 //!
+//! Why not tower-http's `RequestBodyLimitLayer`: it answers an over-long
+//! `Content-Length` itself, with a plain-text 413 outside the API's error shape.
+//! `DefaultBodyLimit` only bounds the reads, and `crate::extract` turns both cases
+//! (declared and streamed) into our JSON 413.
+//!
 //! Unknown routes answer 404 and wrong methods 405, both in the API's error shape.
 //!
 //! Left out: `GET /api/stream` (SSE) and `GET /metrics` — other parts of the server.

@@ -97,15 +97,15 @@ pub async fn list(
         let exhausted = runs.len() < batch;
         for run in runs {
             scanned += 1;
+            cursor = Some(run.id);
             if matches(&run) {
                 if items.len() == size {
                     // One more matches: the page is full and there is a next one.
                     let next_cursor = items.last().map(|run| run.id.to_string());
                     return Ok(Json(page_of(items, next_cursor)));
                 }
-                items.push(run.clone());
+                items.push(run);
             }
-            cursor = Some(run.id);
             if scanned >= scan_max {
                 let next_cursor = cursor.map(|id| id.to_string());
                 return Ok(Json(page_of(items, next_cursor)));

@@ -1,0 +1,311 @@
+//! `fronta serve`: the HTTP server (webhooks and the REST API of `API.md`) and, unless
+//! `--no-worker`, a worker in the same process running the automation executor (and the
+//! built-in kinds), with the ticket event sink installed so ticket writes start their
+//! automations in the same transaction.
+//!
+//! The admin token: `FRONTA_ADMIN_TOKEN` when set (only its hash is kept in memory);
+//! otherwise one is generated on the first start, printed once on stdout, and only its
+//! SHA-256 hash is written to a small file — `<database>.admin-token` next to a SQLite
+//! database, `./fronta-admin-token` for Postgres, or `--admin-token-file`. Later starts
+//! read the hash from that file. (A file rather than a settings table: the stores have
+//! no settings table, and a file is easy to rotate — delete it and restart.)
+//!
+//! SIGINT/SIGTERM: the server stops accepting and finishes the requests in flight; the
+//! worker stops claiming and gives its runs `--shutdown-grace`, then back to the queue.
+//!
+//! Left out: TLS (put a proxy in front), the Postgres leader election of `fronta
+//! worker` (nothing in serve needs a leader yet).
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use fronta_automation::executor::{self, Runtime};
+use fronta_automation::store::AutomationStore;
+use fronta_desk::DeskStore;
+use fronta_engine::{Dispatcher, Registry, RunStore, SystemClock, Worker, WorkerConfig};
+use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::{DbArgs, Store, duration, kinds, open_store, wait_for_signal};
+
+/// The prefix of generated admin tokens.
+const ADMIN_TOKEN_PREFIX: &str = "fa_";
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    listen: SocketAddr,
+    /// Serve HTTP only; runs are executed by separate `fronta worker` processes.
+    #[arg(long)]
+    no_worker: bool,
+    /// Runs executing at once in the in-process worker.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// The lease of a claim (automation runs are durable and keep theirs).
+    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    lease: Duration,
+    /// How often the worker looks for due runs besides wake-ups.
+    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    poll: Duration,
+    /// On SIGINT/SIGTERM, how long running handlers may take before they are stopped.
+    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    shutdown_grace: Duration,
+    /// The URL clients reach this server at, used in webhook URLs
+    /// (default: the scheme and Host the client used).
+    #[arg(long, env = "FRONTA_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// Honour X-Forwarded-Proto / X-Forwarded-Host (only behind a proxy that sets them).
+    #[arg(long)]
+    trust_proxy_headers: bool,
+    /// The largest request body, in bytes.
+    #[arg(long, default_value_t = 1_048_576)]
+    body_limit: usize,
+    /// Webhook calls per webhook token: RATE/BURST (per second), or `off`. Default 50/100.
+    #[arg(long, value_parser = parse_rate)]
+    webhook_rate: Option<Limit>,
+    /// Webhook calls per tenant: RATE/BURST, or `off`. Default 200/400.
+    #[arg(long, value_parser = parse_rate)]
+    tenant_webhook_rate: Option<Limit>,
+    /// REST calls per tenant: RATE/BURST, or `off`. Default 50/100.
+    #[arg(long, value_parser = parse_rate)]
+    api_rate: Option<Limit>,
+    /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
+    #[arg(long)]
+    admin_token_file: Option<PathBuf>,
+}
+
+/// A rate limit from the command line: a bucket, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(Option<RateLimit>);
+
+fn parse_rate(text: &str) -> Result<Limit, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Limit(None));
+    }
+    let (rate, burst) = text
+        .split_once('/')
+        .ok_or_else(|| format!("expected RATE/BURST (e.g. 50/100) or off, got {text:?}"))?;
+    let per_second: f64 = rate
+        .trim()
+        .parse()
+        .map_err(|_| format!("{rate:?} is not a number of requests per second"))?;
+    let burst: u32 = burst
+        .trim()
+        .parse()
+        .map_err(|_| format!("{burst:?} is not a whole number of requests"))?;
+    if !(per_second.is_finite() && per_second > 0.0) || burst == 0 {
+        return Err("the rate must be above 0 and the burst at least 1".into());
+    }
+    Ok(Limit(Some(RateLimit::new(per_second, burst))))
+}
+
+pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
+    let name = format!("fronta-serve-{}", std::process::id());
+    let opened = open_store(db, &name).await?;
+    let admin_token_hash = admin_token_hash(&args, &opened)?;
+    let (runs, desk, automations): (
+        Arc<dyn RunStore>,
+        Arc<dyn DeskStore>,
+        Arc<dyn AutomationStore>,
+    ) = match &opened {
+        Store::Sqlite(store) => (
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+        ),
+        Store::Postgres(store) => (
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+        ),
+    };
+
+    let mut registry = Registry::new();
+    kinds::register(
+        &mut registry,
+        &kinds::BuiltinSettings {
+            sleep_lease: args.lease,
+            sleep_step: Duration::from_secs(1),
+        },
+    )?;
+    let runtime = Arc::new(Runtime {
+        desk: desk.clone(),
+        automations: automations.clone(),
+        clock: Arc::new(SystemClock),
+    });
+    executor::register(&mut registry, runtime, args.lease)?;
+    let registry = Arc::new(registry);
+    let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
+    let sink = executor::event_sink(dispatcher.clone());
+    match &opened {
+        Store::Sqlite(store) => store.set_ticket_event_sink(sink),
+        Store::Postgres(store) => store.set_ticket_event_sink(sink),
+    }
+
+    let defaults = ServerConfig::default();
+    let limit = |given: Option<Limit>, default| given.map_or(default, |Limit(limit)| limit);
+    let config = ServerConfig {
+        admin_token_hash: Some(admin_token_hash),
+        public_base_url: args.public_url.clone(),
+        trust_proxy_headers: args.trust_proxy_headers,
+        body_limit: args.body_limit,
+        webhook_rate_per_token: limit(args.webhook_rate, defaults.webhook_rate_per_token),
+        webhook_rate_per_tenant: limit(args.tenant_webhook_rate, defaults.webhook_rate_per_tenant),
+        api_rate_per_tenant: limit(args.api_rate, defaults.api_rate_per_tenant),
+        ..defaults
+    };
+    let app = App::new(
+        config,
+        Ports {
+            runs: runs.clone(),
+            desk,
+            automations,
+        },
+        dispatcher,
+    )
+    .map_err(|problem| anyhow::anyhow!("server configuration: {problem}"))?;
+    let worker = if args.no_worker {
+        None
+    } else {
+        let config = WorkerConfig {
+            name: format!("serve-{}", std::process::id()),
+            max_in_flight: args.concurrency,
+            default_lease: args.lease,
+            poll_interval: args.poll,
+            shutdown_grace: args.shutdown_grace,
+            ..WorkerConfig::default()
+        };
+        Some(Worker::new(runs, registry, config)?)
+    };
+
+    let listener = Listener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    eprintln!(
+        "fronta serve: listening on http://{address} ({}, {})",
+        opened.describe(),
+        if worker.is_some() {
+            "with a worker"
+        } else {
+            "no worker"
+        }
+    );
+
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down");
+        on_signal.cancel();
+    });
+    let worker = worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+    let served = fronta_server::serve(listener, app, shutdown.clone().cancelled_owned()).await;
+    // A server that stopped on its own (an error) takes the worker down with it.
+    shutdown.cancel();
+    if let Some(worker) = worker {
+        let report = worker.await.context("the worker task")??;
+        eprintln!(
+            "worker done: {} claimed, {} completed, {} failed, {} released",
+            report.claimed, report.completed, report.failed, report.released
+        );
+    }
+    served.context("serving HTTP")?;
+    eprintln!("fronta serve: stopped");
+    Ok(())
+}
+
+/// The hash of the admin token: from `FRONTA_ADMIN_TOKEN`, else from the token file,
+/// else a new token (printed once) whose hash is written to the file.
+fn admin_token_hash(args: &ServeArgs, store: &Store) -> anyhow::Result<String> {
+    if let Ok(token) = std::env::var("FRONTA_ADMIN_TOKEN")
+        && !token.trim().is_empty()
+    {
+        return Ok(fronta_desk::token::hash(token.trim()));
+    }
+    let path = args
+        .admin_token_file
+        .clone()
+        .unwrap_or_else(|| default_token_file(store));
+    if let Some(hash) = read_hash(&path)? {
+        return Ok(hash);
+    }
+    let token = fronta_desk::token::generate(ADMIN_TOKEN_PREFIX);
+    let hash = fronta_desk::token::hash(&token);
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    match options.open(&path) {
+        Ok(mut file) => {
+            writeln!(file, "{hash}")
+                .with_context(|| format!("writing the admin token hash to {}", path.display()))?;
+        }
+        // Another process started at the same moment and wrote its own: use that one.
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
+            return read_hash(&path)?
+                .with_context(|| format!("{} appeared but is empty", path.display()));
+        }
+        Err(err) => {
+            return Err(err)
+                .with_context(|| format!("creating the admin token file {}", path.display()));
+        }
+    }
+    println!("admin token (shown once; only its hash is kept): {token}");
+    eprintln!(
+        "fronta serve: the admin token's hash is in {}; delete it and restart for a new token",
+        path.display()
+    );
+    Ok(hash)
+}
+
+fn default_token_file(store: &Store) -> PathBuf {
+    match store {
+        Store::Sqlite(store) => {
+            let mut path = store.config().path.clone().into_os_string();
+            path.push(".admin-token");
+            PathBuf::from(path)
+        }
+        Store::Postgres(_) => PathBuf::from("fronta-admin-token"),
+    }
+}
+
+/// The hash in `path`, `None` when there is no such file.
+fn read_hash(path: &Path) -> anyhow::Result<Option<String>> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let hash = text.trim().to_ascii_lowercase();
+            if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!(
+                    "{} does not hold an admin token hash (64 hex digits); delete it to get a new token",
+                    path.display()
+                );
+            }
+            Ok(Some(hash))
+        }
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_as_rate_slash_burst_or_off() {
+        let Limit(limit) = parse_rate("50/100").expect("parses");
+        assert_eq!(limit, Some(RateLimit::new(50.0, 100)), "a bucket");
+        let Limit(off) = parse_rate("off").expect("parses");
+        assert_eq!(off, None, "no limit");
+        assert!(parse_rate("50").is_err(), "no burst");
+        assert!(parse_rate("0/10").is_err(), "a zero rate");
+        assert!(parse_rate("5/0").is_err(), "a zero burst");
+    }
+}

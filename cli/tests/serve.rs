@@ -1,0 +1,232 @@
+//! `fronta serve` as an operator meets it: the first start prints a generated admin token
+//! once and keeps only its hash next to the database; the server answers health, admin
+//! and tenant calls; a webhook becomes a ticket through the in-process worker; SIGTERM
+//! stops it cleanly; a second start prints no token and the first one still works;
+//! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken over a plain `TcpStream`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
+
+struct Server {
+    child: Child,
+    address: String,
+    /// Lines printed on stdout before it listened.
+    stdout_lines: Vec<String>,
+}
+
+fn start(db: &Path, admin_token: Option<&str>) -> Server {
+    let mut command = Command::new(FRONTA);
+    command
+        .arg("--database")
+        .arg(db)
+        .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+        .env("RUST_LOG", "warn")
+        .env_remove("FRONTA_ADMIN_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(token) = admin_token {
+        command.env("FRONTA_ADMIN_TOKEN", token);
+    }
+    let mut child = command.spawn().expect("fronta serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("fronta serve printed its address before it ended")
+            .expect("a line");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let stdout_lines = Vec::new();
+    Server {
+        child,
+        address,
+        stdout_lines,
+    }
+}
+
+impl Server {
+    /// Stop with SIGTERM; the exit must be clean. Returns everything left on stdout.
+    fn stop(mut self) -> String {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM sent");
+        let exit = self.child.wait().expect("the server exits");
+        assert!(exit.success(), "a clean exit after SIGTERM: {exit:?}");
+        let mut rest = String::new();
+        if let Some(mut stdout) = self.child.stdout.take() {
+            stdout.read_to_string(&mut rest).expect("stdout");
+        }
+        self.stdout_lines.push(rest);
+        self.stdout_lines.join("\n")
+    }
+
+    /// The generated admin token from the first line of stdout.
+    fn printed_token(&mut self) -> String {
+        let stdout = self.child.stdout.as_mut().expect("stdout");
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).expect("a line");
+        self.stdout_lines.push(line.clone());
+        line.rsplit(' ')
+            .next()
+            .map(|token| token.trim().to_owned())
+            .filter(|token| token.starts_with("fa_"))
+            .unwrap_or_else(|| panic!("an admin token on stdout: {line:?}"))
+    }
+
+    fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.address).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("a timeout");
+        let body = body.map(|body| body.to_string()).unwrap_or_default();
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
+            self.address,
+            body.len()
+        );
+        if !body.is_empty() {
+            request.push_str("Content-Type: application/json\r\n");
+        }
+        if let Some(token) = token {
+            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(&body);
+        stream.write_all(request.as_bytes()).expect("send");
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).expect("read");
+        let status = answer
+            .split_whitespace()
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or_else(|| panic!("a status line: {answer:?}"));
+        let json = answer
+            .split_once("\r\n\r\n")
+            .and_then(|(_, body)| serde_json::from_str(body).ok())
+            .unwrap_or(Value::Null);
+        (status, json)
+    }
+}
+
+#[test]
+fn serve_prints_the_admin_token_once_runs_webhooks_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("serve.db");
+
+    let mut server = start(&db, None);
+    let admin = server.printed_token();
+    assert!(
+        dir.path().join("serve.db.admin-token").exists(),
+        "the hash is kept next to the database"
+    );
+    let kept = std::fs::read_to_string(dir.path().join("serve.db.admin-token")).expect("the file");
+    assert!(
+        !kept.contains(&admin),
+        "the file holds the hash, not the token"
+    );
+
+    let (status, _) = server.call("GET", "/healthz", None, None);
+    assert_eq!(status, 200, "healthz");
+    let (status, _) = server.call("GET", "/readyz", None, None);
+    assert_eq!(status, 200, "readyz");
+    let (status, tenant) = server.call(
+        "POST",
+        "/api/admin/tenants",
+        Some(&admin),
+        Some(json!({"name": "Acme"})),
+    );
+    assert_eq!(status, 201, "tenant created: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, _) = server.call(
+        "POST",
+        "/api/ticket-types",
+        Some(&token),
+        Some(json!({"name": "order", "statuses": ["new"]})),
+    );
+    assert_eq!(status, 201, "ticket type");
+    let (status, automation) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({
+            "name": "Orders",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "id", "type": "string", "required": true}]},
+            "steps": [{"name": "ticket", "op": "ticket/upsert",
+                       "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                                 "type": "order", "status": "new"}}]
+        })),
+    );
+    assert_eq!(status, 201, "automation: {automation}");
+    let url = automation["webhookUrl"].as_str().expect("a webhook URL");
+    assert!(
+        url.starts_with(&format!("http://{}/webhook/", server.address)),
+        "the URL as we reached the server: {url}"
+    );
+    let path = &url[url.find("/webhook/").expect("a path")..];
+    let (status, accepted) = server.call("POST", path, None, Some(json!({"id": "7"})));
+    assert_eq!(status, 202, "webhook accepted: {accepted}");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, tickets) = server.call("GET", "/api/tickets", Some(&token), None);
+        if tickets["items"]
+            .as_array()
+            .is_some_and(|items| items.len() == 1)
+        {
+            assert_eq!(tickets["items"][0]["externalId"], "order-7", "the ticket");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the in-process worker made the ticket: {tickets}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    server.stop();
+
+    let again = start(&db, None);
+    let (status, _) = again.call("GET", "/api/admin/tenants", Some(&admin), None);
+    assert_eq!(status, 200, "the first token still works after a restart");
+    let printed = again.stop();
+    assert!(
+        !printed.contains("fa_"),
+        "no token printed the second time: {printed:?}"
+    );
+
+    let from_env = start(&db, Some("fa_from_the_environment"));
+    let (status, _) = from_env.call(
+        "GET",
+        "/api/admin/tenants",
+        Some("fa_from_the_environment"),
+        None,
+    );
+    assert_eq!(status, 200, "FRONTA_ADMIN_TOKEN is the admin token");
+    let (status, _) = from_env.call("GET", "/api/admin/tenants", Some(&admin), None);
+    assert_eq!(status, 401, "and the file's token is not, while it is set");
+    from_env.stop();
+}
