@@ -199,6 +199,35 @@ impl Store {
         }
     }
 
+    /// The three ports on this database.
+    pub(crate) fn ports(
+        &self,
+    ) -> (
+        Arc<dyn RunStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+        Arc<dyn fronta_automation::store::AutomationStore>,
+    ) {
+        match self {
+            Store::Sqlite(store) => (
+                Arc::new(store.clone()),
+                Arc::new(store.clone()),
+                Arc::new(store.clone()),
+            ),
+            Store::Postgres(store) => (
+                Arc::new(store.clone()),
+                Arc::new(store.clone()),
+                Arc::new(store.clone()),
+            ),
+        }
+    }
+
+    pub(crate) fn set_ticket_event_sink(&self, sink: fronta_automation::store::TicketEventSink) {
+        match self {
+            Store::Sqlite(store) => store.set_ticket_event_sink(sink),
+            Store::Postgres(store) => store.set_ticket_event_sink(sink),
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Store::Sqlite(store) => format!("SQLite {}", store.config().path.display()),
@@ -248,6 +277,29 @@ fn sqlite_path(url: &str) -> anyhow::Result<PathBuf> {
         bail!("--database is empty");
     }
     Ok(PathBuf::from(path))
+}
+
+/// What every process that runs work registers: the built-in kinds and the automation
+/// executor; the ticket event sink is installed on `store`, so ticket writes made here
+/// (by automation steps or people) start the automations listening to them.
+pub(crate) fn runtime_registry(
+    store: &Store,
+    settings: &kinds::BuiltinSettings,
+    lease: Duration,
+) -> anyhow::Result<(Arc<Registry>, Dispatcher)> {
+    let (runs, desk, automations) = store.ports();
+    let mut registry = Registry::new();
+    kinds::register(&mut registry, settings)?;
+    let runtime = Arc::new(fronta_automation::executor::Runtime {
+        desk,
+        automations,
+        clock: Arc::new(fronta_engine::SystemClock),
+    });
+    fronta_automation::executor::register(&mut registry, runtime, lease)?;
+    let registry = Arc::new(registry);
+    let dispatcher = Dispatcher::from_registry(runs, &registry);
+    store.set_ticket_event_sink(fronta_automation::executor::event_sink(dispatcher.clone()));
+    Ok((registry, dispatcher))
 }
 
 fn registry(args: &WorkerArgs) -> anyhow::Result<Registry> {
@@ -374,7 +426,11 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
     let name = format!("fronta-worker-{}", std::process::id());
     let opened = open_store(db, &name).await?;
     let store = opened.runs();
-    let registry = Arc::new(registry(&args)?);
+    let settings = kinds::BuiltinSettings {
+        sleep_lease: args.lease,
+        sleep_step: args.sleep_step,
+    };
+    let (registry, _dispatcher) = runtime_registry(&opened, &settings, args.lease)?;
     let config = WorkerConfig {
         name: format!("worker-{}", std::process::id()),
         max_in_flight: args.concurrency,

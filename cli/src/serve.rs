@@ -19,15 +19,11 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use fronta_automation::executor::{self, Runtime};
-use fronta_automation::store::AutomationStore;
-use fronta_desk::DeskStore;
-use fronta_engine::{Dispatcher, Registry, RunStore, SystemClock, Worker, WorkerConfig};
+use fronta_engine::{Worker, WorkerConfig};
 use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -109,44 +105,12 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     let name = format!("fronta-serve-{}", std::process::id());
     let opened = open_store(db, &name).await?;
     let admin_token_hash = admin_token_hash(&args, &opened)?;
-    let (runs, desk, automations): (
-        Arc<dyn RunStore>,
-        Arc<dyn DeskStore>,
-        Arc<dyn AutomationStore>,
-    ) = match &opened {
-        Store::Sqlite(store) => (
-            Arc::new(store.clone()),
-            Arc::new(store.clone()),
-            Arc::new(store.clone()),
-        ),
-        Store::Postgres(store) => (
-            Arc::new(store.clone()),
-            Arc::new(store.clone()),
-            Arc::new(store.clone()),
-        ),
+    let (runs, desk, automations) = opened.ports();
+    let settings = kinds::BuiltinSettings {
+        sleep_lease: args.lease,
+        sleep_step: Duration::from_secs(1),
     };
-
-    let mut registry = Registry::new();
-    kinds::register(
-        &mut registry,
-        &kinds::BuiltinSettings {
-            sleep_lease: args.lease,
-            sleep_step: Duration::from_secs(1),
-        },
-    )?;
-    let runtime = Arc::new(Runtime {
-        desk: desk.clone(),
-        automations: automations.clone(),
-        clock: Arc::new(SystemClock),
-    });
-    executor::register(&mut registry, runtime, args.lease)?;
-    let registry = Arc::new(registry);
-    let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
-    let sink = executor::event_sink(dispatcher.clone());
-    match &opened {
-        Store::Sqlite(store) => store.set_ticket_event_sink(sink),
-        Store::Postgres(store) => store.set_ticket_event_sink(sink),
-    }
+    let (registry, dispatcher) = crate::runtime_registry(&opened, &settings, args.lease)?;
 
     let defaults = ServerConfig::default();
     let limit = |given: Option<Limit>, default| given.map_or(default, |Limit(limit)| limit);

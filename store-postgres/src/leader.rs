@@ -129,6 +129,7 @@ pub async fn current_leader(pool: &sqlx::PgPool) -> Result<Option<String>, sqlx:
     sqlx::query_scalar::<_, String>(
         "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid \
          WHERE l.locktype = 'advisory' AND l.granted \
+         AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
          AND ((l.classid::bigint << 32) | l.objid::bigint) = $1",
     )
     .bind(LEADER_LOCK_KEY)
