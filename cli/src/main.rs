@@ -8,7 +8,9 @@
 mod bench;
 mod bench_automation;
 mod demo;
+mod demo_engine;
 mod duration;
+mod http_client;
 mod kinds;
 mod serve;
 

@@ -105,13 +105,6 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     let name = format!("fronta-serve-{}", std::process::id());
     let opened = open_store(db, &name).await?;
     let admin_token_hash = admin_token_hash(&args, &opened)?;
-    let (runs, desk, automations) = opened.ports();
-    let settings = kinds::BuiltinSettings {
-        sleep_lease: args.lease,
-        sleep_step: Duration::from_secs(1),
-    };
-    let (registry, dispatcher) = crate::runtime_registry(&opened, &settings, args.lease)?;
-
     let defaults = ServerConfig::default();
     let limit = |given: Option<Limit>, default| given.map_or(default, |Limit(limit)| limit);
     let config = ServerConfig {
@@ -124,29 +117,16 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         api_rate_per_tenant: limit(args.api_rate, defaults.api_rate_per_tenant),
         ..defaults
     };
-    let app = App::new(
-        config,
-        Ports {
-            runs: runs.clone(),
-            desk,
-            automations,
-        },
-        dispatcher,
-    )
-    .map_err(|problem| anyhow::anyhow!("server configuration: {problem}"))?;
-    let worker = if args.no_worker {
-        None
-    } else {
-        let config = WorkerConfig {
-            name: format!("serve-{}", std::process::id()),
-            max_in_flight: args.concurrency,
-            default_lease: args.lease,
-            poll_interval: args.poll,
-            shutdown_grace: args.shutdown_grace,
-            ..WorkerConfig::default()
-        };
-        Some(Worker::new(runs, registry, config)?)
+    let worker_config = WorkerConfig {
+        name: format!("serve-{}", std::process::id()),
+        max_in_flight: args.concurrency,
+        default_lease: args.lease,
+        poll_interval: args.poll,
+        shutdown_grace: args.shutdown_grace,
+        ..WorkerConfig::default()
     };
+    let (app, worker) = server_parts(&opened, config, worker_config)?;
+    let worker = if args.no_worker { None } else { Some(worker) };
 
     let listener = Listener::bind(args.listen)
         .await
@@ -183,6 +163,34 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     served.context("serving HTTP")?;
     eprintln!("fronta serve: stopped");
     Ok(())
+}
+
+/// The server's [`App`] on `store` and a worker (started or not by the caller) running
+/// the automation executor and the built-in kinds, with the ticket event sink installed.
+pub(crate) fn server_parts(
+    store: &Store,
+    config: ServerConfig,
+    worker_config: WorkerConfig,
+) -> anyhow::Result<(App, Worker)> {
+    let (runs, desk, automations) = store.ports();
+    let settings = kinds::BuiltinSettings {
+        sleep_lease: worker_config.default_lease,
+        sleep_step: Duration::from_secs(1),
+    };
+    let (registry, dispatcher) =
+        crate::runtime_registry(store, &settings, worker_config.default_lease)?;
+    let app = App::new(
+        config,
+        Ports {
+            runs: runs.clone(),
+            desk,
+            automations,
+        },
+        dispatcher,
+    )
+    .map_err(|problem| anyhow::anyhow!("server configuration: {problem}"))?;
+    let worker = Worker::new(runs, registry, worker_config)?;
+    Ok((app, worker))
 }
 
 /// The hash of the admin token: from `FRONTA_ADMIN_TOKEN`, else from the token file,

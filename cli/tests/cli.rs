@@ -180,11 +180,40 @@ fn bad_input_is_one_clear_line_a_failure_and_nothing_written() {
 }
 
 #[test]
-fn the_demo_passes_every_check_and_says_so() {
+fn the_demo_runs_the_seed_scenario_over_http_and_every_check_passes() {
     let output = Command::new(FRONTA)
-        .args(["demo", "--runs", "2000"])
+        .args(["demo", "--exit"])
+        .env("RUST_LOG", "warn")
         .output()
         .expect("run fronta demo");
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "demo failed:\n{text}\n{}",
+        stderr(&output)
+    );
+    let passed = text
+        .lines()
+        .filter(|line| line.starts_with("  ok "))
+        .count();
+    assert!(passed >= 19, "at least 19 checks, got {passed}:\n{text}");
+    assert!(!text.contains("FAIL"), "no check failed:\n{text}");
+    assert!(
+        text.contains(&format!("{passed} checks passed, 0 failed")),
+        "the summary counts every check:\n{text}"
+    );
+    assert!(
+        text.contains("on http://127.0.0.1:"),
+        "the demo names the server it talks to:\n{text}"
+    );
+}
+
+#[test]
+fn the_engine_demo_passes_every_check_and_says_so() {
+    let output = Command::new(FRONTA)
+        .args(["demo", "--engine", "--runs", "2000"])
+        .output()
+        .expect("run fronta demo --engine");
     let text = stdout(&output);
     assert!(
         output.status.success(),

@@ -1,5 +1,6 @@
 //! [`App`]: what every handler shares — the configuration, the three ports, the
-//! dispatcher, the rate limiters and the webhook replay cache. Cheap to clone.
+//! dispatcher, the rate limiters, the webhook replay cache and the stream hub. Cheap to
+//! clone.
 //!
 //! The server depends on no store crate: it gets `Arc<dyn RunStore>`,
 //! `Arc<dyn DeskStore>` and `Arc<dyn AutomationStore>` from whoever starts it (the
@@ -15,8 +16,10 @@ use fronta_desk::DeskStore;
 use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock};
 
 use crate::config::ServerConfig;
+use crate::metrics::WebhookMetrics;
 use crate::ratelimit::Limiter;
 use crate::replay::ReplayCache;
+use crate::stream::Hub;
 
 /// The storage ports the server works on.
 #[derive(Clone)]
@@ -49,6 +52,10 @@ pub(crate) struct Inner {
     pub webhook_per_tenant: Option<Limiter>,
     pub api_per_tenant: Option<Limiter>,
     pub replays: ReplayCache,
+    /// The broadcast channels of `GET /api/stream`.
+    pub hub: Hub,
+    /// What `GET /metrics` tells of webhook requests.
+    pub webhook_metrics: WebhookMetrics,
 }
 
 impl App {
@@ -73,6 +80,8 @@ impl App {
             webhook_per_tenant: limiter(config.webhook_rate_per_tenant),
             api_per_tenant: limiter(config.api_rate_per_tenant),
             replays: ReplayCache::new(config.replay_window, config.replay_capacity),
+            hub: Hub::default(),
+            webhook_metrics: WebhookMetrics::default(),
             config,
             ports,
             dispatcher,
@@ -89,6 +98,11 @@ impl App {
 
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
+    }
+
+    /// The hub of `GET /api/stream`.
+    pub fn hub(&self) -> &Hub {
+        &self.inner.hub
     }
 
     pub(crate) fn runs(&self) -> &dyn RunStore {

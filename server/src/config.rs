@@ -58,6 +58,11 @@ pub struct ServerConfig {
     pub runs_scan_max: usize,
     /// `GET /readyz` answers 503 when the run store takes longer than this.
     pub ready_timeout: Duration,
+    /// How often `GET /api/stream` looks at a streamed tenant's newest runs, tickets and
+    /// incidents for changes made elsewhere (the worker, other processes).
+    pub stream_poll_interval: Duration,
+    /// A keep-alive comment on an idle stream this often.
+    pub stream_keep_alive: Duration,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +83,8 @@ impl Default for ServerConfig {
             page_max: 500,
             runs_scan_max: 5_000,
             ready_timeout: Duration::from_secs(2),
+            stream_poll_interval: Duration::from_millis(500),
+            stream_keep_alive: Duration::from_secs(15),
         }
     }
 }
@@ -97,6 +104,9 @@ impl ServerConfig {
                     "{name}: the rate must be above 0 per second and the burst at least 1"
                 ));
             }
+        }
+        if self.stream_poll_interval.is_zero() || self.stream_keep_alive.is_zero() {
+            return Err("the stream's poll interval and keep-alive must be above 0".into());
         }
         if self.body_limit == 0 {
             return Err("the body limit must be at least 1 byte".into());

@@ -16,7 +16,13 @@
 //! (pagination), [`wire`] (JSON views), [`ratelimit`], [`signature`] (Standard
 //! Webhooks), [`replay`] (repeated webhook ids), [`base_url`] and [`routes`].
 //!
-//! Left out: the SSE stream, metrics, the OpenAPI document and the dashboard page;
+//! [`stream`] is `GET /api/stream` (SSE) and its broadcast hub.
+//!
+//! [`metrics`] is `GET /metrics` (Prometheus text).
+//!
+//! [`openapi`] is `GET /api/openapi.json`, generated from the router's route table.
+//!
+//! Left out: the dashboard page;
 //! running a worker (the binary does, beside the server).
 
 pub mod app;
@@ -25,11 +31,14 @@ pub mod base_url;
 pub mod config;
 pub mod error;
 pub mod extract;
+pub mod metrics;
+pub mod openapi;
 pub mod page;
 pub mod ratelimit;
 pub mod replay;
 pub mod routes;
 pub mod signature;
+pub mod stream;
 pub mod wire;
 
 pub use app::{App, Ports};
@@ -62,6 +71,12 @@ pub async fn serve(
     app: App,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let hub_owner = app.clone();
+    // Open streams never end on their own: close them, or the graceful shutdown waits.
+    let shutdown = async move {
+        shutdown.await;
+        hub_owner.hub().close();
+    };
     axum::serve(listener.0, router(app))
         .with_graceful_shutdown(shutdown)
         .await

@@ -329,6 +329,7 @@ pub async fn start_run(
         .dispatcher
         .enqueue(executor::run_request(&stored, RunTrigger::Manual, context))
         .await?;
+    app.hub().run_changed(&app, tenant.id, enqueued.id()).await;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"runId": enqueued.id().to_string(), "status": "queued"})),

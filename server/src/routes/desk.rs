@@ -444,7 +444,7 @@ pub async fn ticket_change(
         .ticket_change(tenant.id, id, change, Origin::Person)
         .await
     {
-        Ok(_) => {}
+        Ok(written) => app.hub().ticket_changed(tenant.id, &written.ticket),
         // The ticket exists (read above): what is missing is something the change names.
         Err(DeskError::NotFound(what)) => {
             return Err(ApiError::bad_request(format!(

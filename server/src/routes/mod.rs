@@ -9,7 +9,8 @@
 //!
 //! Unknown routes answer 404 and wrong methods 405, both in the API's error shape.
 //!
-//! Left out: `GET /api/stream` (SSE) and `GET /metrics` — other parts of the server.
+//! `GET /api/stream` is served by `crate::stream`, `GET /metrics` by `crate::metrics`
+//! (its middleware times `POST /webhook/{token}`).
 
 pub mod admin;
 pub mod apply;
@@ -46,72 +47,271 @@ pub fn redacted_path(path: &str) -> &str {
     }
 }
 
-/// Every route of API.md this crate serves, with its layers.
-pub fn router(app: App) -> Router {
-    let body_limit = app.config().body_limit;
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route(
+/// The route table: every route of API.md this crate serves, each with its documentation.
+/// The router and the OpenAPI document (`crate::openapi`) are both built from it, so a
+/// route cannot be served without being documented.
+fn table() -> Routes {
+    use crate::openapi::{Op, op};
+    let (get_, post_, put_, patch_, delete_) = ("GET", "POST", "PUT", "PATCH", "DELETE");
+    Routes::default()
+        .add("/healthz", get(health::healthz), [op(get_, "Liveness")])
+        .add(
+            "/readyz",
+            get(health::readyz),
+            [op(
+                get_,
+                "Readiness: 200 when the database answers, else 503",
+            )],
+        )
+        .add(
+            "/metrics",
+            get(crate::metrics::metrics),
+            [op(get_, "Prometheus metrics").text()],
+        )
+        .add(
             "/webhook/{token}",
             get(webhook::help).post(webhook::receive),
+            [
+                op(get_, "How to call this webhook").answers(200, "WebhookHelp"),
+                op(post_, "Start a run of the webhook's automation")
+                    .body("WebhookBody")
+                    .answers(202, "RunAccepted"),
+            ],
         )
-        .route(
+        .add(
             "/api/admin/tenants",
             get(admin::tenants).post(admin::tenant_create),
+            [
+                op(get_, "List tenants").page("Tenant"),
+                op(post_, "Create a tenant (its token is shown once)")
+                    .body("NewTenant")
+                    .answers(201, "Tenant"),
+            ],
         )
-        .route("/api/admin/incidents", get(admin::incidents))
-        .route("/api/admin/incidents/{id}", get(admin::incident))
-        .route("/api/groups", get(desk::groups).post(desk::group_create))
-        .route(
+        .add(
+            "/api/admin/incidents",
+            get(admin::incidents),
+            [op(get_, "Every tenant's incidents, with detail").page("Incident")],
+        )
+        .add(
+            "/api/admin/incidents/{id}",
+            get(admin::incident),
+            [op(get_, "An incident with its detail").answers(200, "Incident")],
+        )
+        .add(
+            "/api/groups",
+            get(desk::groups).post(desk::group_create),
+            [
+                op(get_, "List groups").page("Group"),
+                op(post_, "Create a group")
+                    .body("Group")
+                    .answers(201, "Group"),
+            ],
+        )
+        .add(
             "/api/groups/{id}",
             get(desk::group)
                 .patch(desk::group_rename)
                 .delete(desk::group_delete),
+            [
+                op(get_, "A group").answers(200, "Group"),
+                op(patch_, "Rename a group")
+                    .body("Group")
+                    .answers(200, "Group"),
+                op(delete_, "Delete a group").answers(204, ""),
+            ],
         )
-        .route(
+        .add(
             "/api/groups/{id}/members",
             get(desk::members).post(desk::member_add),
+            [
+                op(get_, "A group's members").page("Member"),
+                op(post_, "Add a member")
+                    .body("Member")
+                    .answers(201, "Member"),
+            ],
         )
-        .route(
+        .add(
             "/api/groups/{id}/members/{member_id}",
             axum::routing::patch(desk::member_update).delete(desk::member_delete),
+            [
+                op(patch_, "Change a member")
+                    .body("Member")
+                    .answers(200, "Member"),
+                op(delete_, "Remove a member").answers(204, ""),
+            ],
         )
-        .route(
+        .add(
             "/api/ticket-types",
             get(desk::ticket_types).post(desk::ticket_type_create),
+            [
+                op(get_, "List ticket types").page("TicketType"),
+                op(post_, "Create a ticket type")
+                    .body("TicketType")
+                    .answers(201, "TicketType"),
+            ],
         )
-        .route("/api/ticket-types/{id}", get(desk::ticket_type))
-        .route(
+        .add(
+            "/api/ticket-types/{id}",
+            get(desk::ticket_type),
+            [op(get_, "A ticket type").answers(200, "TicketType")],
+        )
+        .add(
             "/api/automations",
             get(automations::list).post(automations::create),
+            [
+                op(get_, "List automations").page("Automation"),
+                op(post_, "Create an automation")
+                    .body("Automation")
+                    .answers(201, "Automation"),
+            ],
         )
-        .route(
+        .add(
             "/api/automations/{id}",
             get(automations::get)
                 .put(automations::replace)
                 .delete(automations::delete),
+            [
+                op(get_, "An automation").answers(200, "Automation"),
+                op(put_, "Replace an automation")
+                    .body("Automation")
+                    .answers(200, "Automation"),
+                op(delete_, "Delete an automation").answers(204, ""),
+            ],
         )
-        .route("/api/automations/{id}/pause", post(automations::pause))
-        .route("/api/automations/{id}/resume", post(automations::resume))
-        .route("/api/automations/{id}/runs", post(automations::start_run))
-        .route("/api/tickets", get(desk::tickets))
-        .route(
+        .add(
+            "/api/automations/{id}/pause",
+            post(automations::pause),
+            [op(post_, "Pause an automation").answers(200, "Automation")],
+        )
+        .add(
+            "/api/automations/{id}/resume",
+            post(automations::resume),
+            [op(post_, "Resume an automation").answers(200, "Automation")],
+        )
+        .add(
+            "/api/automations/{id}/runs",
+            post(automations::start_run),
+            [op(post_, "Start a manual run (the body is `_body`)").answers(202, "RunAccepted")],
+        )
+        .add(
+            "/api/tickets",
+            get(desk::tickets),
+            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").page("Ticket")],
+        )
+        .add(
             "/api/tickets/{id}",
             get(desk::ticket).patch(desk::ticket_change),
+            [
+                op(get_, "A ticket with its log").answers(200, "Ticket"),
+                op(patch_, "A person's change to a ticket")
+                    .body("TicketPatch")
+                    .answers(200, "Ticket"),
+            ],
         )
-        .route("/api/runs", get(runs::list))
-        .route("/api/dashboard/runs", get(runs::list))
-        .route("/api/runs/{id}", get(runs::get))
-        .route("/api/runs/{id}/cancel", post(runs::cancel))
-        .route("/api/runs/{id}/retry", post(runs::retry))
-        .route("/api/incidents", get(desk::incidents))
-        .route("/api/incidents/{id}", get(desk::incident))
-        .route("/api/incidents/{id}/resolve", post(desk::incident_resolve))
-        .route("/api/apply", post(apply::apply))
+        .add(
+            "/api/runs",
+            get(runs::list),
+            [op(
+                get_,
+                "List runs, newest first (?status=&automation=&trigger=)",
+            )
+            .page("Run")],
+        )
+        .add(
+            "/api/dashboard/runs",
+            get(runs::list),
+            [op(get_, "List runs (the dashboard's name)").page("Run")],
+        )
+        .add(
+            "/api/runs/{id}",
+            get(runs::get),
+            [op(get_, "A run with its step log").answers(200, "Run")],
+        )
+        .add(
+            "/api/runs/{id}/cancel",
+            post(runs::cancel),
+            [op(post_, "Cancel a run (two-phase)").answers(200, "CancelAnswer")],
+        )
+        .add(
+            "/api/runs/{id}/retry",
+            post(runs::retry),
+            [op(post_, "Retry a failed run from its checkpoint").answers(202, "RunAccepted")],
+        )
+        .add(
+            "/api/incidents",
+            get(desk::incidents),
+            [op(get_, "List the tenant's incidents").page("Incident")],
+        )
+        .add(
+            "/api/incidents/{id}",
+            get(desk::incident),
+            [op(get_, "An incident").answers(200, "Incident")],
+        )
+        .add(
+            "/api/incidents/{id}/resolve",
+            post(desk::incident_resolve),
+            [op(post_, "Resolve an incident").answers(200, "Incident")],
+        )
+        .add(
+            "/api/apply",
+            post(apply::apply),
+            [op(post_, "Apply a whole setup, idempotent by names")
+                .body("Setup")
+                .answers(200, "ApplyAnswer")],
+        )
+        .add(
+            "/api/stream",
+            get(crate::stream::stream),
+            [op(get_, "Server-Sent Events: run.*, ticket.*, incident.*").events()],
+        )
+        .add(
+            "/api/openapi.json",
+            get(crate::openapi::document),
+            [Op::public(get_, "This OpenAPI document").answers(200, "")],
+        )
+}
+
+/// The router under construction and the documentation of its routes.
+#[derive(Default)]
+struct Routes {
+    router: Router<App>,
+    docs: Vec<crate::openapi::RouteDoc>,
+}
+
+impl Routes {
+    fn add<const N: usize>(
+        mut self,
+        path: &'static str,
+        methods: axum::routing::MethodRouter<App>,
+        ops: [crate::openapi::Op; N],
+    ) -> Self {
+        self.router = self.router.route(path, methods);
+        self.docs.push(crate::openapi::RouteDoc {
+            path,
+            ops: ops.into(),
+        });
+        self
+    }
+}
+
+/// Every route of the router with its documentation, in table order.
+pub fn route_docs() -> Vec<crate::openapi::RouteDoc> {
+    table().docs
+}
+
+/// Every route of API.md this crate serves, with its layers.
+pub fn router(app: App) -> Router {
+    let body_limit = app.config().body_limit;
+    table()
+        .router
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::metrics::measure_webhook,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|request: &Request<axum::body::Body>| {

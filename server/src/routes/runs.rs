@@ -166,6 +166,7 @@ pub async fn cancel(
         }
     };
     tracing::info!(run = %run.id, cancel, "cancel requested through the API");
+    app.hub().run_changed(&app, tenant.id, run.id).await;
     Ok(Json(
         json!({"runId": run.id.to_string(), "cancel": cancel, "status": status}),
     ))
@@ -185,6 +186,7 @@ pub async fn retry(
     match reply {
         RetryReply::Requeued => {
             tracing::info!(run = %run.id, "failed run retried through the API");
+            app.hub().run_changed(&app, tenant.id, run.id).await;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"runId": run.id.to_string(), "status": "queued"})),

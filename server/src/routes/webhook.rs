@@ -142,6 +142,7 @@ pub async fn receive(
     match enqueued {
         Enqueued::Inserted(id) => {
             tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
+            app.hub().run_changed(&app, stored.tenant, id).await;
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"runId": id.to_string(), "status": "queued"})),

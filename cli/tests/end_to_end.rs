@@ -1,0 +1,98 @@
+//! The real `fronta serve` binary, on SQLite and on a fresh Postgres database, replays
+//! the seed's verified scenario over real HTTP: `fronta demo --server HOST:PORT` runs the
+//! demo's checks (setup by `POST /api/apply`, orders by webhook routed to two warehouse
+//! people, a converter error to IT with an incident, the refusals, metrics, OpenAPI)
+//! against it, and every check passes; then the server stops cleanly on SIGTERM.
+
+#[path = "../../store-postgres/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
+const ADMIN: &str = "fa_end_to_end_admin";
+
+/// `fronta serve` on `database` and the address it listens on.
+fn serve(database: &str) -> (Child, String) {
+    let mut child = Command::new(FRONTA)
+        .args(["--database", database])
+        .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fronta serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("fronta serve printed its address before it ended")
+            .expect("a line");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, address)
+}
+
+/// The demo's checks against `address`; panics with the report when one fails.
+fn scenario_passes(address: &str) {
+    let output = Command::new(FRONTA)
+        .args(["demo", "--server", address])
+        .env("FRONTA_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("fronta demo runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "every check passes:\n{text}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let passed = text
+        .lines()
+        .filter(|line| line.starts_with("  ok "))
+        .count();
+    assert!(passed >= 19, "at least 19 checks, got {passed}:\n{text}");
+    assert!(!text.contains("FAIL"), "no check failed:\n{text}");
+}
+
+fn stop(mut child: Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "SIGTERM sent");
+    let exit = child.wait().expect("the server exits");
+    assert!(exit.success(), "a clean exit after SIGTERM: {exit:?}");
+}
+
+#[test]
+fn the_seed_scenario_passes_against_fronta_serve_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = dir.path().join("e2e.db");
+    let (child, address) = serve(&database.to_string_lossy());
+    scenario_passes(&address);
+    stop(child);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_scenario_passes_against_fronta_serve_on_postgres() {
+    let db = support::TestDb::create().await;
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let (child, address) = serve(&url);
+        scenario_passes(&address);
+        stop(child);
+    })
+    .await
+    .expect("the scenario ran");
+}

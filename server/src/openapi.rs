@@ -1,0 +1,267 @@
+//! `GET /api/openapi.json`: an OpenAPI 3.1 document generated from the router's route
+//! table (`routes::route_docs`): every path, its methods, who may call it (no token,
+//! a tenant token, the admin token), its path parameters, its body and answer schemas,
+//! and the error answers every route shares.
+//!
+//! The router is built from the same table ([`RouteDoc`] per path, an [`Op`] per
+//! method), so a route cannot be served undocumented; a test checks that every
+//! documented method is routed and no other method is.
+//!
+//! The schemas are deliberately light: the main objects of API.md with their fields and
+//! types, `additionalProperties` left open (the API adds fields; API.md is the contract
+//! for their meaning). Left out: query parameters of the lists (named in the summaries),
+//! examples.
+
+use axum::Json;
+use serde_json::{Map, Value, json};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Caller {
+    Anyone,
+    Tenant,
+    Admin,
+}
+
+/// One method of a route.
+#[derive(Debug, Clone)]
+pub struct Op {
+    pub method: &'static str,
+    pub summary: &'static str,
+    /// `None`: decided by the path (`/api/admin/…` admin, other `/api/…` tenant, else anyone).
+    pub caller: Option<Caller>,
+    /// The schema of the JSON body, if it takes one.
+    pub body: Option<&'static str>,
+    /// The success status and the schema of its body (`""`: no JSON schema).
+    pub answer: (u16, &'static str),
+    /// A page of this schema (`{"items": [...], "nextCursor"}`).
+    pub page: bool,
+    /// The answer's media type.
+    pub media: &'static str,
+}
+
+/// A route of the table: a path and its methods.
+#[derive(Debug, Clone)]
+pub struct RouteDoc {
+    pub path: &'static str,
+    pub ops: Vec<Op>,
+}
+
+/// A method with its summary, answering 200 JSON.
+pub fn op(method: &'static str, summary: &'static str) -> Op {
+    Op {
+        method,
+        summary,
+        caller: None,
+        body: None,
+        answer: (200, ""),
+        page: false,
+        media: "application/json",
+    }
+}
+
+impl Op {
+    /// A method anyone may call, whatever its path.
+    pub fn public(method: &'static str, summary: &'static str) -> Op {
+        Op {
+            caller: Some(Caller::Anyone),
+            ..op(method, summary)
+        }
+    }
+
+    pub fn body(mut self, schema: &'static str) -> Self {
+        self.body = Some(schema);
+        self
+    }
+
+    pub fn answers(mut self, status: u16, schema: &'static str) -> Self {
+        self.answer = (status, schema);
+        self
+    }
+
+    pub fn page(mut self, schema: &'static str) -> Self {
+        self.answer = (200, schema);
+        self.page = true;
+        self
+    }
+
+    pub fn text(mut self) -> Self {
+        self.media = "text/plain";
+        self
+    }
+
+    pub fn events(mut self) -> Self {
+        self.media = "text/event-stream";
+        self
+    }
+
+    fn caller(&self, path: &str) -> Caller {
+        self.caller.unwrap_or(if path.starts_with("/api/admin/") {
+            Caller::Admin
+        } else if path.starts_with("/api/") {
+            Caller::Tenant
+        } else {
+            Caller::Anyone
+        })
+    }
+}
+
+fn reference(schema: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{schema}")})
+}
+
+fn error_answer(description: &str) -> Value {
+    json!({"description": description,
+           "content": {"application/json": {"schema": reference("Error")}}})
+}
+
+fn operation(path: &str, op: &Op) -> Value {
+    let mut operation = Map::new();
+    operation.insert("summary".into(), json!(op.summary));
+    let parameters: Vec<Value> = path
+        .split('/')
+        .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
+        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .collect();
+    if !parameters.is_empty() {
+        operation.insert("parameters".into(), json!(parameters));
+    }
+    if let Some(body) = op.body {
+        operation.insert(
+            "requestBody".into(),
+            json!({"required": true, "content": {"application/json": {"schema": reference(body)}}}),
+        );
+    }
+    let (status, schema) = op.answer;
+    let mut success = json!({"description": "success"});
+    if !schema.is_empty() || op.media != "application/json" {
+        let schema = match (op.page, schema) {
+            (true, schema) => json!({"type": "object", "required": ["items", "nextCursor"],
+                "properties": {"items": {"type": "array", "items": reference(schema)},
+                               "nextCursor": {"type": ["string", "null"]}}}),
+            (false, "") => json!({"type": "string"}),
+            (false, schema) => reference(schema),
+        };
+        success["content"] = json!({op.media: {"schema": schema}});
+    }
+    let mut responses = Map::new();
+    responses.insert(status.to_string(), success);
+    responses.insert(
+        "default".into(),
+        error_answer("an error of the API's error shape"),
+    );
+    operation.insert("responses".into(), Value::Object(responses));
+    let caller = op.caller(path);
+    let security = match caller {
+        Caller::Anyone => json!([]),
+        Caller::Tenant => json!([{"tenantToken": []}]),
+        Caller::Admin => json!([{"adminToken": []}]),
+    };
+    operation.insert("security".into(), security);
+    Value::Object(operation)
+}
+
+/// The OpenAPI 3.1 document of `routes`.
+pub fn document_of(routes: &[RouteDoc]) -> Value {
+    let mut paths = Map::new();
+    for route in routes {
+        let mut item = Map::new();
+        for op in &route.ops {
+            item.insert(op.method.to_ascii_lowercase(), operation(route.path, op));
+        }
+        paths.insert(route.path.to_owned(), Value::Object(item));
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "fronta",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Durable runs and automations for service desks. The contract is API.md; \
+                            docs/api-notes.md adds what it leaves open.",
+        },
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "tenantToken": {"type": "http", "scheme": "bearer",
+                                "description": "a tenant token: sees only its tenant"},
+                "adminToken": {"type": "http", "scheme": "bearer",
+                               "description": "the admin token (FRONTA_ADMIN_TOKEN)"},
+            },
+            "schemas": schemas(),
+        },
+    })
+}
+
+fn object(required: &[&str], properties: Value) -> Value {
+    json!({"type": "object", "required": required, "properties": properties})
+}
+
+fn schemas() -> Value {
+    let text = json!({"type": "string"});
+    let texts = json!({"type": "array", "items": {"type": "string"}});
+    let time = json!({"type": "string", "format": "date-time"});
+    let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
+    let named = json!({"type": ["object", "null"], "properties": {"id": text, "name": text}});
+    json!({
+        "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({
+            "code": text, "message": text}))})),
+        "RunAccepted": object(&["runId", "status"], json!({
+            "runId": text, "status": text, "duplicate": {"type": "boolean"}})),
+        "WebhookBody": {"type": "object", "description": "any JSON the automation's contract reads"},
+        "WebhookHelp": object(&["method", "url", "parameters"], json!({
+            "method": text, "url": text, "enabled": {"type": "boolean"},
+            "parameters": {"type": "array", "items": object(&["name", "path", "type", "required"], json!({
+                "name": text, "path": text, "type": text, "required": {"type": "boolean"}}))},
+            "exampleBody": {"type": "object"}})),
+        "NewTenant": object(&["name"], json!({"name": text})),
+        "Tenant": object(&["id", "name"], json!({"id": text, "name": text, "token": text})),
+        "Group": object(&["name"], json!({"id": text, "name": text})),
+        "Member": object(&["name"], json!({"id": text, "name": text, "email": {"type": ["string", "null"]},
+            "capacity": {"type": "integer"}})),
+        "TicketType": object(&["name", "statuses"], json!({"id": text, "name": text, "statuses": texts,
+            "fields": {"type": "array", "items": object(&["name", "type"], json!({"name": text, "type": text}))}})),
+        "Automation": object(&["name", "trigger", "steps"], json!({
+            "id": text, "name": text, "enabled": {"type": "boolean"},
+            "trigger": object(&["type"], json!({"type": {"enum": ["webhook", "event", "poll", "schedule", "manual"]}})),
+            "steps": {"type": "array", "items": {"type": "object"}},
+            "webhookUrl": text, "signed": {"type": "boolean"}})),
+        "Ticket": object(&["id", "number", "title"], json!({
+            "id": text, "number": text, "externalId": {"type": ["string", "null"]}, "title": text,
+            "type": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]},
+            "closed": {"type": "boolean"}, "tags": texts, "assignee": named,
+            "group": {"type": ["string", "null"]}, "fields": {"type": "object"},
+            "createdAt": time, "updatedAt": time,
+            "log": {"type": "array", "items": object(&["at", "kind", "message"], json!({
+                "at": time, "kind": text, "message": text, "runId": {"type": ["string", "null"]}}))}})),
+        "TicketPatch": object(&[], json!({"title": text, "type": text, "status": text,
+            "closed": {"type": "boolean"}, "tags": texts, "addTags": texts,
+            "assignee": {}, "group": {"type": ["string", "null"]}, "fields": {"type": "object"}})),
+        "Run": object(&["id", "kind", "status"], json!({
+            "id": text, "automationId": {"type": ["string", "null"]}, "kind": text, "trigger": text,
+            "status": {"enum": ["scheduled", "queued", "running", "completed", "failed", "cancelled"]},
+            "attempts": {"type": "integer"}, "maxRetries": {"type": "integer"},
+            "reclaims": {"type": "integer"}, "parks": {"type": "integer"},
+            "runAt": time, "createdAt": time, "startedAt": optional_time, "finishedAt": optional_time,
+            "lastError": {"type": ["string", "null"]}, "cancelRequested": {"type": "boolean"},
+            "steps": {"type": "array", "items": {"type": "object"}}})),
+        "CancelAnswer": object(&["runId", "cancel", "status"], json!({
+            "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
+        "Incident": object(&["id", "title", "impact", "status", "count"], json!({
+            "id": text, "title": text, "impact": text, "status": {"enum": ["open", "resolved"]},
+            "count": {"type": "integer"}, "ticket": {"type": ["string", "null"]},
+            "detail": {"description": "admin routes only"}})),
+        "Setup": object(&[], json!({
+            "groups": {"type": "array", "items": {"type": "object"}},
+            "ticketTypes": {"type": "array", "items": reference("TicketType")},
+            "automations": {"type": "array", "items": reference("Automation")}})),
+        "ApplyAnswer": object(&["groups", "ticketTypes", "automations"], json!({
+            "groups": {"type": "array", "items": {"type": "object"}},
+            "ticketTypes": {"type": "array", "items": {"type": "object"}},
+            "automations": {"type": "array", "items": {"type": "object"}}})),
+    })
+}
+
+/// `GET /api/openapi.json`: no token needed (it describes the API, not anyone's data).
+pub async fn document() -> Json<Value> {
+    Json(document_of(&crate::routes::route_docs()))
+}

@@ -1,0 +1,292 @@
+//! `GET /api/stream`: Server-Sent Events of one tenant — `run.queued`, `run.started`,
+//! `run.completed`, `run.failed`, `run.cancelled` (and `run.scheduled`), `ticket.created`,
+//! `ticket.changed`, `incident.opened`, `incident.updated`, `incident.resolved` — as
+//! `event: <name>` / `data: <json>` (a run as `GET /api/runs` lists it, a ticket without
+//! its log, an incident as its tenant sees it), with a keep-alive comment when idle.
+//!
+//! The [`Hub`] keeps one `tokio::sync::broadcast` channel per tenant that has a stream
+//! open. Two feeds fill it:
+//! - **in-process publishes** where the server sees things happen: webhook and manual
+//!   enqueues, retries and cancels, a person's ticket change (`PATCH /api/tickets/{id}`);
+//! - **a light poll** of the tenant (every `stream_poll_interval`, 500 ms): its newest
+//!   100 runs, newest 100 tickets and its incidents through the existing ports, compared
+//!   with what the stream last said. That is how the in-process worker's progress
+//!   (started, completed, tickets it wrote, incidents) reaches a stream — and the work of
+//!   a separate `fronta worker` process or another `fronta serve`.
+//!
+//! Limits (documented in `docs/api-notes.md`): the poll sees states, not transitions — a
+//! run that went queued → running → completed between two looks shows only
+//! `run.completed`; a change to a ticket older than the newest 100 is streamed only when
+//! made through this server's API; events reach a stream up to one poll interval late.
+//! A reader too slow for 1,024 buffered events gets a `: lagged` comment and misses them.
+//! The first look of a tenant's poll records what exists without emitting it: a stream
+//! carries what happens after it opened (no replay, no `Last-Event-ID`).
+//!
+//! Decision: the stream is tenant-scoped; the admin token is refused (401) like on every
+//! tenant route — an all-tenants stream would be a firehose with other tenants' data.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use chrono::{DateTime, Utc};
+use fronta_desk::store::TicketFilter;
+use fronta_desk::{Incident, IncidentId, IncidentStatus, TenantId, Ticket, TicketId};
+use fronta_engine::{Run, RunFilter, RunId, RunStatus};
+use futures_util::Stream;
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::app::App;
+use crate::auth::TenantAuth;
+use crate::wire::{RunView, incident_view, ticket_view};
+
+/// Events buffered per tenant for slow readers.
+const CHANNEL_CAPACITY: usize = 1024;
+/// How many of the newest runs and tickets one poll looks at.
+const POLL_WINDOW: usize = 100;
+
+/// One event of a stream.
+#[derive(Debug, Clone)]
+pub struct StreamEvent {
+    pub name: String,
+    pub data: Value,
+}
+
+/// The broadcast channels of the tenants with a stream open.
+#[derive(Debug, Default)]
+pub struct Hub {
+    tenants: Mutex<HashMap<TenantId, Arc<Channel>>>,
+    closed: AtomicBool,
+}
+
+#[derive(Debug)]
+struct Channel {
+    sender: broadcast::Sender<StreamEvent>,
+    seen: Mutex<Seen>,
+}
+
+/// What the stream last said about each thing, so neither feed repeats the other.
+#[derive(Debug, Default)]
+struct Seen {
+    runs: HashMap<RunId, RunStatus>,
+    tickets: HashMap<TicketId, DateTime<Utc>>,
+    incidents: HashMap<IncidentId, (IncidentStatus, u32, DateTime<Utc>)>,
+}
+
+fn run_event(status: RunStatus) -> &'static str {
+    match status {
+        RunStatus::Scheduled => "run.scheduled",
+        RunStatus::Queued => "run.queued",
+        RunStatus::Running => "run.started",
+        RunStatus::Completed => "run.completed",
+        RunStatus::Failed => "run.failed",
+        RunStatus::Cancelled => "run.cancelled",
+    }
+}
+
+impl Channel {
+    fn send(&self, name: &str, data: Value) {
+        // No receiver left is not an error: the poll notices and ends.
+        let _ = self.sender.send(StreamEvent {
+            name: name.to_owned(),
+            data,
+        });
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        // A panic while holding the lock left only a cache behind: keep using it.
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Emit `run.<status>` unless the stream said so already (`emit` false: only record).
+    fn run(&self, run: &Run, emit: bool) {
+        let previous = self.seen().runs.insert(run.id, run.status);
+        if emit && previous != Some(run.status) {
+            self.send(run_event(run.status), json_of(&RunView::of(run, false)));
+        }
+    }
+
+    fn ticket(&self, ticket: &Ticket, emit: bool) {
+        let previous = self.seen().tickets.insert(ticket.id, ticket.updated_at);
+        if !emit || previous == Some(ticket.updated_at) {
+            return;
+        }
+        let name = if previous.is_none() && ticket.created_at == ticket.updated_at {
+            "ticket.created"
+        } else {
+            "ticket.changed"
+        };
+        self.send(name, ticket_view(ticket, None));
+    }
+
+    fn incident(&self, incident: &Incident, emit: bool) {
+        let now = (incident.status, incident.count, incident.updated_at);
+        let previous = self.seen().incidents.insert(incident.id, now);
+        if !emit || previous == Some(now) {
+            return;
+        }
+        let name = match (previous, incident.status) {
+            (_, IncidentStatus::Resolved) => "incident.resolved",
+            (None, IncidentStatus::Open) => "incident.opened",
+            (Some(_), IncidentStatus::Open) => "incident.updated",
+        };
+        self.send(name, incident_view(incident));
+    }
+}
+
+fn json_of(view: &RunView) -> Value {
+    serde_json::to_value(view).unwrap_or(Value::Null)
+}
+
+impl Hub {
+    fn channel(&self, tenant: TenantId) -> Option<Arc<Channel>> {
+        self.lock().get(&tenant).cloned()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<TenantId, Arc<Channel>>> {
+        self.tenants
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ends every stream (their responses finish) and every poll; called on shutdown so
+    /// that open streams do not hold the graceful shutdown forever.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.lock().clear();
+    }
+
+    /// A receiver of `tenant`'s events. The first stream of a tenant records what exists
+    /// (without emitting it) before it returns, then starts the tenant's poll.
+    async fn subscribe(&self, app: &App, tenant: TenantId) -> broadcast::Receiver<StreamEvent> {
+        let (receiver, new_channel) = {
+            let mut tenants = self.lock();
+            if self.closed.load(Ordering::SeqCst) {
+                // A closed hub: a receiver whose sender is gone ends the stream at once.
+                return broadcast::channel(1).1;
+            }
+            match tenants.get(&tenant) {
+                Some(channel) => (channel.sender.subscribe(), None),
+                None => {
+                    let (sender, receiver) = broadcast::channel(CHANNEL_CAPACITY);
+                    let channel = Arc::new(Channel {
+                        sender,
+                        seen: Mutex::new(Seen::default()),
+                    });
+                    tenants.insert(tenant, channel.clone());
+                    (receiver, Some(channel))
+                }
+            }
+        };
+        if let Some(channel) = new_channel {
+            look(app, tenant, &channel, false).await;
+            tokio::spawn(poll(app.clone(), tenant, channel));
+        }
+        receiver
+    }
+
+    /// Tell `tenant`'s streams about run `id` (after an enqueue, retry or cancel here).
+    pub(crate) async fn run_changed(&self, app: &App, tenant: TenantId, id: RunId) {
+        let Some(channel) = self.channel(tenant) else {
+            return;
+        };
+        match app.runs().run_get(id).await {
+            Ok(Some(run)) => channel.run(&run, true),
+            Ok(None) => {}
+            Err(err) => tracing::debug!(run = %id, error = %err, "stream: run not read"),
+        }
+    }
+
+    /// Tell `tenant`'s streams about a ticket written here.
+    pub(crate) fn ticket_changed(&self, tenant: TenantId, ticket: &Ticket) {
+        if let Some(channel) = self.channel(tenant) {
+            channel.ticket(ticket, true);
+        }
+    }
+}
+
+/// The tenant's poll: every `stream_poll_interval` while anyone listens.
+async fn poll(app: App, tenant: TenantId, channel: Arc<Channel>) {
+    let mut every = tokio::time::interval(app.config().stream_poll_interval);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        let hub = &app.inner().hub;
+        if hub.closed.load(Ordering::SeqCst) {
+            return;
+        }
+        {
+            let mut tenants = hub.lock();
+            if channel.sender.receiver_count() == 0 {
+                if tenants
+                    .get(&tenant)
+                    .is_some_and(|current| Arc::ptr_eq(current, &channel))
+                {
+                    tenants.remove(&tenant);
+                }
+                return;
+            }
+        }
+        look(&app, tenant, &channel, true).await;
+    }
+}
+
+/// One look at the tenant's newest runs, tickets and incidents.
+async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
+    let filter = RunFilter {
+        tenant: Some(tenant.to_string()),
+        limit: POLL_WINDOW,
+        ..RunFilter::default()
+    };
+    match app.runs().run_list(filter).await {
+        // Oldest first, so a stream tells them in the order they happened.
+        Ok(runs) => runs.iter().rev().for_each(|run| channel.run(run, emit)),
+        Err(err) => tracing::debug!(error = %err, "stream poll: runs not listed"),
+    }
+    let filter = TicketFilter {
+        limit: POLL_WINDOW,
+        ..TicketFilter::default()
+    };
+    match app.desk().ticket_list(tenant, filter).await {
+        Ok(tickets) => tickets
+            .iter()
+            .rev()
+            .for_each(|ticket| channel.ticket(ticket, emit)),
+        Err(err) => tracing::debug!(error = %err, "stream poll: tickets not listed"),
+    }
+    match app.desk().incident_list(Some(tenant)).await {
+        Ok(incidents) => incidents
+            .iter()
+            .rev()
+            .for_each(|incident| channel.incident(incident, emit)),
+        Err(err) => tracing::debug!(error = %err, "stream poll: incidents not listed"),
+    }
+}
+
+/// `GET /api/stream`.
+pub async fn stream(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let receiver = app.inner().hub.subscribe(&app, tenant.id).await;
+    let events = futures_util::stream::unfold(receiver, |mut receiver| async move {
+        let event = match receiver.recv().await {
+            Ok(event) => Event::default()
+                .event(event.name)
+                .data(event.data.to_string()),
+            Err(broadcast::error::RecvError::Lagged(missed)) => {
+                Event::default().comment(format!("lagged: {missed} events missed"))
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        };
+        Some((Ok(event), receiver))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(app.config().stream_keep_alive))
+}
