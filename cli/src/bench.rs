@@ -54,6 +54,8 @@ pub struct BenchArgs {
 pub enum Workload {
     /// The order scenario: webhook → ticket → event → least-busy assignment.
     Automation(crate::bench_automation::AutomationBenchArgs),
+    /// Webhook ingestion over real HTTP: paced latency and throughput, no worker.
+    Webhook(crate::bench_webhook::WebhookBenchArgs),
 }
 
 #[derive(Debug, Serialize)]
@@ -145,8 +147,12 @@ async fn drain_in_processes(
 }
 
 pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
-    if let Some(Workload::Automation(automation)) = args.workload {
-        return crate::bench_automation::run(db, automation).await;
+    match args.workload {
+        Some(Workload::Automation(automation)) => {
+            return crate::bench_automation::run(db, automation).await;
+        }
+        Some(Workload::Webhook(webhook)) => return crate::bench_webhook::run(db, webhook).await,
+        None => {}
     }
     if args.runs == 0 || args.callers == 0 || args.in_flight == 0 {
         bail!("--runs, --callers and --in-flight must be at least 1");

@@ -1,9 +1,11 @@
-//! A very small HTTP/1.1 client for the demo: one request per connection
-//! (`Connection: close`), JSON in and out, over a plain tokio `TcpStream`.
+//! A very small HTTP/1.1 client for the demo and the benches, JSON in and out, over a
+//! plain tokio `TcpStream`: [`Client::call`] makes one request per connection
+//! (`Connection: close`); [`Connection`] keeps one keep-alive connection open and sends
+//! request after request on it (what `fronta bench webhook` measures with).
 //!
 //! Why hand-written: the demo only talks to our own server on localhost; a client crate
 //! (reqwest, hyper-util) would add a TLS stack and dozens of dependencies to the binary
-//! for a dozen plain requests. Left out: TLS, keep-alive, redirects, streaming bodies
+//! for a dozen plain requests. Left out: TLS, redirects, pipelining, streaming bodies
 //! (a chunked answer is read whole and decoded).
 
 use std::net::SocketAddr;
@@ -100,6 +102,117 @@ impl Client {
     }
 }
 
+/// One kept-alive HTTP/1.1 connection: requests go one after the other (no pipelining);
+/// each answer is read by its `Content-Length` (or its chunks), so the connection stays
+/// open for the next request. A server that closes it makes the next call fail.
+#[derive(Debug)]
+pub struct Connection {
+    stream: TcpStream,
+    host: String,
+    /// Bytes read past the end of the previous answer (none unless the server misbehaves).
+    buffer: Vec<u8>,
+}
+
+impl Connection {
+    pub async fn open(address: SocketAddr) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(address)
+            .await
+            .with_context(|| format!("connecting to {address}"))?;
+        // Small requests: send each at once instead of waiting for an ACK (Nagle).
+        stream.set_nodelay(true)?;
+        Ok(Self {
+            stream,
+            host: address.to_string(),
+            buffer: Vec::with_capacity(4096),
+        })
+    }
+
+    /// `method path` with an optional bearer token and a body already serialized as JSON;
+    /// `elapsed` runs from the first byte written to the last byte read.
+    pub async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        json_body: &[u8],
+    ) -> anyhow::Result<Answer> {
+        let mut request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n",
+            self.host,
+            json_body.len()
+        )
+        .into_bytes();
+        if !json_body.is_empty() {
+            request.extend_from_slice(b"Content-Type: application/json\r\n");
+        }
+        if let Some(token) = token {
+            request.extend_from_slice(format!("Authorization: Bearer {token}\r\n").as_bytes());
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(json_body);
+        let started = Instant::now();
+        self.stream.write_all(&request).await?;
+        let length = self.read_answer().await?;
+        let mut answer = parse(&self.buffer[..length])?;
+        self.buffer.drain(..length);
+        answer.elapsed = started.elapsed();
+        Ok(answer)
+    }
+
+    /// Read until `buffer` holds one whole answer; its length in bytes.
+    async fn read_answer(&mut self) -> anyhow::Result<usize> {
+        let mut chunk = [0u8; 8192];
+        loop {
+            if let Some(length) = answer_length(&self.buffer)? {
+                return Ok(length);
+            }
+            let read = self.stream.read(&mut chunk).await?;
+            if read == 0 {
+                bail!("the server closed the connection mid-answer");
+            }
+            self.buffer.extend_from_slice(&chunk[..read]);
+        }
+    }
+}
+
+/// The length of the first whole answer in `raw`, `None` while it is incomplete.
+fn answer_length(raw: &[u8]) -> anyhow::Result<Option<usize>> {
+    let Some(split) = raw.windows(4).position(|window| window == b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = std::str::from_utf8(&raw[..split]).context("headers are not UTF-8")?;
+    let body_start = split + 4;
+    let mut content_length = None;
+    let mut chunked = false;
+    for line in head.split("\r\n").skip(1) {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            content_length = Some(
+                value
+                    .trim()
+                    .parse::<usize>()
+                    .with_context(|| format!("a Content-Length {value:?}"))?,
+            );
+        } else if name.eq_ignore_ascii_case("transfer-encoding") && value.contains("chunked") {
+            chunked = true;
+        }
+    }
+    if chunked {
+        // The last chunk and the empty trailer end the answer.
+        let body = &raw[body_start..];
+        return Ok(body
+            .windows(5)
+            .position(|window| window == b"0\r\n\r\n")
+            .filter(|&at| at == 0 || body[..at].ends_with(b"\r\n"))
+            .map(|at| body_start + at + 5));
+    }
+    let length = body_start + content_length.unwrap_or(0);
+    Ok((raw.len() >= length).then_some(length))
+}
+
 /// An HTTP/1.1 answer read to its end.
 fn parse(raw: &[u8]) -> anyhow::Result<Answer> {
     let split = raw
@@ -175,5 +288,74 @@ mod tests {
             parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n{\"b\r\n4\r\n\":2}\r\n0\r\n\r\n")
                 .expect("parses");
         assert_eq!(chunked.json()["b"], 2, "chunks joined: {chunked:?}");
+    }
+
+    #[test]
+    fn answer_length_waits_for_the_whole_body_and_stops_at_its_end() {
+        let head = b"HTTP/1.1 202 Accepted\r\nContent-Length: 7\r\n\r\n";
+        let mut raw = head.to_vec();
+        assert_eq!(answer_length(&raw).expect("reads"), None, "no body yet");
+        raw.extend_from_slice(b"{\"a\":1}HTTP/1.1");
+        assert_eq!(
+            answer_length(&raw).expect("reads"),
+            Some(head.len() + 7),
+            "the answer ends after Content-Length bytes, not at the next one"
+        );
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(
+            answer_length(chunked).expect("reads"),
+            Some(chunked.len()),
+            "a chunked answer ends at its last chunk"
+        );
+        assert_eq!(
+            answer_length(&chunked[..chunked.len() - 2]).expect("reads"),
+            None,
+            "a chunked answer without its end is incomplete"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_connection_sends_many_requests_on_one_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let address = listener.local_addr().expect("an address");
+        let server = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("one connection");
+            let mut seen = Vec::new();
+            let mut answered = 0;
+            let mut chunk = [0u8; 1024];
+            while answered < 3 {
+                let read = socket.read(&mut chunk).await.expect("reads");
+                seen.extend_from_slice(&chunk[..read]);
+                // Each request here has a 2-byte body after its headers.
+                while let Some(end) = seen.windows(4).position(|w| w == b"\r\n\r\n") {
+                    if seen.len() < end + 6 {
+                        break;
+                    }
+                    seen.drain(..end + 6);
+                    answered += 1;
+                    let answer = format!(
+                        "HTTP/1.1 202 Accepted\r\nContent-Length: 7\r\n\r\n{{\"n\":{answered}}}"
+                    );
+                    socket.write_all(answer.as_bytes()).await.expect("writes");
+                }
+            }
+        });
+        let mut connection = Connection::open(address).await.expect("connects");
+        for n in 1..=3 {
+            let answer = tokio::time::timeout(
+                Duration::from_secs(5),
+                connection.send("POST", "/x", None, b"{}"),
+            )
+            .await
+            .expect("an answer within 5 s")
+            .expect("an answer");
+            assert_eq!(answer.status, 202, "answer {n}");
+            assert_eq!(answer.json()["n"], n, "answer {n} in order on one socket");
+        }
+        server
+            .await
+            .expect("the server saw three requests on one connection");
     }
 }

@@ -7,6 +7,7 @@
 
 mod bench;
 mod bench_automation;
+mod bench_webhook;
 mod demo;
 mod demo_engine;
 mod duration;

@@ -275,3 +275,39 @@ fn two_worker_processes_share_one_database_file() {
         "no run was taken from a live worker: {after}"
     );
 }
+
+#[test]
+fn the_webhook_bench_runs_over_http_and_checks_every_accepted_run() {
+    let output = Command::new(FRONTA)
+        .args([
+            "bench",
+            "webhook",
+            "--seconds",
+            "1",
+            "--requests",
+            "500",
+            "--connections",
+            "4",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta bench webhook");
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "bench webhook failed:\n{text}\n{}",
+        stderr(&output)
+    );
+    assert!(
+        text.contains("paced") && text.contains("p99") && text.contains("req/s"),
+        "the figures are printed:\n{text}"
+    );
+    assert!(
+        text.contains("check        ok"),
+        "the check passed and is printed:\n{text}"
+    );
+    assert!(
+        text.contains("1500 answered 202") && text.contains("1500 runs queued in the store"),
+        "1,000 paced + 500 throughput requests, each a queued run:\n{text}"
+    );
+}

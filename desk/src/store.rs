@@ -112,6 +112,12 @@ pub struct IncidentReport {
 /// - `ticket_assign_least_busy` picks by [`crate::rules::least_busy`] over the group's
 ///   members and their open tickets, in one atomic step (two concurrent calls count each
 ///   other's assignment).
+/// - `ticket_type_update` changes only what it is given (`None` keeps it) and checks the
+///   new definition as a create does; the name stays unique in the tenant (`Conflict`); a
+///   status that an open ticket of the type still holds cannot be removed (`Invalid`,
+///   naming the status); a rename carries to the `type` of every ticket of the type, in
+///   the same transaction (no log line, no event: the tickets did not change). Closed
+///   tickets may keep a status the type no longer lists.
 /// - Incidents: while an incident with the same `cause` is open in the tenant, a report
 ///   bumps its `count` (and `updated_at`) instead of opening another.
 /// - Stores may be given an event sink: then every ticket write that changed something
@@ -166,6 +172,15 @@ pub trait DeskStore: Send + Sync + 'static {
     async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>>;
     async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType>;
     async fn ticket_type_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<TicketType>;
+    /// Rename a type or replace its statuses or fields; see the contract.
+    async fn ticket_type_update(
+        &self,
+        tenant: TenantId,
+        id: TicketTypeId,
+        name: Option<&str>,
+        statuses: Option<&[String]>,
+        fields: Option<&[FieldDef]>,
+    ) -> DeskResult<TicketType>;
 
     async fn ticket_upsert(
         &self,

@@ -396,6 +396,81 @@ async fn ticket_types_are_created_listed_and_read() {
 }
 
 #[tokio::test]
+async fn ticket_types_are_patched_and_a_rename_reaches_their_tickets() {
+    let harness = Harness::new();
+    let (tenant, token) = harness.tenant("Acme").await;
+    let created = harness
+        .post("/api/ticket-types", &token, order_type())
+        .await;
+    harness
+        .post(
+            "/api/ticket-types",
+            &token,
+            json!({"name": "error", "statuses": ["new"]}),
+        )
+        .await;
+    let path = format!("/api/ticket-types/{}", created.text("id"));
+    let ticket_id = ticket(&harness, tenant, "o-1").await;
+    let patch = |body: Value| harness.call(Method::PATCH, &path, Some(&token), Some(body));
+
+    let refused = patch(json!({"statuses": ["shipped"]})).await;
+    assert_eq!(
+        refused.status,
+        StatusCode::BAD_REQUEST,
+        "400: {}",
+        refused.json
+    );
+    assert!(
+        refused.json["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("waiting-to-pack")),
+        "the refusal names the held status: {}",
+        refused.json
+    );
+    let taken = patch(json!({"name": "error"})).await;
+    assert_eq!(taken.status, StatusCode::CONFLICT, "409: {}", taken.json);
+    let unknown = patch(json!({"colour": "red"})).await;
+    assert_eq!(
+        unknown.status,
+        StatusCode::BAD_REQUEST,
+        "an unknown field: {}",
+        unknown.json
+    );
+
+    let renamed = patch(json!({"name": "purchase",
+                               "statuses": ["waiting-to-pack", "shipped", "returned"]}))
+    .await;
+    assert_eq!(renamed.status, StatusCode::OK, "200: {}", renamed.json);
+    assert_eq!(
+        (
+            &renamed.json["name"],
+            &renamed.json["statuses"],
+            &renamed.json["fields"]
+        ),
+        (
+            &json!("purchase"),
+            &json!(["waiting-to-pack", "shipped", "returned"]),
+            &json!([{"name": "amount", "type": "number"}])
+        ),
+        "renamed, statuses replaced, fields kept: {}",
+        renamed.json
+    );
+    assert_eq!(
+        harness.get(&path, &token).await.json,
+        renamed.json,
+        "the change reads back"
+    );
+    let ticket = harness
+        .get(&format!("/api/tickets/{ticket_id}"), &token)
+        .await;
+    assert_eq!(
+        ticket.json["type"], "purchase",
+        "the ticket carries the new name: {}",
+        ticket.json
+    );
+}
+
+#[tokio::test]
 async fn automations_are_created_read_replaced_paused_and_deleted() {
     let harness = Harness::new();
     let (_, token) = harness.tenant("Acme").await;
@@ -1229,7 +1304,62 @@ async fn apply_checks_everything_before_writing_anything() {
     assert_eq!(
         reply.status,
         StatusCode::UNPROCESSABLE_ENTITY,
-        "a changed type: {}",
+        "a changed type its automation's status is not in: {}",
+        reply.json
+    );
+    assert!(
+        reply.json["error"]["problems"][0]["path"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("automations[0]")),
+        "the automation is checked against the changed type: {}",
+        reply.json
+    );
+}
+
+#[tokio::test]
+async fn apply_updates_an_existing_ticket_type_unless_open_tickets_hold_a_removed_status() {
+    let harness = Harness::new();
+    let (tenant, token) = harness.tenant("Acme").await;
+    harness.post("/api/apply", &token, setup()).await;
+    let mut more = setup();
+    more["ticketTypes"][0]["statuses"] = json!(["waiting-to-pack", "shipped", "returned"]);
+    let reply = harness.post("/api/apply", &token, more).await;
+    assert_eq!(reply.status, StatusCode::OK, "applied: {}", reply.json);
+    assert_eq!(
+        reply.json["ticketTypes"][0]["action"], "updated",
+        "the type is updated: {}",
+        reply.json
+    );
+    let types = items(&harness.get("/api/ticket-types", &token).await);
+    assert_eq!(
+        types[0]["statuses"],
+        json!(["waiting-to-pack", "shipped", "returned"]),
+        "the statuses are the setup's"
+    );
+
+    ticket(&harness, tenant, "o-1").await;
+    let mut fewer = setup();
+    fewer["ticketTypes"][0]["statuses"] = json!(["waiting-to-pack"]);
+    let reply = harness.post("/api/apply", &token, fewer).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "removing unheld statuses: {}",
+        reply.json
+    );
+    let mut held = setup();
+    held["ticketTypes"][0]["statuses"] = json!(["shipped"]);
+    held["automations"] = json!([]);
+    let reply = harness.post("/api/apply", &token, held).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "a status an open ticket holds: {}",
+        reply.json
+    );
+    assert_eq!(
+        reply.json["error"]["problems"][0]["path"], "ticketTypes[0]",
+        "the problem is at the type: {}",
         reply.json
     );
 }
@@ -1266,6 +1396,11 @@ fn routes_with_ids(ids: &BTreeMap<&str, String>) -> Vec<(Method, String, Option<
         ),
         (Method::DELETE, format!("/api/groups/{g}/members/{m}"), None),
         (Method::GET, format!("/api/ticket-types/{t}"), None),
+        (
+            Method::PATCH,
+            format!("/api/ticket-types/{t}"),
+            Some(json!({"name": "x"})),
+        ),
         (Method::GET, format!("/api/automations/{a}"), None),
         (
             Method::PUT,

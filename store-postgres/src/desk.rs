@@ -26,6 +26,11 @@
 //!    before, and no concurrent assignment on the group can commit until it does. The
 //!    triggers of migration 4 then change only rows this write holds.
 //!
+//! Ticket writes that name a type lock its row `FOR SHARE` (step 3);
+//! `ticket_type_update` locks it `FOR UPDATE` first, then counts the open tickets holding
+//! a status it removes and renames the tickets' `type_name`: a rename racing a write on a
+//! ticket of that type can meet a deadlock (broken by Postgres, `Unavailable`).
+//!
 //! Deleting a member or a group locks the member (and group) rows first, then the open
 //! tickets it unassigns, then their counts. A write racing a delete of the member it
 //! assigns on the very ticket the delete unassigns can still meet a deadlock, which
@@ -193,6 +198,37 @@ pub(crate) fn check_text(what: &str, text: &str) -> DeskSql<()> {
     } else {
         Ok(())
     }
+}
+
+/// A ticket type's name, statuses and fields as a create or an update must give them:
+/// names of 1–200 characters, no status and no field twice.
+fn check_type_definition(name: &str, statuses: &[String], fields: &[FieldDef]) -> DeskSql<()> {
+    check_name(TICKET_TYPE, name)?;
+    for (idx, status) in statuses.iter().enumerate() {
+        check_name("status", status)?;
+        if statuses[..idx].contains(status) {
+            return Err(invalid(format!(
+                "status {status:?} is listed twice in ticket type {name:?}"
+            )));
+        }
+    }
+    for (idx, field) in fields.iter().enumerate() {
+        check_name("field", &field.name)?;
+        if fields[..idx].iter().any(|seen| seen.name == field.name) {
+            return Err(invalid(format!(
+                "field {:?} is listed twice in ticket type {name:?}",
+                field.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of an update that removes `status` while open tickets hold it.
+fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
+    invalid(format!(
+        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
+    ))
 }
 
 pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
@@ -523,11 +559,19 @@ async fn member_get(
         .ok_or(DeskError::NotFound(MEMBER))
 }
 
-async fn type_get(db: &mut Db<'_>, tenant: TenantId, id: TicketTypeId) -> DeskSql<TicketType> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        type_columns!(),
-        " FROM desk_ticket_types WHERE tenant = $1 AND id = $2"
+async fn type_get(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: TicketTypeId,
+    lock: Lock,
+) -> DeskSql<TicketType> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            type_columns!(),
+            " FROM desk_ticket_types WHERE tenant = $1 AND id = $2"
+        )
     ))
     .bind(tenant.0)
     .bind(id.0)
@@ -541,11 +585,19 @@ async fn type_get(db: &mut Db<'_>, tenant: TenantId, id: TicketTypeId) -> DeskSq
 }
 
 /// Ticket types are never renamed or deleted, so no lookup of one locks it.
-async fn type_by_name(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<TicketType> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        type_columns!(),
-        " FROM desk_ticket_types WHERE tenant = $1 AND name = $2"
+async fn type_by_name(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    name: &str,
+    lock: Lock,
+) -> DeskSql<TicketType> {
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            type_columns!(),
+            " FROM desk_ticket_types WHERE tenant = $1 AND name = $2"
+        )
     ))
     .bind(tenant.0)
     .bind(name)
@@ -671,7 +723,9 @@ async fn check_ticket(db: &mut Db<'_>, tenant: TenantId, ticket: &Ticket) -> Des
              (set its type first)"
         )));
     };
-    let ticket_type = type_by_name(db, tenant, type_name).await?;
+    // FOR SHARE: an update removing this status waits for this write, or this write
+    // for it (and then sees the status gone).
+    let ticket_type = type_by_name(db, tenant, type_name, Lock::Share).await?;
     rules::check_status(&ticket_type.name, &ticket_type.statuses, status).map_err(invalid)
 }
 
@@ -757,8 +811,8 @@ async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
     )))
 }
 
-/// The type and group an upsert or change names must exist in the tenant; the group is
-/// locked `FOR SHARE` (a rename or delete of it waits for this write).
+/// The type and group an upsert or change names must exist in the tenant; both are
+/// locked `FOR SHARE` (a rename or delete of them waits for this write).
 async fn check_references(
     db: &mut Db<'_>,
     tenant: TenantId,
@@ -766,7 +820,7 @@ async fn check_references(
     group: Option<&str>,
 ) -> DeskSql<()> {
     if let Some(name) = ticket_type {
-        type_by_name(db, tenant, name).await?;
+        type_by_name(db, tenant, name, Lock::Share).await?;
     }
     if let Some(name) = group {
         group_by_name(db, tenant, name, Lock::Share).await?;
@@ -1718,24 +1772,7 @@ impl DeskStore for PgStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        check_name(TICKET_TYPE, name)?;
-        for (idx, status) in statuses.iter().enumerate() {
-            check_name("status", status)?;
-            if statuses[..idx].contains(status) {
-                return Err(invalid(format!(
-                    "status {status:?} is listed twice in ticket type {name:?}"
-                )));
-            }
-        }
-        for (idx, field) in fields.iter().enumerate() {
-            check_name("field", &field.name)?;
-            if fields[..idx].iter().any(|seen| seen.name == field.name) {
-                return Err(invalid(format!(
-                    "field {:?} is listed twice in ticket type {name:?}",
-                    field.name
-                )));
-            }
-        }
+        check_type_definition(name, statuses, fields)?;
         let ticket_type = TicketType {
             id: TicketTypeId::new(),
             tenant,
@@ -1747,7 +1784,7 @@ impl DeskStore for PgStore {
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;
         let exists = || format!("ticket type {:?} already exists", ticket_type.name);
-        if taken(type_by_name(&mut db, tenant, &ticket_type.name).await)? {
+        if taken(type_by_name(&mut db, tenant, &ticket_type.name, Lock::None).await)? {
             return Err(DeskError::Conflict(exists()));
         }
         let now = db.now().await?;
@@ -1788,12 +1825,91 @@ impl DeskStore for PgStore {
 
     async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType> {
         let mut conn = self.desk_connection().await?;
-        type_get(&mut Db::new(&mut conn, self), tenant, id).await
+        type_get(&mut Db::new(&mut conn, self), tenant, id, Lock::None).await
     }
 
     async fn ticket_type_by_name(&self, tenant: TenantId, name: &str) -> DeskResult<TicketType> {
         let mut conn = self.desk_connection().await?;
-        type_by_name(&mut Db::new(&mut conn, self), tenant, name).await
+        type_by_name(&mut Db::new(&mut conn, self), tenant, name, Lock::None).await
+    }
+
+    async fn ticket_type_update(
+        &self,
+        tenant: TenantId,
+        id: TicketTypeId,
+        name: Option<&str>,
+        statuses: Option<&[String]>,
+        fields: Option<&[FieldDef]>,
+    ) -> DeskResult<TicketType> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        // FOR UPDATE: ticket writes check statuses under FOR SHARE of this row, so none
+        // can set a status this update removes between the count below and the commit.
+        let old = type_get(&mut db, tenant, id, Lock::Update).await?;
+        let new = TicketType {
+            id,
+            tenant,
+            name: name.map_or_else(|| old.name.clone(), str::to_owned),
+            statuses: statuses.map_or_else(|| old.statuses.clone(), <[String]>::to_vec),
+            fields: fields.map_or_else(|| old.fields.clone(), <[FieldDef]>::to_vec),
+        };
+        check_type_definition(&new.name, &new.statuses, &new.fields)?;
+        if new == old {
+            return Ok(new);
+        }
+        let renamed = new.name != old.name;
+        let exists = || format!("ticket type {:?} already exists", new.name);
+        if renamed && taken(type_by_name(&mut db, tenant, &new.name, Lock::None).await)? {
+            return Err(DeskError::Conflict(exists()));
+        }
+        for removed in old.statuses.iter().filter(|s| !new.statuses.contains(s)) {
+            let held: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM desk_tickets \
+                 WHERE tenant = $1 AND type_name = $2 AND status = $3 AND NOT closed",
+            )
+            .bind(tenant.0)
+            .bind(&old.name)
+            .bind(removed)
+            .fetch_one(db.c())
+            .await
+            .map_err(sql_err)?;
+            if held > 0 {
+                return Err(status_still_held(&old.name, removed, held));
+            }
+        }
+        let updated = sqlx::query(
+            "UPDATE desk_ticket_types SET name = $3, statuses = $4, fields = $5 \
+             WHERE tenant = $1 AND id = $2",
+        )
+        .bind(tenant.0)
+        .bind(id.0)
+        .bind(&new.name)
+        .bind(Json(&new.statuses))
+        .bind(Json(&new.fields))
+        .execute(db.c())
+        .await;
+        match updated {
+            // A concurrent create took the name after the look above.
+            Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
+                return Err(DeskError::Conflict(exists()));
+            }
+            other => {
+                other.map_err(sql_err)?;
+            }
+        }
+        if renamed {
+            sqlx::query(
+                "UPDATE desk_tickets SET type_name = $3 WHERE tenant = $1 AND type_name = $2",
+            )
+            .bind(tenant.0)
+            .bind(&old.name)
+            .bind(&new.name)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        }
+        self.desk_commit(tx).await?;
+        Ok(new)
     }
 
     async fn ticket_upsert(

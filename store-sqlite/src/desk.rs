@@ -135,6 +135,37 @@ fn check_text(what: &str, text: &str) -> DeskSql<()> {
     }
 }
 
+/// A ticket type's name, statuses and fields as a create or an update must give them:
+/// names of 1–200 characters, no status and no field twice.
+fn check_type_definition(name: &str, statuses: &[String], fields: &[FieldDef]) -> DeskSql<()> {
+    check_name(TICKET_TYPE, name)?;
+    for (idx, status) in statuses.iter().enumerate() {
+        check_name("status", status)?;
+        if statuses[..idx].contains(status) {
+            return Err(invalid(format!(
+                "status {status:?} is listed twice in ticket type {name:?}"
+            )));
+        }
+    }
+    for (idx, field) in fields.iter().enumerate() {
+        check_name("field", &field.name)?;
+        if fields[..idx].iter().any(|seen| seen.name == field.name) {
+            return Err(invalid(format!(
+                "field {:?} is listed twice in ticket type {name:?}",
+                field.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of an update that removes `status` while open tickets hold it.
+fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
+    invalid(format!(
+        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
+    ))
+}
+
 pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
     rules::check_name(what, name).map_err(invalid)
 }
@@ -1332,24 +1363,7 @@ impl DeskStore for SqliteStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        check_name(TICKET_TYPE, name)?;
-        for (idx, status) in statuses.iter().enumerate() {
-            check_name("status", status)?;
-            if statuses[..idx].contains(status) {
-                return Err(invalid(format!(
-                    "status {status:?} is listed twice in ticket type {name:?}"
-                )));
-            }
-        }
-        for (idx, field) in fields.iter().enumerate() {
-            check_name("field", &field.name)?;
-            if fields[..idx].iter().any(|seen| seen.name == field.name) {
-                return Err(invalid(format!(
-                    "field {:?} is listed twice in ticket type {name:?}",
-                    field.name
-                )));
-            }
-        }
+        check_type_definition(name, statuses, fields)?;
         let ticket_type = TicketType {
             id: TicketTypeId::new(),
             tenant,
@@ -1412,6 +1426,78 @@ impl DeskStore for SqliteStore {
         let name = name.to_owned();
         self.desk_read(move |conn| type_by_name(conn, tenant, &name))
             .await
+    }
+
+    async fn ticket_type_update(
+        &self,
+        tenant: TenantId,
+        id: TicketTypeId,
+        name: Option<&str>,
+        statuses: Option<&[String]>,
+        fields: Option<&[FieldDef]>,
+    ) -> DeskResult<TicketType> {
+        let name = name.map(str::to_owned);
+        let statuses = statuses.map(<[String]>::to_vec);
+        let fields = fields.map(<[FieldDef]>::to_vec);
+        self.desk_write(move |conn, _now| {
+            let old = type_get(conn, tenant, id)?;
+            let new = TicketType {
+                id,
+                tenant,
+                name: name.unwrap_or_else(|| old.name.clone()),
+                statuses: statuses.unwrap_or_else(|| old.statuses.clone()),
+                fields: fields.unwrap_or_else(|| old.fields.clone()),
+            };
+            check_type_definition(&new.name, &new.statuses, &new.fields)?;
+            if new == old {
+                return Ok(new);
+            }
+            let renamed = new.name != old.name;
+            if renamed && taken(type_by_name(conn, tenant, &new.name))? {
+                return Err(DeskError::Conflict(format!(
+                    "ticket type {:?} already exists",
+                    new.name
+                )));
+            }
+            for removed in old.statuses.iter().filter(|s| !new.statuses.contains(s)) {
+                let held: i64 = conn
+                    .prepare_cached(
+                        "SELECT count(*) FROM desk_tickets \
+                         WHERE tenant = ?1 AND type_name = ?2 AND status = ?3 AND closed = 0",
+                    )
+                    .and_then(|mut stmt| {
+                        stmt.query_row(params![key(&tenant.0), old.name, removed], |row| row.get(0))
+                    })
+                    .map_err(sql_err)?;
+                if held > 0 {
+                    return Err(status_still_held(&old.name, removed, held));
+                }
+            }
+            let (statuses_json, fields_json) = (to_json(&new.statuses)?, to_json(&new.fields)?);
+            conn.prepare_cached(
+                "UPDATE desk_ticket_types SET name = ?3, statuses = ?4, fields = ?5 \
+                 WHERE tenant = ?1 AND id = ?2",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key(&tenant.0),
+                    key(&id.0),
+                    new.name,
+                    statuses_json,
+                    fields_json,
+                ])
+            })
+            .map_err(sql_err)?;
+            if renamed {
+                conn.prepare_cached(
+                    "UPDATE desk_tickets SET type_name = ?3 WHERE tenant = ?1 AND type_name = ?2",
+                )
+                .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), old.name, new.name]))
+                .map_err(sql_err)?;
+            }
+            Ok(new)
+        })
+        .await
     }
 
     async fn ticket_upsert(

@@ -1736,6 +1736,252 @@ pub async fn changing_the_type_rechecks_the_current_status(factory: &dyn DeskSto
     );
 }
 
+/// `ticket_type_update` changes what it is given and keeps the rest; it checks the new
+/// definition like a create; an unknown id or one of another tenant is `NotFound`.
+pub async fn ticket_type_update_changes_only_what_it_is_given(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let (order_type, _) = desk.types(desk.acme).await;
+    let statuses = vec![
+        WAITING.to_string(),
+        SHIPPED.to_string(),
+        "returned".to_string(),
+    ];
+    let updated = desk
+        .store
+        .ticket_type_update(desk.acme, order_type.id, None, Some(&statuses), None)
+        .await
+        .expect("a status is added");
+    assert_eq!(
+        (
+            updated.name.as_str(),
+            updated.statuses.clone(),
+            updated.fields.clone()
+        ),
+        (ORDER, statuses.clone(), order_type.fields.clone()),
+        "the statuses are replaced, name and fields kept"
+    );
+    let fields = vec![FieldDef {
+        name: "weight".into(),
+        field_type: FieldType::Number,
+    }];
+    let updated = desk
+        .store
+        .ticket_type_update(desk.acme, order_type.id, None, None, Some(&fields))
+        .await
+        .expect("the fields are replaced");
+    assert_eq!(
+        (updated.statuses.clone(), updated.fields.clone()),
+        (statuses, fields),
+        "the fields are replaced, the statuses kept"
+    );
+    assert_eq!(
+        desk.store.ticket_type_get(desk.acme, order_type.id).await,
+        Ok(updated.clone()),
+        "the update reads back"
+    );
+    assert_eq!(
+        desk.store
+            .ticket_type_update(desk.acme, order_type.id, Some(ORDER), None, None)
+            .await,
+        Ok(updated),
+        "an update to what is there already changes nothing and succeeds"
+    );
+    assert_invalid(
+        desk.store
+            .ticket_type_update(
+                desk.acme,
+                order_type.id,
+                None,
+                Some(&[NEW.into(), NEW.into()]),
+                None,
+            )
+            .await,
+        "a status listed twice",
+    );
+    assert_invalid(
+        desk.store
+            .ticket_type_update(desk.acme, order_type.id, Some(""), None, None)
+            .await,
+        "an empty name",
+    );
+    assert_not_found(
+        desk.store
+            .ticket_type_update(desk.globex, order_type.id, Some("mine"), None, None)
+            .await,
+        "a type of another tenant",
+    );
+    assert_not_found(
+        desk.store
+            .ticket_type_update(desk.acme, TicketTypeId::new(), Some("ghost"), None, None)
+            .await,
+        "an unknown type",
+    );
+}
+
+/// A rename may not take the name of another type of the tenant (`Conflict`); another
+/// tenant's names do not count.
+pub async fn ticket_type_update_keeps_names_unique_within_a_tenant(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let (order_type, _) = desk.types(desk.acme).await;
+    desk.types(desk.globex).await;
+    assert_conflict(
+        desk.store
+            .ticket_type_update(desk.acme, order_type.id, Some(ERROR), None, None)
+            .await,
+        "a rename onto the name of another type",
+    );
+    assert_eq!(
+        desk.store
+            .ticket_type_by_name(desk.acme, ORDER)
+            .await
+            .map(|found| found.id),
+        Ok(order_type.id),
+        "the refused rename changed nothing"
+    );
+    let renamed = desk
+        .store
+        .ticket_type_update(desk.acme, order_type.id, Some("purchase"), None, None)
+        .await
+        .expect("a free name is taken");
+    assert_eq!(renamed.name, "purchase", "the type is renamed");
+    assert!(
+        desk.store
+            .ticket_type_by_name(desk.globex, ORDER)
+            .await
+            .is_ok(),
+        "the other tenant's type of the old name is untouched"
+    );
+}
+
+/// A status that an open ticket of the type holds cannot be removed (`Invalid`, naming
+/// it); once the ticket is closed, it can.
+pub async fn ticket_type_update_keeps_statuses_open_tickets_hold(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let (order_type, error) = desk.types(desk.acme).await;
+    let ticket = desk.upsert(desk.acme, order("o-1")).await.ticket;
+    let message = assert_invalid(
+        desk.store
+            .ticket_type_update(
+                desk.acme,
+                order_type.id,
+                None,
+                Some(&[SHIPPED.into()]),
+                None,
+            )
+            .await,
+        "removing the status an open ticket holds",
+    );
+    assert!(
+        message.contains(WAITING),
+        "the message names the held status: {message}"
+    );
+    assert_eq!(
+        desk.store.ticket_type_get(desk.acme, order_type.id).await,
+        Ok(order_type.clone()),
+        "the refused update changed nothing"
+    );
+    desk.store
+        .ticket_type_update(desk.acme, error.id, None, Some(&[FIXED.into()]), None)
+        .await
+        .expect("another type's status no ticket holds is removed");
+    desk.change(
+        desk.acme,
+        ticket.id,
+        TicketChange {
+            closed: Some(true),
+            ..TicketChange::default()
+        },
+    )
+    .await;
+    let updated = desk
+        .store
+        .ticket_type_update(
+            desk.acme,
+            order_type.id,
+            None,
+            Some(&[SHIPPED.into()]),
+            None,
+        )
+        .await
+        .expect("a status only closed tickets hold is removed");
+    assert_eq!(
+        updated.statuses,
+        vec![SHIPPED.to_string()],
+        "the status is gone from the type"
+    );
+    assert_eq!(
+        desk.store
+            .ticket_get(desk.acme, ticket.id)
+            .await
+            .map(|ticket| ticket.status),
+        Ok(Some(WAITING.to_string())),
+        "the closed ticket keeps its status"
+    );
+}
+
+/// A rename carries to the `type` of every ticket of the type, and statuses are then
+/// checked against the renamed type.
+pub async fn ticket_type_rename_carries_to_its_tickets(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let (order_type, _) = desk.types(desk.acme).await;
+    desk.types(desk.globex).await;
+    let first = desk.upsert(desk.acme, order("o-1")).await.ticket;
+    let second = desk.upsert(desk.acme, order("o-2")).await.ticket;
+    let theirs = desk.upsert(desk.globex, order("o-1")).await.ticket;
+    desk.store
+        .ticket_type_update(desk.acme, order_type.id, Some("purchase"), None, None)
+        .await
+        .expect("the type is renamed");
+    for ticket in [&first, &second] {
+        assert_eq!(
+            desk.store
+                .ticket_get(desk.acme, ticket.id)
+                .await
+                .map(|ticket| ticket.ticket_type),
+            Ok(Some("purchase".to_string())),
+            "ticket {} carries the new name",
+            ticket.number
+        );
+    }
+    let by_type = |name: &str| TicketFilter {
+        ticket_type: Some(name.to_string()),
+        ..TicketFilter::default()
+    };
+    assert_eq!(
+        desk.list(desk.acme, by_type("purchase")).await.len(),
+        2,
+        "both tickets list under the new name"
+    );
+    assert_eq!(
+        desk.list(desk.acme, by_type(ORDER)).await.len(),
+        0,
+        "none under the old name"
+    );
+    assert_eq!(
+        desk.store
+            .ticket_get(desk.globex, theirs.id)
+            .await
+            .map(|ticket| ticket.ticket_type),
+        Ok(Some(ORDER.to_string())),
+        "the other tenant's ticket keeps its type"
+    );
+    let write = desk
+        .change(
+            desk.acme,
+            first.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                ..TicketChange::default()
+            },
+        )
+        .await;
+    assert_eq!(
+        write.ticket.status.as_deref(),
+        Some(SHIPPED),
+        "a status of the renamed type is accepted on its ticket"
+    );
+}
+
 /// A refused ticket write leaves no trace: no number spent, no row changed, no log line.
 pub async fn refused_ticket_write_leaves_no_trace(factory: &dyn DeskStoreFactory) {
     let desk = Desk::open(factory).await;

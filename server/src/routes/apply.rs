@@ -12,8 +12,11 @@
 //!   stay as they are.
 //! - A member is matched by name within its group; `email` and `capacity` are updated
 //!   when given (`capacity` defaults to the route's default for new members).
-//! - A ticket type cannot be changed yet (the desk port has no update): an existing type
-//!   with other statuses or fields is a problem, not a silent no-op.
+//! - An existing ticket type with other statuses or fields is updated to the setup's
+//!   (`ticket_type_update`); automations are validated against the updated statuses.
+//!   The store refuses removing a status open tickets still hold (422 `invalid_setup`
+//!   naming it at `ticketTypes[i]`); types are written first, so such a refusal comes
+//!   before groups and automations are touched.
 //! - The writes are not one transaction (the ports have none across resources); after a
 //!   failure midway, applying the same setup again finishes the job.
 //!
@@ -26,7 +29,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use fronta_automation::store::StoredAutomation;
 use fronta_automation::{Automation, Problem, ValidationContext};
-use fronta_desk::{Group, TenantId};
+use fronta_desk::{DeskError, Group, TenantId};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -111,23 +114,8 @@ pub async fn apply(
         .iter()
         .map(|t| (t.name.clone(), t.statuses.clone()))
         .collect();
-    for (index, wanted) in setup.ticket_types.iter().enumerate() {
-        match existing_types.iter().find(|t| t.name == wanted.name) {
-            Some(found) if found.statuses != wanted.statuses || found.fields != wanted.fields => {
-                problems.push(Problem::new(
-                    format!("ticketTypes[{index}]"),
-                    format!(
-                        "the ticket type \"{}\" exists with other statuses or fields; changing a \
-                         ticket type is not supported yet",
-                        wanted.name
-                    ),
-                ));
-            }
-            Some(_) => {}
-            None => {
-                statuses.insert(wanted.name.clone(), wanted.statuses.clone());
-            }
-        }
+    for wanted in &setup.ticket_types {
+        statuses.insert(wanted.name.clone(), wanted.statuses.clone());
     }
     let context = ValidationContext {
         ticket_types: statuses,
@@ -167,16 +155,33 @@ pub async fn apply(
         return Err(ApiError::InvalidSetup(problems));
     }
 
-    // Write: groups and members, types, then automations (they may name both).
-    let mut groups = Vec::new();
-    let existing_groups = desk.group_list(tenant.id).await?;
-    for wanted in &setup.groups {
-        groups.push(apply_group(&app, tenant.id, &existing_groups, wanted).await?);
-    }
+    // Write: types (an update the store refuses stops here, before anything else),
+    // groups and members, then automations (they may name both).
     let mut types = Vec::new();
-    for wanted in &setup.ticket_types {
+    for (index, wanted) in setup.ticket_types.iter().enumerate() {
         let (id, action) = match existing_types.iter().find(|t| t.name == wanted.name) {
-            Some(found) => (found.id, "unchanged"),
+            Some(found) if found.statuses == wanted.statuses && found.fields == wanted.fields => {
+                (found.id, "unchanged")
+            }
+            Some(found) => {
+                let updated = desk
+                    .ticket_type_update(
+                        tenant.id,
+                        found.id,
+                        None,
+                        Some(&wanted.statuses),
+                        Some(&wanted.fields),
+                    )
+                    .await
+                    .map_err(|err| match err {
+                        DeskError::Invalid(message) => ApiError::InvalidSetup(vec![Problem::new(
+                            format!("ticketTypes[{index}]"),
+                            message,
+                        )]),
+                        other => ApiError::desk(other, "ticket type"),
+                    })?;
+                (updated.id, "updated")
+            }
             None => {
                 let created = desk
                     .ticket_type_create(tenant.id, &wanted.name, &wanted.statuses, &wanted.fields)
@@ -185,6 +190,11 @@ pub async fn apply(
             }
         };
         types.push(json!({"id": id.to_string(), "name": wanted.name, "action": action}));
+    }
+    let mut groups = Vec::new();
+    let existing_groups = desk.group_list(tenant.id).await?;
+    for wanted in &setup.groups {
+        groups.push(apply_group(&app, tenant.id, &existing_groups, wanted).await?);
     }
     let base = base_url(app.config(), &headers);
     let mut automations = Vec::new();

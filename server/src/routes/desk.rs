@@ -11,9 +11,9 @@
 //!   (replaces all), `addTags`, `assignee` (member id, `{"id": …}` or `null`), `group`
 //!   (name or `null`) and `fields`; an unknown field is a 400. An assignee or group the
 //!   tenant does not have is a 400 (the ticket exists, the reference is wrong).
-//!
-//! Left out: `PATCH /api/ticket-types/{id}` — the desk port has no way to change a
-//! ticket type yet.
+//! - `PATCH /api/ticket-types/{id}` takes `name`, `statuses` (replaces all) and `fields`
+//!   (replaces all); what is absent is kept. Removing a status an open ticket of the type
+//!   still holds is refused naming it; a rename carries to the tickets' `type`.
 
 use std::collections::BTreeMap;
 
@@ -291,6 +291,35 @@ pub async fn ticket_type(
         .await
         .map_err(|err| ApiError::desk(err, "ticket type"))?;
     Ok(Json(ticket_type_view(&found)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TicketTypePatch {
+    name: Option<String>,
+    statuses: Option<Vec<String>>,
+    fields: Option<Vec<FieldDef>>,
+}
+
+pub async fn ticket_type_update(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<TicketTypePatch>,
+) -> Result<Json<Value>, ApiError> {
+    let id: TicketTypeId = parse_id(&id, "ticket type")?;
+    let updated = app
+        .desk()
+        .ticket_type_update(
+            tenant.id,
+            id,
+            body.name.as_deref(),
+            body.statuses.as_deref(),
+            body.fields.as_deref(),
+        )
+        .await
+        .map_err(|err| ApiError::desk(err, "ticket type"))?;
+    Ok(Json(ticket_type_view(&updated)))
 }
 
 // ---- tickets ----

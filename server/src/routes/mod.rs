@@ -153,8 +153,16 @@ fn table() -> Routes {
         )
         .add(
             "/api/ticket-types/{id}",
-            get(desk::ticket_type),
-            [op(get_, "A ticket type").answers(200, "TicketType")],
+            get(desk::ticket_type).patch(desk::ticket_type_update),
+            [
+                op(get_, "A ticket type").answers(200, "TicketType"),
+                op(
+                    patch_,
+                    "Rename a ticket type or replace its statuses or fields",
+                )
+                .body("TicketType")
+                .answers(200, "TicketType"),
+            ],
         )
         .add(
             "/api/automations",
