@@ -19,6 +19,34 @@ pub fn check_name(what: &str, name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// A ticket type's definition is sound: a valid name, statuses and field names each a
+/// valid name and listed once.
+pub fn check_type_definition(
+    name: &str,
+    statuses: &[String],
+    fields: &[crate::model::FieldDef],
+) -> Result<(), String> {
+    check_name("ticket type", name)?;
+    for (idx, status) in statuses.iter().enumerate() {
+        check_name("status", status)?;
+        if statuses[..idx].contains(status) {
+            return Err(format!(
+                "status {status:?} is listed twice in ticket type {name:?}"
+            ));
+        }
+    }
+    for (idx, field) in fields.iter().enumerate() {
+        check_name("field", &field.name)?;
+        if fields[..idx].iter().any(|seen| seen.name == field.name) {
+            return Err(format!(
+                "field {:?} is listed twice in ticket type {name:?}",
+                field.name
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// A member with their current load, for [`least_busy`].
 #[derive(Debug, Clone)]
 pub struct Load<'a> {

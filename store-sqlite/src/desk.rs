@@ -138,25 +138,7 @@ fn check_text(what: &str, text: &str) -> DeskSql<()> {
 /// A ticket type's name, statuses and fields as a create or an update must give them:
 /// names of 1–200 characters, no status and no field twice.
 fn check_type_definition(name: &str, statuses: &[String], fields: &[FieldDef]) -> DeskSql<()> {
-    check_name(TICKET_TYPE, name)?;
-    for (idx, status) in statuses.iter().enumerate() {
-        check_name("status", status)?;
-        if statuses[..idx].contains(status) {
-            return Err(invalid(format!(
-                "status {status:?} is listed twice in ticket type {name:?}"
-            )));
-        }
-    }
-    for (idx, field) in fields.iter().enumerate() {
-        check_name("field", &field.name)?;
-        if fields[..idx].iter().any(|seen| seen.name == field.name) {
-            return Err(invalid(format!(
-                "field {:?} is listed twice in ticket type {name:?}",
-                field.name
-            )));
-        }
-    }
-    Ok(())
+    rules::check_type_definition(name, statuses, fields).map_err(invalid)
 }
 
 /// The refusal of an update that removes `status` while open tickets hold it.
