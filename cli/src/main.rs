@@ -5,6 +5,7 @@
 //! `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
+mod apply;
 mod bench;
 mod bench_automation;
 mod bench_webhook;
@@ -80,6 +81,8 @@ enum Command {
     /// Look at and act on runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// Send a whole setup (groups, ticket types, automations) to a running server.
+    Apply(apply::ApplyArgs),
     /// Show the engine's promises on a fresh database, check by check.
     Demo(demo::DemoArgs),
     /// Measure enqueue and drain throughput and enqueue→start latency on a fresh database.
@@ -370,6 +373,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Runs(command) => runs(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Apply(args) => apply::run(args).await,
     }
 }
 

@@ -230,3 +230,78 @@ fn serve_prints_the_admin_token_once_runs_webhooks_and_stops_on_sigterm() {
     assert_eq!(status, 401, "and the file's token is not, while it is set");
     from_env.stop();
 }
+
+#[test]
+fn fronta_apply_sends_a_setup_file_idempotently_and_refuses_a_bad_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("apply.db");
+    let server = start(&db, Some("fa_apply_test_admin_token"));
+    let (status, tenant) = server.call(
+        "POST",
+        "/api/admin/tenants",
+        Some("fa_apply_test_admin_token"),
+        Some(json!({"name": "Acme"})),
+    );
+    assert_eq!(status, 201, "tenant created: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let setup = dir.path().join("setup.json");
+    std::fs::write(
+        &setup,
+        json!({
+            "groups": [{"name": "warehouse", "members": [{"name": "Eva", "capacity": 5}]}],
+            "ticketTypes": [{"name": "order", "statuses": ["waiting-to-pack", "shipped"]}],
+            "automations": [{"name": "Orders", "trigger": {"type": "manual"},
+                             "steps": [{"name": "note", "op": "flow/log", "input": {"message": "hi"}}]}]
+        })
+        .to_string(),
+    )
+    .expect("write the setup");
+    let apply = |file: &Path| {
+        Command::new(FRONTA)
+            .args(["apply", "-f"])
+            .arg(file)
+            .args(["--server", &server.address, "--token", &token])
+            .env("RUST_LOG", "warn")
+            .output()
+            .expect("run fronta apply")
+    };
+    let first = apply(&setup);
+    let text = String::from_utf8_lossy(&first.stdout).into_owned();
+    assert!(
+        first.status.success(),
+        "apply succeeds: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert!(text.contains("created"), "the first apply creates: {text}");
+    let second = apply(&setup);
+    let text = String::from_utf8_lossy(&second.stdout).into_owned();
+    assert!(second.status.success(), "apply again succeeds");
+    assert!(
+        text.contains("unchanged") && !text.contains("\"created\""),
+        "the second apply changes nothing: {text}"
+    );
+    let (_, groups) = server.call("GET", "/api/groups", Some(&token), None);
+    assert_eq!(
+        groups["items"].as_array().map(Vec::len),
+        Some(1),
+        "one warehouse, not two: {groups}"
+    );
+
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &bad,
+        json!({"automations": [{"name": "Broken", "trigger": {"type": "manual"},
+                                "steps": [{"name": "x", "op": "no/such-op", "input": {}}]}]})
+        .to_string(),
+    )
+    .expect("write the bad setup");
+    let refused = apply(&bad);
+    let message = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "a bad setup fails");
+    assert!(
+        message.contains("no/such-op"),
+        "the error names the problem: {message}"
+    );
+    assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    server.stop();
+}
