@@ -566,7 +566,8 @@ async fn type_get(
         .ok_or(DeskError::NotFound(TICKET_TYPE))
 }
 
-/// Ticket types are never renamed or deleted, so no lookup of one locks it.
+/// The tenant's ticket type called `name`; writes that depend on its statuses take it
+/// `FOR SHARE` so a concurrent `ticket_type_update` cannot remove a status under them.
 async fn type_by_name(
     db: &mut Db<'_>,
     tenant: TenantId,
