@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatcher::Dispatcher;
 use crate::error::{EngineError, StoreError};
-use crate::machine;
+use crate::machine::{self, RetryLadder};
 use crate::model::{OwnerToken, Run, RunId, RunStatus};
 use crate::registry::{
     Checkpointer, MIN_DURATION, Outcome, Registry, RunContext, StopReason, StopSignal,
@@ -505,11 +505,15 @@ impl Worker {
         let Active {
             run, owner, signal, ..
         } = entry;
-        let ladder = self
-            .registry
-            .get(&run.kind)
-            .map(|registered| registered.config.ladder.clone())
-            .unwrap_or_default();
+        // A reference, not a copy: this runs once per finished run.
+        let default_ladder;
+        let ladder = match self.registry.get(&run.kind) {
+            Some(registered) => &registered.config.ladder,
+            None => {
+                default_ladder = RetryLadder::default();
+                &default_ladder
+            }
+        };
         let outcome = match joined {
             Ok((_, Ended::Answered(outcome))) => Some(outcome),
             Ok((_, Ended::TimedOut(timeout))) => Some(Outcome::Retry {
@@ -535,7 +539,7 @@ impl Worker {
             (Some(StopReason::Shutdown), _) | (None, None) => FinishAction::Release,
             (Some(StopReason::Cancel), Some(outcome)) => machine::decide_cancelled(outcome),
             (Some(StopReason::Cancel), None) => FinishAction::Cancel,
-            (None, Some(outcome)) => machine::decide(&run, outcome, &ladder),
+            (None, Some(outcome)) => machine::decide(&run, outcome, ladder),
         };
         finisher.send(
             Finish {
