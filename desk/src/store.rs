@@ -68,6 +68,33 @@ pub struct TicketFilter {
     pub limit: usize,
 }
 
+impl TicketFilter {
+    /// The page when `limit` is 0.
+    pub const DEFAULT_PAGE: usize = 100;
+    /// The largest page a store answers.
+    pub const MAX_PAGE: usize = 1_000;
+
+    /// How many tickets this filter asks for, after the default and the cap.
+    pub fn page(&self) -> usize {
+        match self.limit {
+            0 => Self::DEFAULT_PAGE,
+            n => n.min(Self::MAX_PAGE),
+        }
+    }
+}
+
+/// What `DeskError::NotFound` names: one spelling for every store, so an unknown id and
+/// another tenant's id answer the same on SQLite and on Postgres.
+pub mod names {
+    pub const TENANT: &str = "tenant";
+    pub const GROUP: &str = "group";
+    pub const MEMBER: &str = "member";
+    pub const TICKET_TYPE: &str = "ticket type";
+    pub const TICKET: &str = "ticket";
+    pub const INCIDENT: &str = "incident";
+    pub const AUTOMATION: &str = "automation";
+}
+
 /// `from → to` of one field of a change.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FieldChange {

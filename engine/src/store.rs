@@ -176,6 +176,21 @@ pub struct RunFilter {
     pub limit: usize,
 }
 
+impl RunFilter {
+    /// The page when `limit` is 0.
+    pub const DEFAULT_PAGE: usize = 100;
+    /// The largest page a store answers.
+    pub const MAX_PAGE: usize = 10_000;
+
+    /// How many runs this filter asks for, after the default and the cap.
+    pub fn page(&self) -> usize {
+        match self.limit {
+            0 => Self::DEFAULT_PAGE,
+            n => n.min(Self::MAX_PAGE),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {

@@ -35,7 +35,7 @@ use crate::schema::GUARD_LOCK_CLASS;
 /// The prefix of webhook tokens, so a leaked one is easy to recognise.
 pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
 
-const AUTOMATION: &str = "automation";
+use fronta_desk::store::names::AUTOMATION;
 const TICKET: &str = "ticket";
 
 macro_rules! columns {

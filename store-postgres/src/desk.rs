@@ -80,17 +80,7 @@ use uuid::Uuid;
 
 use crate::{PgStore, map_err, runs};
 
-/// The default page of `ticket_list`.
-pub const DEFAULT_TICKET_PAGE: usize = 100;
-/// The largest page of `ticket_list`.
-pub const MAX_TICKET_PAGE: usize = 1_000;
-
-const TENANT: &str = "tenant";
-const GROUP: &str = "group";
-const MEMBER: &str = "member";
-const TICKET_TYPE: &str = "ticket type";
-const TICKET: &str = "ticket";
-const INCIDENT: &str = "incident";
+use fronta_desk::store::names::{GROUP, INCIDENT, MEMBER, TENANT, TICKET, TICKET_TYPE};
 
 /// Lock the per-member open counts of the members `$1` (an array, duplicates allowed),
 /// in member id order, and answer them: least busy's one probe per member (a walk of the
@@ -1242,10 +1232,7 @@ async fn ticket_list(
         param(&mut sql, " AND number < ?");
     }
     param(&mut sql, " ORDER BY number DESC LIMIT ?");
-    let limit = match filter.limit {
-        0 => DEFAULT_TICKET_PAGE,
-        n => n.min(MAX_TICKET_PAGE),
-    };
+    let limit = filter.page();
     let mut query = sqlx::query(AssertSqlSafe(sql)).bind(tenant.0);
     if let Some(status) = &filter.status {
         query = query.bind(status.as_str());

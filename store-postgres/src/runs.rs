@@ -37,11 +37,6 @@ pub const COMPLETED: i16 = 2;
 pub const FAILED: i16 = 3;
 pub const CANCELLED: i16 = 4;
 
-/// The default page of `run_list`.
-pub const DEFAULT_PAGE: usize = 100;
-/// The largest page of `run_list`.
-pub const MAX_PAGE: usize = 10_000;
-
 /// The longest delay or lease a statement adds to now: 100 years. Longer ones are clamped
 /// so "now + delay" stays a valid `timestamptz` and a valid `chrono` instant — a delay
 /// can never mean "never" nor overflow.
@@ -1025,10 +1020,7 @@ pub(crate) async fn list(
         param(&mut sql, " AND runs.id < ?");
     }
     param(&mut sql, " ORDER BY runs.id DESC LIMIT ?");
-    let limit = match filter.limit {
-        0 => DEFAULT_PAGE,
-        n => n.min(MAX_PAGE),
-    };
+    let limit = filter.page();
     let mut query = sqlx::query(AssertSqlSafe(sql)).bind(ctx.now);
     if let Some(code) = status_code {
         query = query.bind(code);

@@ -41,7 +41,7 @@ use crate::runs::millis;
 /// The prefix of webhook tokens, so a leaked one is easy to recognise.
 pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
 
-const AUTOMATION: &str = "automation";
+use fronta_desk::store::names::AUTOMATION;
 const TICKET: &str = "ticket";
 
 const COLUMNS: &str =

@@ -51,17 +51,7 @@ use uuid::Uuid;
 use crate::writer::WriterState;
 use crate::{SqliteStore, runs};
 
-/// The default page of `ticket_list`.
-pub const DEFAULT_TICKET_PAGE: usize = 100;
-/// The largest page of `ticket_list`.
-pub const MAX_TICKET_PAGE: usize = 1_000;
-
-const TENANT: &str = "tenant";
-const GROUP: &str = "group";
-const MEMBER: &str = "member";
-const TICKET_TYPE: &str = "ticket type";
-const TICKET: &str = "ticket";
-const INCIDENT: &str = "incident";
+use fronta_desk::store::names::{GROUP, INCIDENT, MEMBER, TENANT, TICKET, TICKET_TYPE};
 
 const TENANT_COLUMNS: &str = "id, name, created_at";
 const GROUP_COLUMNS: &str = "id, tenant, name";
@@ -874,10 +864,7 @@ fn ticket_list(conn: &Connection, tenant: TenantId, filter: &TicketFilter) -> De
         sql.push_str(" AND number < ?");
         values.push(before.into());
     }
-    let limit = match filter.limit {
-        0 => DEFAULT_TICKET_PAGE,
-        n => n.min(MAX_TICKET_PAGE),
-    };
+    let limit = filter.page();
     sql.push_str(" ORDER BY number DESC LIMIT ?");
     values.push(i64::try_from(limit).unwrap_or(i64::MAX).into());
     many(conn, &sql, rusqlite::params_from_iter(values), ticket_of)

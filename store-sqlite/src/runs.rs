@@ -21,11 +21,6 @@ pub const COMPLETED: i64 = 2;
 pub const FAILED: i64 = 3;
 pub const CANCELLED: i64 = 4;
 
-/// The default page of `run_list`.
-pub const DEFAULT_PAGE: usize = 100;
-/// The largest page of `run_list`.
-pub const MAX_PAGE: usize = 10_000;
-
 const COLUMNS: &str = "id, tenant, kind, payload, state, trigger, unique_key, priority, status, \
     run_at, attempts, max_retries, reclaims, parks, locked_by, locked_until, heartbeat_at, \
     cancel_requested, created_at, updated_at, started_at, completed_at, failed_at, \
@@ -624,10 +619,7 @@ pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Ru
         sql.push_str(" AND id < ?");
         values.push(before.0.as_bytes().to_vec().into());
     }
-    let limit = match filter.limit {
-        0 => DEFAULT_PAGE,
-        n => n.min(MAX_PAGE),
-    };
+    let limit = filter.page();
     sql.push_str(" ORDER BY id DESC LIMIT ?");
     values.push((limit as i64).into());
     let mut stmt = conn.prepare_cached(&sql).map_err(map_err)?;
