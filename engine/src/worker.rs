@@ -632,20 +632,21 @@ async fn completer(
                 Err(_) => break,
             }
         }
-        let finishes: Vec<Finish> = batch.iter().map(|(finish, _)| finish.clone()).collect();
         let mut delay = Duration::from_millis(20);
         let mut tries = 0;
         let replies = loop {
             tries += 1;
-            match store.run_finish_many(finishes.clone()).await {
+            // The store takes the finishes by value; the batch keeps them for a retry.
+            let finishes: Vec<Finish> = batch.iter().map(|(finish, _)| finish.clone()).collect();
+            match store.run_finish_many(finishes).await {
                 Ok(replies) => break Some(replies),
                 Err(StoreError::Unavailable(message)) if tries < 30 => {
-                    tracing::warn!(batch = finishes.len(), %message, retry_in = ?delay, "completer: storage unavailable, trying again");
+                    tracing::warn!(batch = batch.len(), %message, retry_in = ?delay, "completer: storage unavailable, trying again");
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(2));
                 }
                 Err(err) => {
-                    tracing::error!(batch = finishes.len(), error = %err,
+                    tracing::error!(batch = batch.len(), error = %err,
                         "completer: could not write finished runs; their leases will expire and they will be reclaimed");
                     break None;
                 }
