@@ -77,6 +77,13 @@ impl Op {
         matches!(self, Op::HttpRequest | Op::McpCallTool)
     }
 
+    /// Whether the op changes anything outside its run (tickets, incidents, another
+    /// service, the run's own schedule). The executor checkpoints after such ops; one
+    /// without (`flow/log`) may simply run again after a crash.
+    pub fn has_outside_effect(&self) -> bool {
+        !matches!(self, Op::FlowLog)
+    }
+
     /// Inputs the step must have.
     pub fn required_inputs(&self) -> &'static [&'static str] {
         match self {

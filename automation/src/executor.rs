@@ -620,8 +620,7 @@ impl Runtime {
                             // `flow/log` changes nothing outside the run, so repeating it
                             // after a crash repeats a log line only: no checkpoint either.
                             let last = done.snooze.is_none() && finished(tree, &state.stack);
-                            let outside_effect =
-                                !matches!(action.op, crate::catalogue::Op::FlowLog);
+                            let outside_effect = action.op.has_outside_effect();
                             if !last
                                 && outside_effect
                                 && ctx.checkpointer.save(state.encode()).await.is_err()
