@@ -314,6 +314,11 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn run_stats(&self) -> StoreResult<RunStats>;
 
+    /// Whether any run is running or due (pending with `run_at <= now`): what a worker
+    /// asks before it goes idle. Its cost follows the pending and running runs, not the
+    /// history (`run_stats` counts every row).
+    async fn run_busy(&self) -> StoreResult<bool>;
+
     /// Notified after runs were enqueued (in this process; stores that can hear other
     /// processes, like Postgres with LISTEN, notify for those too). Workers wait on it and
     /// poll as a fallback.

@@ -315,13 +315,13 @@ impl Worker {
             }
             if self.config.until_idle && tasks.is_empty() && claimed_now == 0 {
                 finisher.flushed().await;
-                match self.store.run_stats().await {
-                    Ok(stats) if stats.queued == 0 && stats.running == 0 => {
+                match self.store.run_busy().await {
+                    Ok(false) => {
                         tracing::info!(worker = %name, "nothing queued, running or due: exiting (--until-idle)");
                         break;
                     }
-                    Ok(_) => {}
-                    Err(err) => tracing::warn!(worker = %name, error = %err, "stats failed"),
+                    Ok(true) => {}
+                    Err(err) => tracing::warn!(worker = %name, error = %err, "idle check failed"),
                 }
             }
             let free_after = self.config.max_in_flight.saturating_sub(tasks.len());

@@ -142,6 +142,9 @@ impl RunStore for Broken {
     async fn run_stats(&self) -> StoreResult<RunStats> {
         gone()
     }
+    async fn run_busy(&self) -> StoreResult<bool> {
+        gone()
+    }
     fn enqueue_signal(&self) -> Arc<Notify> {
         Arc::new(Notify::new())
     }

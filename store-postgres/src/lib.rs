@@ -513,6 +513,11 @@ impl RunStore for PgStore {
         runs::stats(&mut conn, self.ctx()).await
     }
 
+    async fn run_busy(&self) -> StoreResult<bool> {
+        let mut conn = self.connection().await?;
+        runs::busy(&mut conn, self.ctx()).await
+    }
+
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.inner.signal.clone()
     }

@@ -399,6 +399,10 @@ impl RunStore for SqliteStore {
         self.read(runs::stats).await
     }
 
+    async fn run_busy(&self) -> StoreResult<bool> {
+        self.read(runs::busy).await
+    }
+
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.inner.signal.clone()
     }

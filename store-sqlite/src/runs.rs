@@ -714,3 +714,12 @@ pub fn retry(
     state.enqueued = true;
     Ok(RetryReply::Requeued)
 }
+
+pub fn busy(conn: &Connection, now: i64) -> SqlResult<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_running WHERE status = 1) \
+             OR EXISTS (SELECT 1 FROM runs INDEXED BY runs_pending WHERE status = 0 AND run_at <= ?1)",
+    )
+    .and_then(|mut stmt| stmt.query_row([now], |row| row.get(0)))
+    .map_err(map_err)
+}

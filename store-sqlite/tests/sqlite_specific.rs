@@ -60,6 +60,15 @@ fn claim_queries_walk_their_indexes_without_sorting_the_queue() {
         !expired.contains("TEMP B-TREE"),
         "expired-lease probe must not sort: {expired}"
     );
+    let busy = plan(
+        &conn,
+        "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_running WHERE status = 1) \
+             OR EXISTS (SELECT 1 FROM runs INDEXED BY runs_pending WHERE status = 0 AND run_at <= 5)",
+    );
+    assert!(
+        busy.contains("runs_running") && busy.contains("runs_pending") && !busy.contains("SCAN runs\n"),
+        "the idle check reads only the partial indexes of live runs: {busy}"
+    );
     let finish = plan(
         &conn,
         "UPDATE runs SET status = 2 WHERE id = x'00' AND status = 1 AND locked_by = x'00'",

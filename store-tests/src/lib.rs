@@ -115,6 +115,7 @@ macro_rules! conformance_suite {
             store_cases::unique_key_is_scoped_to_its_tenant,
             store_cases::manual_retry_requeues_a_failed_run_from_its_checkpoint,
             store_cases::manual_retry_never_breaks_a_unique_key,
+            store_cases::run_busy_tells_running_or_due_runs_from_idle,
             store_cases::put_back_turned_cancel_spends_no_counter,
             store_cases::unique_key_repeated_within_one_batch_inserts_once,
             store_cases::dispatcher_refuses_unknown_kind_and_negative_max_retries_and_writes_nothing,

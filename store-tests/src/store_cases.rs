@@ -2115,3 +2115,35 @@ pub async fn manual_retry_never_breaks_a_unique_key(factory: &dyn StoreFactory) 
         "the refused retry changed nothing"
     );
 }
+
+/// `run_busy` is true exactly while some run is running or due: a run delayed into the
+/// future and finished runs do not count.
+pub async fn run_busy_tells_running_or_due_runs_from_idle(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    assert!(
+        !env.store.run_busy().await.expect("busy"),
+        "an empty store is idle"
+    );
+    env.enqueue(request(KIND_A).delay(Duration::from_secs(60)))
+        .await;
+    assert!(
+        !env.store.run_busy().await.expect("busy"),
+        "a run due later is not work now"
+    );
+    let (id, owner) = env.running_run().await;
+    assert!(
+        env.store.run_busy().await.expect("busy"),
+        "a running run is work"
+    );
+    env.finish(id, owner, FinishAction::Complete { result: None })
+        .await;
+    assert!(
+        !env.store.run_busy().await.expect("busy"),
+        "finished runs are not work"
+    );
+    env.advance(Duration::from_secs(61));
+    assert!(
+        env.store.run_busy().await.expect("busy"),
+        "the delayed run came due"
+    );
+}
