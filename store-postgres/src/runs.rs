@@ -1066,6 +1066,23 @@ pub(crate) async fn stats(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<Ru
     Ok(stats)
 }
 
+/// Whether any run is running or due: two index probes on the partial indexes.
+pub const BUSY: &str = concat!(
+    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 1) \
+         OR EXISTS (SELECT 1 FROM runs WHERE status = 0 AND run_at <= ",
+    now!(),
+    ")"
+);
+
+pub(crate) async fn busy(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<bool> {
+    ctx.trip();
+    sqlx::query_scalar(BUSY)
+        .bind(ctx.now)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1107,21 +1124,4 @@ mod tests {
         let codes: HashSet<i16> = actions.iter().map(|a| encode_action(a).0).collect();
         assert_eq!(codes.len(), actions.len(), "codes are distinct: {codes:?}");
     }
-}
-
-/// Whether any run is running or due: two index probes on the partial indexes.
-pub const BUSY: &str = concat!(
-    "SELECT EXISTS (SELECT 1 FROM runs WHERE status = 1) \
-         OR EXISTS (SELECT 1 FROM runs WHERE status = 0 AND run_at <= ",
-    now!(),
-    ")"
-);
-
-pub(crate) async fn busy(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<bool> {
-    ctx.trip();
-    sqlx::query_scalar(BUSY)
-        .bind(ctx.now)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(map_err)
 }

@@ -66,7 +66,9 @@ fn claim_queries_walk_their_indexes_without_sorting_the_queue() {
              OR EXISTS (SELECT 1 FROM runs INDEXED BY runs_pending WHERE status = 0 AND run_at <= 5)",
     );
     assert!(
-        busy.contains("runs_running") && busy.contains("runs_pending") && !busy.contains("SCAN runs\n"),
+        busy.contains("runs_running")
+            && busy.contains("runs_pending")
+            && !busy.contains("SCAN runs\n"),
         "the idle check reads only the partial indexes of live runs: {busy}"
     );
     let finish = plan(
