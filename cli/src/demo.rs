@@ -121,6 +121,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         ..WorkerConfig::default()
     };
     let (app, worker) = serve::server_parts(&store, config, worker_config)?;
+    app.observe_worker(worker.metrics());
     let listener = Listener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

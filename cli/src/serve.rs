@@ -127,6 +127,9 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     };
     let (app, worker) = server_parts(&opened, config, worker_config)?;
     let worker = if args.no_worker { None } else { Some(worker) };
+    if let Some(worker) = &worker {
+        app.observe_worker(worker.metrics());
+    }
 
     let listener = Listener::bind(args.listen)
         .await

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod dispatcher;
 pub mod error;
 pub mod machine;
+pub mod metrics;
 pub mod model;
 pub mod registry;
 pub mod store;
@@ -23,11 +24,12 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatcher::{Dispatcher, EnqueueRequest};
 pub use error::{EngineError, LeaseLost, StoreError};
 pub use machine::RetryLadder;
+pub use metrics::WorkerMetrics;
 pub use model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 pub use registry::{Handler, KindConfig, Outcome, Registry, RunContext, Shape};
 pub use store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
     FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert,
-    RunStats, RunStore,
+    RunStats, RunStore, StatusCounts,
 };
 pub use worker::{Worker, WorkerConfig, WorkerReport};

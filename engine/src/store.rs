@@ -191,6 +191,7 @@ impl RunFilter {
     }
 }
 
+/// Runs by status, with the counters summed over them, in all and per kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {
@@ -203,6 +204,44 @@ pub struct RunStats {
     pub attempts: u64,
     pub reclaims: u64,
     pub parks: u64,
+    /// The same status counts for each kind that has runs in the store.
+    pub by_kind: std::collections::BTreeMap<String, StatusCounts>,
+}
+
+/// Runs by status (one kind's share of [`RunStats`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusCounts {
+    pub scheduled: u64,
+    pub queued: u64,
+    pub running: u64,
+    pub completed: u64,
+    pub failed: u64,
+    pub cancelled: u64,
+}
+
+impl StatusCounts {
+    pub fn count(&self, status: RunStatus) -> u64 {
+        match status {
+            RunStatus::Scheduled => self.scheduled,
+            RunStatus::Queued => self.queued,
+            RunStatus::Running => self.running,
+            RunStatus::Completed => self.completed,
+            RunStatus::Failed => self.failed,
+            RunStatus::Cancelled => self.cancelled,
+        }
+    }
+
+    fn slot(&mut self, status: RunStatus) -> &mut u64 {
+        match status {
+            RunStatus::Scheduled => &mut self.scheduled,
+            RunStatus::Queued => &mut self.queued,
+            RunStatus::Running => &mut self.running,
+            RunStatus::Completed => &mut self.completed,
+            RunStatus::Failed => &mut self.failed,
+            RunStatus::Cancelled => &mut self.cancelled,
+        }
+    }
 }
 
 impl RunStats {
@@ -218,6 +257,32 @@ impl RunStats {
             RunStatus::Completed => self.completed,
             RunStatus::Failed => self.failed,
             RunStatus::Cancelled => self.cancelled,
+        }
+    }
+
+    /// Folds one group of a store's `GROUP BY kind, status` count into the totals and the
+    /// kind's counts (both stores build their answer with it).
+    pub fn add(&mut self, kind: &str, status: RunStatus, runs: u64, counters: [u64; 3]) {
+        let [attempts, reclaims, parks] = counters;
+        let total = match status {
+            RunStatus::Scheduled => &mut self.scheduled,
+            RunStatus::Queued => &mut self.queued,
+            RunStatus::Running => &mut self.running,
+            RunStatus::Completed => &mut self.completed,
+            RunStatus::Failed => &mut self.failed,
+            RunStatus::Cancelled => &mut self.cancelled,
+        };
+        *total += runs;
+        self.attempts += attempts;
+        self.reclaims += reclaims;
+        self.parks += parks;
+        match self.by_kind.get_mut(kind) {
+            Some(counts) => *counts.slot(status) += runs,
+            None => {
+                let mut counts = StatusCounts::default();
+                *counts.slot(status) = runs;
+                self.by_kind.insert(kind.to_owned(), counts);
+            }
         }
     }
 }

@@ -17,13 +17,14 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatcher::Dispatcher;
+use crate::metrics::WorkerMetrics;
 use crate::error::{EngineError, StoreError};
 use crate::machine::{self, RetryLadder};
 use crate::model::{OwnerToken, Run, RunId, RunStatus};
@@ -178,6 +179,7 @@ pub struct Worker {
     dispatcher: Dispatcher,
     config: WorkerConfig,
     counters: Arc<Counters>,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -203,11 +205,18 @@ impl Worker {
             dispatcher,
             config,
             counters: Arc::new(Counters::default()),
+            metrics: Arc::new(WorkerMetrics::default()),
         })
     }
 
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
+    }
+
+    /// The latencies this worker measures (claim rounds, completion batches, start
+    /// delays), shared: take it before [`Worker::run`] consumes the worker.
+    pub fn metrics(&self) -> Arc<WorkerMetrics> {
+        self.metrics.clone()
     }
 
     fn heartbeat_every(&self) -> Duration {
@@ -250,6 +259,7 @@ impl Worker {
             self.config.completer_batch,
             pending_finishes.clone(),
             self.counters.clone(),
+            self.metrics.clone(),
         ));
         let heartbeat_stop = CancellationToken::new();
         let heartbeater = AbortOnDrop::spawn(heartbeater(
@@ -284,7 +294,10 @@ impl Worker {
             let free = self.config.max_in_flight.saturating_sub(tasks.len());
             let mut claimed_now = 0;
             if free > 0 {
-                match self.store.run_claim(self.claim_params(free)).await {
+                let round = Instant::now();
+                let claimed = self.store.run_claim(self.claim_params(free)).await;
+                self.metrics.claim.record(round.elapsed());
+                match claimed {
                     Ok(batch) => {
                         storage_backoff = Duration::from_millis(50);
                         claimed_now =
@@ -423,6 +436,10 @@ impl Worker {
             reclaimed,
         } = claimed;
         Counters::bump(&self.counters.claimed, 1);
+        if !reclaimed {
+            let waited = (chrono::Utc::now() - run.run_at).to_std().unwrap_or_default();
+            self.metrics.start_delay.record(waited);
+        }
         if reclaimed {
             Counters::bump(&self.counters.reclaimed, 1);
             tracing::warn!(run = %run.id, kind = %run.kind, reclaims = run.reclaims,
@@ -622,6 +639,7 @@ async fn completer(
     max_batch: usize,
     pending: Arc<AtomicUsize>,
     counters: Arc<Counters>,
+    metrics: Arc<WorkerMetrics>,
 ) {
     let mut batch: Vec<(Finish, Arc<Run>)> = Vec::with_capacity(max_batch);
     while let Some(first) = rx.recv().await {
@@ -638,7 +656,10 @@ async fn completer(
             tries += 1;
             // The store takes the finishes by value; the batch keeps them for a retry.
             let finishes: Vec<Finish> = batch.iter().map(|(finish, _)| finish.clone()).collect();
-            match store.run_finish_many(finishes).await {
+            let write = Instant::now();
+            let written = store.run_finish_many(finishes).await;
+            metrics.complete.record(write.elapsed());
+            match written {
                 Ok(replies) => break Some(replies),
                 Err(StoreError::Unavailable(message)) if tries < 30 => {
                     tracing::warn!(batch = batch.len(), %message, retry_in = ?delay, "completer: storage unavailable, trying again");

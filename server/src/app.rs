@@ -9,11 +9,11 @@
 //!
 //! Left out: the worker (the binary runs one beside the server, or not).
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fronta_automation::store::AutomationStore;
 use fronta_desk::DeskStore;
-use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock};
+use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
 
 use crate::config::ServerConfig;
 use crate::metrics::WebhookMetrics;
@@ -56,6 +56,8 @@ pub(crate) struct Inner {
     pub hub: Hub,
     /// What `GET /metrics` tells of webhook requests.
     pub webhook_metrics: WebhookMetrics,
+    /// What `GET /metrics` tells of the worker in this process, when there is one.
+    pub worker_metrics: OnceLock<Arc<WorkerMetrics>>,
 }
 
 impl App {
@@ -82,6 +84,7 @@ impl App {
             replays: ReplayCache::new(config.replay_window, config.replay_capacity),
             hub: Hub::default(),
             webhook_metrics: WebhookMetrics::default(),
+            worker_metrics: OnceLock::new(),
             config,
             ports,
             dispatcher,
@@ -98,6 +101,14 @@ impl App {
 
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
+    }
+
+    /// Report the latencies of the worker running in this process at `GET /metrics`
+    /// (the first worker given wins; a server without one reports none).
+    pub fn observe_worker(&self, metrics: Arc<WorkerMetrics>) {
+        if self.inner.worker_metrics.set(metrics).is_err() {
+            tracing::warn!("a second worker's metrics were offered; /metrics keeps the first");
+        }
     }
 
     /// The hub of `GET /api/stream`.

@@ -20,42 +20,29 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fronta_desk::IncidentStatus;
+use fronta_engine::RunStatus;
+use fronta_engine::metrics::Histogram;
 
 use crate::app::App;
 use crate::error::ApiError;
 
-/// Upper bounds (seconds) of the webhook latency buckets.
-const BUCKETS: [f64; 12] = [
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-];
-
 /// What this process measured of webhook requests.
 #[derive(Debug, Default)]
 pub struct WebhookMetrics {
-    /// Requests at or below each bound of [`BUCKETS`] (cumulative when written).
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    /// The sum of latencies, in nanoseconds.
-    sum_nanos: AtomicU64,
+    latency: Histogram,
     by_code: Mutex<BTreeMap<u16, u64>>,
 }
 
 impl WebhookMetrics {
-    pub fn record(&self, seconds: f64, code: u16) {
-        if let Some(bucket) = BUCKETS.iter().position(|bound| seconds <= *bound) {
-            self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        let nanos = (seconds * 1e9).clamp(0.0, u64::MAX as f64) as u64;
-        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    pub fn record(&self, elapsed: Duration, code: u16) {
+        self.latency.record(elapsed);
         let mut by_code = self
             .by_code
             .lock()
@@ -81,29 +68,20 @@ impl WebhookMetrics {
                 "fronta_webhook_requests_total{{code=\"{code}\"}} {count}"
             );
         }
-        header(
+        self.latency.write_prometheus(
             out,
             "fronta_webhook_request_duration_seconds",
-            "histogram",
             "Time to answer a webhook request (until the run is durably enqueued).",
         );
-        let mut cumulative = 0;
-        for (bound, bucket) in BUCKETS.iter().zip(&self.buckets) {
-            cumulative += bucket.load(Ordering::Relaxed);
-            let _ = writeln!(
-                out,
-                "fronta_webhook_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let sum = self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "fronta_webhook_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
-        );
-        let _ = writeln!(out, "fronta_webhook_request_duration_seconds_sum {sum}");
-        let _ = writeln!(out, "fronta_webhook_request_duration_seconds_count {count}");
     }
+}
+
+/// A label value as the text format wants it: backslash, quote and newline escaped.
+fn label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -120,7 +98,7 @@ pub async fn measure_webhook(State(app): State<App>, request: Request, next: Nex
     let response = next.run(request).await;
     app.inner()
         .webhook_metrics
-        .record(started.elapsed().as_secs_f64(), response.status().as_u16());
+        .record(started.elapsed(), response.status().as_u16());
     response
 }
 
@@ -139,16 +117,36 @@ pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         "gauge",
         "Runs in the store by status.",
     );
-    for (status, count) in [
-        ("scheduled", stats.scheduled),
-        ("queued", stats.queued),
-        ("running", stats.running),
-        ("completed", stats.completed),
-        ("failed", stats.failed),
-        ("cancelled", stats.cancelled),
-    ] {
-        let _ = writeln!(out, "fronta_runs{{status=\"{status}\"}} {count}");
+    for status in RunStatus::ALL {
+        let _ = writeln!(
+            out,
+            "fronta_runs{{status=\"{status}\"}} {}",
+            stats.count(status)
+        );
     }
+    header(
+        &mut out,
+        "fronta_runs_by_kind",
+        "gauge",
+        "Runs in the store by kind and status.",
+    );
+    for (kind, counts) in &stats.by_kind {
+        for status in RunStatus::ALL {
+            let _ = writeln!(
+                out,
+                "fronta_runs_by_kind{{kind=\"{}\",status=\"{status}\"}} {}",
+                label(kind),
+                counts.count(status)
+            );
+        }
+    }
+    header(
+        &mut out,
+        "fronta_queue_depth",
+        "gauge",
+        "Runs due and waiting for a worker (queued), of every tenant.",
+    );
+    let _ = writeln!(out, "fronta_queue_depth {}", stats.queued);
     for (name, help, value) in [
         (
             "fronta_run_attempts_total",
@@ -170,6 +168,9 @@ pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         let _ = writeln!(out, "{name} {value}");
     }
     app.inner().webhook_metrics.write(&mut out);
+    if let Some(worker) = app.inner().worker_metrics.get() {
+        worker.write_prometheus(&mut out);
+    }
     header(
         &mut out,
         "fronta_incidents_open",

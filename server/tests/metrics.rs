@@ -181,4 +181,39 @@ async fn the_exposition_parses_and_moves_after_a_webhook() {
         0.0,
         "nothing left queued"
     );
+    assert_eq!(
+        sample(
+            &drained,
+            "fronta_runs_by_kind{kind=\"automation\",status=\"completed\"}"
+        ),
+        1.0,
+        "the run counted under its kind: {drained:?}"
+    );
+    assert_eq!(
+        sample(&drained, "fronta_queue_depth"),
+        0.0,
+        "the queue is empty"
+    );
+    assert!(
+        !after.contains_key("fronta_worker_claim_duration_seconds_count"),
+        "no worker in this process yet, so no worker series: {after:?}"
+    );
+    for histogram in [
+        "fronta_worker_claim_duration_seconds",
+        "fronta_worker_complete_duration_seconds",
+        "fronta_run_start_delay_seconds",
+    ] {
+        let count = sample(&drained, &format!("{histogram}_count"));
+        assert!(count >= 1.0, "{histogram} measured the drain: {drained:?}");
+        assert_eq!(
+            sample(&drained, &format!("{histogram}_bucket{{le=\"+Inf\"}}")),
+            count,
+            "{histogram}: the +Inf bucket holds every observation"
+        );
+    }
+    assert_eq!(
+        sample(&drained, "fronta_run_start_delay_seconds_count"),
+        1.0,
+        "one run started"
+    );
 }

@@ -411,10 +411,10 @@ pub const GET: &str = concat!("SELECT ", columns!(), " FROM runs WHERE runs.id =
 
 /// Counts per status (pending split by due-ness) and the counters' sums.
 pub const STATS: &str = concat!(
-    "SELECT status, run_at > ",
+    "SELECT kind, status, run_at > ",
     now!(),
     " AS later, count(*), sum(attempts)::int8, sum(reclaims)::int8, sum(parks)::int8
-    FROM runs GROUP BY 1, 2"
+    FROM runs GROUP BY 1, 2, 3"
 );
 
 /// The store's now and a round-trip counter, handed to every function here.
@@ -1042,26 +1042,20 @@ pub(crate) async fn list(
 
 pub(crate) async fn stats(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<RunStats> {
     ctx.trip();
-    let rows: Vec<(i16, bool, i64, i64, i64, i64)> = sqlx::query_as(STATS)
+    let rows: Vec<(String, i16, bool, i64, i64, i64, i64)> = sqlx::query_as(STATS)
         .bind(ctx.now)
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
     let mut stats = RunStats::default();
-    for (status, later, n, attempts, reclaims, parks) in rows {
-        let n = u64::try_from(n).unwrap_or(0);
-        let slot = match status {
-            PENDING if later => &mut stats.scheduled,
-            PENDING => &mut stats.queued,
-            RUNNING => &mut stats.running,
-            COMPLETED => &mut stats.completed,
-            FAILED => &mut stats.failed,
-            _ => &mut stats.cancelled,
-        };
-        *slot += n;
-        stats.attempts += u64::try_from(attempts).unwrap_or(0);
-        stats.reclaims += u64::try_from(reclaims).unwrap_or(0);
-        stats.parks += u64::try_from(parks).unwrap_or(0);
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    for (kind, code, later, n, attempts, reclaims, parks) in rows {
+        stats.add(
+            &kind,
+            status_of(code, later),
+            count(n),
+            [count(attempts), count(reclaims), count(parks)],
+        );
     }
     Ok(stats)
 }

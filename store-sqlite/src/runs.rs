@@ -634,11 +634,11 @@ pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
     let mut stats = RunStats::default();
     let mut stmt = conn
         .prepare_cached(
-            "SELECT status, run_at > ?1 AS later, count(*), sum(attempts), sum(reclaims), sum(parks) \
-             FROM runs GROUP BY status, later",
+            "SELECT kind, status, run_at > ?1 AS later, count(*), sum(attempts), sum(reclaims), \
+             sum(parks) FROM runs GROUP BY kind, status, later",
         )
         .map_err(map_err)?;
-    let rows: Vec<(i64, bool, i64, i64, i64, i64)> = stmt
+    let rows: Vec<(String, i64, bool, i64, i64, i64, i64)> = stmt
         .query_map([now], |row| {
             Ok((
                 row.get(0)?,
@@ -647,24 +647,21 @@ pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
                 row.get(3)?,
                 row.get(4)?,
                 row.get(5)?,
+                row.get(6)?,
             ))
         })
         .and_then(Iterator::collect)
         .map_err(map_err)?;
-    for (status, later, n, attempts, reclaims, parks) in rows {
-        let n = u64::try_from(n).unwrap_or(0);
-        let slot = match status {
-            PENDING if later => &mut stats.scheduled,
-            PENDING => &mut stats.queued,
-            RUNNING => &mut stats.running,
-            COMPLETED => &mut stats.completed,
-            FAILED => &mut stats.failed,
-            _ => &mut stats.cancelled,
-        };
-        *slot += n;
-        stats.attempts += u64::try_from(attempts).unwrap_or(0);
-        stats.reclaims += u64::try_from(reclaims).unwrap_or(0);
-        stats.parks += u64::try_from(parks).unwrap_or(0);
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    for (kind, code, later, n, attempts, reclaims, parks) in rows {
+        // `status_of` compares run_at with now; `later` already did.
+        let status = status_of(code, i64::from(later), 0);
+        stats.add(
+            &kind,
+            status,
+            count(n),
+            [count(attempts), count(reclaims), count(parks)],
+        );
     }
     Ok(stats)
 }

@@ -1906,7 +1906,7 @@ pub async fn run_list_is_newest_first_with_filters_limit_and_cursor(factory: &dy
     );
 }
 
-/// `run_stats` counts runs per status.
+/// `run_stats` counts runs per status, in all and per kind.
 pub async fn run_stats_counts_every_status(factory: &dyn StoreFactory) {
     let env = Env::open(factory).await;
     env.dispatcher
@@ -1952,6 +1952,21 @@ pub async fn run_stats_counts_every_status(factory: &dyn StoreFactory) {
         );
     }
     assert_eq!(stats.total(), 7, "every run counted once: {stats:?}");
+    let kinds: Vec<&str> = stats.by_kind.keys().map(String::as_str).collect();
+    assert_eq!(kinds, [KIND_A, KIND_B], "one entry per kind with runs");
+    let a = &stats.by_kind[KIND_A];
+    let b = &stats.by_kind[KIND_B];
+    for (status, in_a, in_b) in [
+        (RunStatus::Scheduled, 0, 1),
+        (RunStatus::Queued, 2, 0),
+        (RunStatus::Running, 1, 0),
+        (RunStatus::Completed, 1, 0),
+        (RunStatus::Failed, 1, 0),
+        (RunStatus::Cancelled, 1, 0),
+    ] {
+        assert_eq!(a.count(status), in_a, "{status} runs of {KIND_A}: {a:?}");
+        assert_eq!(b.count(status), in_b, "{status} runs of {KIND_B}: {b:?}");
+    }
 }
 
 /// Unique keys belong to a tenant: the same key in two tenants makes two runs, and a

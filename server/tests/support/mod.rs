@@ -228,6 +228,7 @@ impl Harness {
         };
         let worker = Worker::new(Arc::new(self.store.clone()), self.registry.clone(), config)
             .expect("a worker");
+        self.app.observe_worker(worker.metrics());
         tokio::time::timeout(
             Duration::from_secs(30),
             worker.run(CancellationToken::new()),

@@ -1,0 +1,157 @@
+//! What a process measured of its own work, in the shape Prometheus reads: fixed-bucket
+//! latency histograms that any thread records into without a lock.
+//!
+//! [`WorkerMetrics`] is what a [`crate::Worker`] measures — how long each claim round and
+//! each completion batch took at the store, and how long a run waited between being due
+//! and being started. The HTTP server writes them at `GET /metrics` with
+//! [`Histogram::write_prometheus`], beside its own webhook histogram.
+//!
+//! Decisions: hand-written (a few histograms do not need a metrics crate); buckets are
+//! fixed per histogram ([`LATENCY_BUCKETS`] fits everything here: 0.5 ms to 10 s);
+//! values are per process and reset on restart (the run counts that every process shares
+//! come from the database, not from here).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Upper bounds, in seconds, of the latency histograms.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// A latency histogram over [`LATENCY_BUCKETS`]; recording is a few relaxed atomic adds.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations at or below each bound, not cumulative (summed when written).
+    buckets: [AtomicU64; LATENCY_BUCKETS.len()],
+    count: AtomicU64,
+    sum_nanos: AtomicU64,
+}
+
+/// A copy of a [`Histogram`] at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// `(upper bound in seconds, observations at or below it)`, cumulative, ending with
+    /// the total at `+Inf` (`f64::INFINITY`).
+    pub cumulative: Vec<(f64, u64)>,
+    pub count: u64,
+    pub sum_seconds: f64,
+}
+
+impl Histogram {
+    pub fn record(&self, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        if let Some(bucket) = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound) {
+            self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        }
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut running = 0;
+        let mut cumulative: Vec<(f64, u64)> = LATENCY_BUCKETS
+            .iter()
+            .zip(&self.buckets)
+            .map(|(bound, bucket)| {
+                running += bucket.load(Ordering::Relaxed);
+                (*bound, running)
+            })
+            .collect();
+        let count = self.count.load(Ordering::Relaxed);
+        cumulative.push((f64::INFINITY, count));
+        HistogramSnapshot {
+            cumulative,
+            count,
+            sum_seconds: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
+    /// Appends `# HELP`, `# TYPE` and the `_bucket`, `_sum` and `_count` lines of `name`
+    /// in the Prometheus text format.
+    pub fn write_prometheus(&self, out: &mut String, name: &str, help: &str) {
+        let snapshot = self.snapshot();
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (bound, count) in &snapshot.cumulative {
+            if bound.is_infinite() {
+                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+            } else {
+                let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
+            }
+        }
+        let _ = writeln!(out, "{name}_sum {}", snapshot.sum_seconds);
+        let _ = writeln!(out, "{name}_count {}", snapshot.count);
+    }
+}
+
+/// What one worker measured (shared with whoever reports it: `Worker::metrics`).
+#[derive(Debug, Default)]
+pub struct WorkerMetrics {
+    /// One claim round at the store (`RunStore::run_claim`), whatever it found.
+    pub claim: Histogram,
+    /// One completion batch at the store (`RunStore::run_finish_many`).
+    pub complete: Histogram,
+    /// From a run being due (`run_at`) to its handler starting here; reclaims are left
+    /// out (their wait is the dead owner's lease, not the queue's).
+    pub start_delay: Histogram,
+}
+
+impl WorkerMetrics {
+    /// The three histograms as Prometheus text.
+    pub fn write_prometheus(&self, out: &mut String) {
+        self.claim.write_prometheus(
+            out,
+            "fronta_worker_claim_duration_seconds",
+            "Time of one claim round at the store, by this process's worker.",
+        );
+        self.complete.write_prometheus(
+            out,
+            "fronta_worker_complete_duration_seconds",
+            "Time to write one batch of finished runs, by this process's worker.",
+        );
+        self.start_delay.write_prometheus(
+            out,
+            "fronta_run_start_delay_seconds",
+            "From a run being due to its start in this process (reclaims left out).",
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn observations_land_in_their_buckets_and_add_up() {
+        let histogram = Histogram::default();
+        histogram.record(Duration::from_micros(300));
+        histogram.record(Duration::from_millis(3));
+        histogram.record(Duration::from_secs(30));
+        let snapshot = histogram.snapshot();
+        assert_eq!(snapshot.count, 3);
+        assert_eq!(snapshot.cumulative[0], (0.0005, 1), "300 µs ≤ 0.5 ms");
+        let at_5ms = snapshot.cumulative.iter().find(|(b, _)| *b == 0.005);
+        assert_eq!(at_5ms, Some(&(0.005, 2)), "3 ms ≤ 5 ms, cumulative");
+        let at_10s = snapshot.cumulative.iter().find(|(b, _)| *b == 10.0);
+        assert_eq!(at_10s, Some(&(10.0, 2)), "30 s is above every bound");
+        assert_eq!(snapshot.cumulative.last(), Some(&(f64::INFINITY, 3)));
+        assert!((snapshot.sum_seconds - 30.0033).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_text_format_has_every_line_prometheus_needs() {
+        let histogram = Histogram::default();
+        histogram.record(Duration::from_millis(2));
+        let mut out = String::new();
+        histogram.write_prometheus(&mut out, "x_seconds", "Help.");
+        assert!(out.starts_with("# HELP x_seconds Help.\n# TYPE x_seconds histogram\n"));
+        assert!(out.contains("x_seconds_bucket{le=\"0.001\"} 0\n"));
+        assert!(out.contains("x_seconds_bucket{le=\"0.0025\"} 1\n"));
+        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 1\n"));
+        assert!(out.contains("x_seconds_sum 0.002\n"));
+        assert!(out.ends_with("x_seconds_count 1\n"));
+    }
+}
