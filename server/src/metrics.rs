@@ -8,14 +8,20 @@
 //! - `fronta_webhook_request_duration_seconds` (histogram) and
 //!   `fronta_webhook_requests_total{code}` (counter): `POST /webhook/{token}` answered
 //!   by this process, by status code;
-//! - `fronta_incidents_open` (gauge): open incidents of every tenant.
+//! - `fronta_incidents_open` (gauge): open incidents of every tenant;
+//! - `fronta_runs_by_kind{kind,status}` (gauge) and `fronta_queue_depth` (gauge: runs
+//!   due and not yet started), from the same `run_stats`;
+//! - when this process runs a worker (`App::observe_worker`): the histograms
+//!   `fronta_worker_claim_duration_seconds`, `fronta_worker_complete_duration_seconds`
+//!   and `fronta_run_start_delay_seconds` (`fronta_engine::metrics`).
 //!
 //! Decisions: the route needs no token (scrapers rarely carry one, and it shows counts,
 //! never tenant data); put it behind the proxy's access rules if that matters. The
 //! webhook series are per process (in memory, reset on restart); runs and incidents come
 //! from the database, so every process answers the same for them. Reading them costs
 //! `run_stats` and one incident list per scrape. Left out: per-tenant labels (their
-//! cardinality is unbounded), REST route latencies.
+//! cardinality is unbounded), REST route latencies. Kinds are few (the registry's), so a
+//! kind label is safe.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
