@@ -375,6 +375,12 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>>;
 
+    /// The newest run of `tenant` enqueued with unique key `key`, whatever its status:
+    /// also after it finished, for as long as the store keeps the run (a finished run
+    /// frees its key for new enqueues, but stays findable here). `None` when there is
+    /// none. One index probe (migration 5 on both stores).
+    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>>;
+
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>>;
 
     async fn run_stats(&self) -> StoreResult<RunStats>;

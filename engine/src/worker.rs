@@ -24,9 +24,9 @@ use tokio::task::{AbortHandle, JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatcher::Dispatcher;
-use crate::metrics::WorkerMetrics;
 use crate::error::{EngineError, StoreError};
 use crate::machine::{self, RetryLadder};
+use crate::metrics::WorkerMetrics;
 use crate::model::{OwnerToken, Run, RunId, RunStatus};
 use crate::registry::{
     Checkpointer, MIN_DURATION, Outcome, Registry, RunContext, StopReason, StopSignal,
@@ -437,7 +437,9 @@ impl Worker {
         } = claimed;
         Counters::bump(&self.counters.claimed, 1);
         if !reclaimed {
-            let waited = (chrono::Utc::now() - run.run_at).to_std().unwrap_or_default();
+            let waited = (chrono::Utc::now() - run.run_at)
+                .to_std()
+                .unwrap_or_default();
             self.metrics.start_delay.record(waited);
         }
         if reclaimed {

@@ -1,5 +1,5 @@
 //! [`App`]: what every handler shares — the configuration, the three ports, the
-//! dispatcher, the rate limiters, the webhook replay cache and the stream hub. Cheap to
+//! dispatcher, the rate limiters and the stream hub. Cheap to
 //! clone.
 //!
 //! The server depends on no store crate: it gets `Arc<dyn RunStore>`,
@@ -18,7 +18,6 @@ use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
 use crate::config::ServerConfig;
 use crate::metrics::WebhookMetrics;
 use crate::ratelimit::Limiter;
-use crate::replay::ReplayCache;
 use crate::stream::Hub;
 
 /// The storage ports the server works on.
@@ -51,7 +50,6 @@ pub(crate) struct Inner {
     pub webhook_per_token: Option<Limiter>,
     pub webhook_per_tenant: Option<Limiter>,
     pub api_per_tenant: Option<Limiter>,
-    pub replays: ReplayCache,
     /// The broadcast channels of `GET /api/stream`.
     pub hub: Hub,
     /// What `GET /metrics` tells of webhook requests.
@@ -81,7 +79,6 @@ impl App {
             webhook_per_token: limiter(config.webhook_rate_per_token),
             webhook_per_tenant: limiter(config.webhook_rate_per_tenant),
             api_per_tenant: limiter(config.api_rate_per_tenant),
-            replays: ReplayCache::new(config.replay_window, config.replay_capacity),
             hub: Hub::default(),
             webhook_metrics: WebhookMetrics::default(),
             worker_metrics: OnceLock::new(),

@@ -45,11 +45,6 @@ pub struct ServerConfig {
     pub rate_limit_max_keys: usize,
     /// Standard Webhooks: how far `webhook-timestamp` may be from now, either way.
     pub signature_tolerance: Duration,
-    /// How long a `webhook-id` is remembered in memory after its run was enqueued, so a
-    /// repeat answers the first run's id also after that run finished.
-    pub replay_window: Duration,
-    /// The most `webhook-id`s remembered at once (oldest forgotten first).
-    pub replay_capacity: usize,
     /// Items per page when `?limit=` is not given.
     pub page_default: usize,
     /// The largest `?limit=` accepted (larger is clamped).
@@ -77,8 +72,6 @@ impl Default for ServerConfig {
             api_rate_per_tenant: Some(RateLimit::new(50.0, 100)),
             rate_limit_max_keys: 10_000,
             signature_tolerance: Duration::from_secs(5 * 60),
-            replay_window: Duration::from_secs(24 * 3600),
-            replay_capacity: 100_000,
             page_default: 50,
             page_max: 500,
             runs_scan_max: 5_000,

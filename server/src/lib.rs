@@ -14,7 +14,7 @@
 //! [`auth`] (tenant and admin tokens), [`extract`] (bodies and queries in the API's
 //! error shape), [`error`] (the one `ApiError → response` mapping), [`page`]
 //! (pagination), [`wire`] (JSON views), [`ratelimit`], [`signature`] (Standard
-//! Webhooks), [`replay`] (repeated webhook ids), [`base_url`] and [`routes`].
+//! Webhooks), [`base_url`] and [`routes`].
 //!
 //! [`stream`] is `GET /api/stream` (SSE) and its broadcast hub.
 //!
@@ -35,7 +35,6 @@ pub mod metrics;
 pub mod openapi;
 pub mod page;
 pub mod ratelimit;
-pub mod replay;
 pub mod routes;
 pub mod signature;
 pub mod stream;

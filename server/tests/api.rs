@@ -136,6 +136,9 @@ impl RunStore for Broken {
     async fn run_get(&self, _: RunId) -> StoreResult<Option<Run>> {
         gone()
     }
+    async fn run_find_by_key(&self, _: &str, _: &str) -> StoreResult<Option<Run>> {
+        gone()
+    }
     async fn run_list(&self, _: RunFilter) -> StoreResult<Vec<Run>> {
         gone()
     }

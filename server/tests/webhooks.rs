@@ -537,9 +537,10 @@ async fn repeated_webhook_id_returns_the_first_run_also_after_it_finished() {
 }
 
 #[tokio::test]
-async fn unique_key_dedupes_a_repeat_the_cache_never_saw() {
-    // A repeat reaching a fresh process (another server, a restart) while the first run
-    // is still queued is found by the run store's unique key.
+async fn a_fresh_process_answers_the_first_run_while_live_and_after_it_finished() {
+    // A repeat reaching another server process (or this one after a restart) finds the
+    // first run in the store: by the enqueue's unique key while it is queued, by
+    // `run_find_by_key` after it finished. Nothing is remembered in memory.
     let harness = Harness::new();
     let (secret, path) = signed(&harness).await;
     let body = order_body("89");
@@ -551,10 +552,40 @@ async fn unique_key_dedupes_a_repeat_the_cache_never_saw() {
             &signature_headers(&secret, "msg_k", now, &body),
         )
         .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "first: {}", first.json);
+
+    let live = fresh_process_webhook(&harness, &path, &secret, "msg_k", now + 1, &body).await;
+    assert_eq!(
+        live["runId"], first.json["runId"],
+        "the queued first run: {live}"
+    );
+    assert_eq!(live["status"], "queued", "still queued: {live}");
+
+    harness.drain().await;
+    let finished = fresh_process_webhook(&harness, &path, &secret, "msg_k", now + 2, &body).await;
+    assert_eq!(
+        finished["runId"], first.json["runId"],
+        "the finished first run: {finished}"
+    );
+    assert_eq!(finished["status"], "completed", "and its status now");
+    assert_eq!(finished["duplicate"], true, "marked as a repeat");
+    let stats = harness.runs().run_stats().await.expect("stats");
+    assert_eq!(stats.total(), 1, "one run for one webhook id");
+}
+
+/// A signed webhook through a new `App` on the same store (another process).
+async fn fresh_process_webhook(
+    harness: &Harness,
+    path: &str,
+    secret: &str,
+    id: &str,
+    timestamp: i64,
+    body: &str,
+) -> Value {
     let fresh = fronta_server::router(
         fronta_server::App::new(
             test_config(),
-            harness_ports(&harness),
+            harness_ports(harness),
             fronta_engine::Dispatcher::from_registry(
                 Arc::new(harness.store.clone()),
                 &harness.registry,
@@ -564,14 +595,14 @@ async fn unique_key_dedupes_a_repeat_the_cache_never_saw() {
     );
     let request = Request::builder()
         .method(Method::POST)
-        .uri(&path)
+        .uri(path)
         .header(header::CONTENT_TYPE, "application/json");
-    let request = signature_headers(&secret, "msg_k", now + 1, &body)
+    let request = signature_headers(secret, id, timestamp, body)
         .into_iter()
         .fold(request, |builder, (name, value)| {
             builder.header(name, value)
         })
-        .body(Body::from(body.clone()))
+        .body(Body::from(body.to_owned()))
         .expect("a request");
     let response = tower::ServiceExt::oneshot(fresh, request)
         .await
@@ -580,11 +611,7 @@ async fn unique_key_dedupes_a_repeat_the_cache_never_saw() {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .expect("a body");
-    let json: Value = serde_json::from_slice(&bytes).expect("json");
-    assert_eq!(
-        json["runId"], first.json["runId"],
-        "the first run, found by key"
-    );
+    serde_json::from_slice(&bytes).expect("json")
 }
 
 fn harness_ports(harness: &Harness) -> fronta_server::Ports {

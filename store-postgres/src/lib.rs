@@ -503,6 +503,11 @@ impl RunStore for PgStore {
         runs::get(&mut conn, self.ctx(), id).await
     }
 
+    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
+        let mut conn = self.connection().await?;
+        runs::find_by_key(&mut conn, self.ctx(), tenant, key).await
+    }
+
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         let mut conn = self.connection().await?;
         runs::list(&mut conn, self.ctx(), &filter).await

@@ -409,6 +409,12 @@ pub const STATUS_OF: &str = concat!(
 /// One run by id (`$2`).
 pub const GET: &str = concat!("SELECT ", columns!(), " FROM runs WHERE runs.id = $2");
 
+pub const FIND_BY_KEY: &str = concat!(
+    "SELECT ",
+    columns!(),
+    " FROM runs WHERE runs.tenant = $2 AND runs.unique_key = $3 ORDER BY runs.id DESC LIMIT 1"
+);
+
 /// Counts per status (pending split by due-ness) and the counters' sums.
 pub const STATS: &str = concat!(
     "SELECT kind, status, run_at > ",
@@ -976,6 +982,25 @@ pub(crate) async fn get(
     let row = sqlx::query(GET)
         .bind(ctx.now)
         .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    row.as_ref().map(run_of).transpose()
+}
+
+/// The newest run of `tenant` with unique key `key`, of any status (UUIDv7 ids order by
+/// time); walks `runs_key_history`.
+pub(crate) async fn find_by_key(
+    conn: &mut PgConnection,
+    ctx: Ctx<'_>,
+    tenant: &str,
+    key: &str,
+) -> SqlResult<Option<Run>> {
+    ctx.trip();
+    let row = sqlx::query(FIND_BY_KEY)
+        .bind(ctx.now)
+        .bind(tenant)
+        .bind(key)
         .fetch_optional(&mut *conn)
         .await
         .map_err(map_err)?;

@@ -26,6 +26,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "desk", DESK_V2),
     (3, "automations", AUTOMATIONS_V3),
     (4, "member open counts", MEMBER_OPEN_V4),
+    (5, "runs by unique key, finished too", KEY_HISTORY_V5),
 ];
 
 /// The advisory lock class (two-`int4` key space) of the loop guard: one lock per
@@ -276,6 +277,13 @@ CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at
 /// `FOR UPDATE` before it reads them — that lock is what makes concurrent assignments
 /// count each other's. Rows of deleted members stay (their closed tickets still name
 /// them), as on SQLite.
+/// `RunStore::run_find_by_key`: the unique index on live runs frees a key when its run
+/// finishes; this one keeps every keyed run findable.
+pub const KEY_HISTORY_V5: &str = r#"
+CREATE INDEX runs_key_history ON runs (tenant, unique_key, id)
+    WHERE unique_key IS NOT NULL;
+"#;
+
 pub const MEMBER_OPEN_V4: &str = r#"
 CREATE TABLE desk_member_open (
     member uuid   PRIMARY KEY,

@@ -390,6 +390,12 @@ impl RunStore for SqliteStore {
         self.read(move |conn, now| runs::get(conn, id, now)).await
     }
 
+    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
+        let (tenant, key) = (tenant.to_owned(), key.to_owned());
+        self.read(move |conn, now| runs::find_by_key(conn, &tenant, &key, now))
+            .await
+    }
+
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         self.read(move |conn, now| runs::list(conn, &filter, now))
             .await

@@ -588,6 +588,20 @@ pub fn get(conn: &Connection, id: RunId, now: i64) -> SqlResult<Option<Run>> {
         .map_err(map_err)
 }
 
+/// The newest run of `tenant` with unique key `key`, of any status (ids are UUIDv7 blobs,
+/// so the largest id is the newest); walks `runs_key_history`.
+pub fn find_by_key(conn: &Connection, tenant: &str, key: &str, now: i64) -> SqlResult<Option<Run>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM runs WHERE tenant = ?1 AND unique_key = ?2 \
+         ORDER BY id DESC LIMIT 1"
+    ))
+    .and_then(|mut stmt| {
+        stmt.query_row([tenant, key], |row| run_of(row, now))
+            .optional()
+    })
+    .map_err(map_err)
+}
+
 pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Run>> {
     let mut sql = format!("SELECT {COLUMNS} FROM runs WHERE 1 = 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();

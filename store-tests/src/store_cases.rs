@@ -1969,6 +1969,68 @@ pub async fn run_stats_counts_every_status(factory: &dyn StoreFactory) {
     }
 }
 
+/// `run_find_by_key` finds a keyed run while it is pending and after it finished, the
+/// newest one when the freed key was used again, and never another tenant's.
+pub async fn find_by_key_finds_finished_runs_and_the_newest(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let find = |tenant: &'static str, key: &'static str| {
+        let store = env.store.clone();
+        async move {
+            store
+                .run_find_by_key(tenant, key)
+                .await
+                .expect("run_find_by_key succeeds")
+        }
+    };
+    assert!(find("acme", "webhook:1").await.is_none(), "nothing yet");
+    let first = env
+        .enqueue(request(KIND_A).tenant("acme").unique_key("webhook:1"))
+        .await;
+    let found = find("acme", "webhook:1")
+        .await
+        .expect("found while pending");
+    assert_eq!(
+        (found.id, found.status),
+        (first, RunStatus::Queued),
+        "the pending run"
+    );
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, first, "the keyed run is claimed");
+    let reply = env
+        .finish(
+            first,
+            claimed.owner,
+            FinishAction::Complete { result: None },
+        )
+        .await;
+    assert!(
+        matches!(reply, FinishReply::Applied { .. }),
+        "completed: {reply:?}"
+    );
+    let found = find("acme", "webhook:1")
+        .await
+        .expect("found after it finished");
+    assert_eq!(
+        (found.id, found.status),
+        (first, RunStatus::Completed),
+        "the finished run is still found"
+    );
+    assert!(
+        find("globex", "webhook:1").await.is_none(),
+        "another tenant never sees it"
+    );
+    assert!(
+        find("acme", "webhook:2").await.is_none(),
+        "another key finds nothing"
+    );
+    let second = env
+        .enqueue(request(KIND_A).tenant("acme").unique_key("webhook:1"))
+        .await;
+    assert_ne!(second, first, "the finished run freed its key");
+    let found = find("acme", "webhook:1").await.expect("found again");
+    assert_eq!(found.id, second, "the newest run with the key");
+}
+
 /// Unique keys belong to a tenant: the same key in two tenants makes two runs, and a
 /// repeat within one tenant returns that tenant's run.
 pub async fn unique_key_is_scoped_to_its_tenant(factory: &dyn StoreFactory) {

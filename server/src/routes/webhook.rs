@@ -15,8 +15,10 @@
 //!
 //! Authentication (4) comes before the paused check (5) so that an unsigned caller
 //! learns nothing but "unsigned". A `webhook-id` (signed or not) makes the call
-//! idempotent: see `crate::replay` for how a repeat finds the first run, also after it
-//! finished.
+//! idempotent: the run is enqueued with unique key `webhook:<automation id>:<webhook-id>`,
+//! so a repeat while the first run is live gets it from the enqueue, and a repeat after
+//! it finished finds it with `RunStore::run_find_by_key` first. Both are in the database:
+//! every process and every restart answers the first run, for as long as it is kept.
 //!
 //! The token is a secret: it is never logged (the trace layer redacts the path) and
 //! rate-limit keys use the automation id instead.
@@ -28,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use fronta_automation::executor;
 use fronta_automation::store::StoredAutomation;
 use fronta_automation::{Trigger, WebhookParam, contract};
-use fronta_engine::{Enqueued, RunId, Trigger as RunTrigger};
+use fronta_engine::{Enqueued, RunId, RunStatus, Trigger as RunTrigger};
 use serde_json::{Value, json};
 
 use crate::app::App;
@@ -125,20 +127,23 @@ pub async fn receive(
     let context = contract::extract(&params, &value).map_err(ApiError::Contract)?;
 
     let key = webhook_id.map(|id| format!("webhook:{}:{id}", stored.id));
-    let replays = &app.inner().replays;
+    // A repeat of a run that already finished: its key is free again, so only the
+    // lookup (which sees finished runs) finds it. A repeat of a live run is also caught
+    // by the enqueue's unique key, which closes the race between two repeats.
     if let Some(key) = &key
-        && let Some(first) = replays.get(key)
+        && let Some(first) = app
+            .runs()
+            .run_find_by_key(&stored.tenant.to_string(), key)
+            .await?
     {
-        return Ok(repeated(&app, first).await);
+        tracing::info!(automation = %stored.id, run = %first.id, "repeated webhook-id: answering the first run");
+        return Ok(repeated(first.id, first.status));
     }
     let mut enqueue = executor::run_request(&stored, RunTrigger::Webhook, context);
     if let Some(key) = &key {
         enqueue = enqueue.unique_key(key.clone());
     }
     let enqueued = app.inner().dispatcher.enqueue(enqueue).await?;
-    if let Some(key) = &key {
-        replays.remember(key, enqueued.id());
-    }
     match enqueued {
         Enqueued::Inserted(id) => {
             tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
@@ -149,20 +154,22 @@ pub async fn receive(
             )
                 .into_response())
         }
-        Enqueued::Existing(id) => Ok(repeated(&app, id).await),
+        Enqueued::Existing(id) => {
+            let status = match app.runs().run_get(id).await {
+                Ok(Some(run)) => run.status,
+                // Unreadable just now: its id is still the answer.
+                _ => RunStatus::Queued,
+            };
+            Ok(repeated(id, status))
+        }
     }
 }
 
 /// The answer to a repeated `webhook-id`: the first run's id and its status now.
-async fn repeated(app: &App, first: RunId) -> Response {
-    let status = match app.runs().run_get(first).await {
-        Ok(Some(run)) => run.status.as_str(),
-        // Gone or unreadable: its id is still the answer.
-        _ => "queued",
-    };
+fn repeated(first: RunId, status: RunStatus) -> Response {
     (
         StatusCode::ACCEPTED,
-        Json(json!({"runId": first.to_string(), "status": status, "duplicate": true})),
+        Json(json!({"runId": first.to_string(), "status": status.as_str(), "duplicate": true})),
     )
         .into_response()
 }
