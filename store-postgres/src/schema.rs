@@ -269,6 +269,13 @@ CREATE TABLE automation_guard (
 CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at);
 "#;
 
+/// `RunStore::run_find_by_key`: the unique index on live runs frees a key when its run
+/// finishes; this one keeps every keyed run findable.
+pub const KEY_HISTORY_V5: &str = r#"
+CREATE INDEX runs_key_history ON runs (tenant, unique_key, id)
+    WHERE unique_key IS NOT NULL;
+"#;
+
 /// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
 /// code path makes it, so least-busy reads one row per member (a primary-key probe)
 /// instead of counting a member's open tickets (which grows with the desk). Like SQLite's
@@ -277,13 +284,6 @@ CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at
 /// `FOR UPDATE` before it reads them — that lock is what makes concurrent assignments
 /// count each other's. Rows of deleted members stay (their closed tickets still name
 /// them), as on SQLite.
-/// `RunStore::run_find_by_key`: the unique index on live runs frees a key when its run
-/// finishes; this one keeps every keyed run findable.
-pub const KEY_HISTORY_V5: &str = r#"
-CREATE INDEX runs_key_history ON runs (tenant, unique_key, id)
-    WHERE unique_key IS NOT NULL;
-"#;
-
 pub const MEMBER_OPEN_V4: &str = r#"
 CREATE TABLE desk_member_open (
     member uuid   PRIMARY KEY,

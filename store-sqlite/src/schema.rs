@@ -13,9 +13,6 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
 ];
 
-/// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
-/// code path makes it, so least-busy reads one row per member instead of counting a
-/// member's open tickets (which grows with the desk).
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only
 /// (a finished run frees its key); this one keeps every keyed run findable.
 const KEY_HISTORY_V5: &str = r#"
@@ -23,6 +20,9 @@ CREATE INDEX runs_key_history ON runs (tenant, unique_key, id)
     WHERE unique_key IS NOT NULL;
 "#;
 
+/// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
+/// code path makes it, so least-busy reads one row per member instead of counting a
+/// member's open tickets (which grows with the desk).
 const MEMBER_OPEN_V4: &str = r#"
 CREATE TABLE desk_member_open (
     member BLOB    PRIMARY KEY,
