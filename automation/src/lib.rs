@@ -51,6 +51,7 @@ pub mod instant;
 pub mod model;
 pub mod problem;
 pub mod retry;
+pub mod schedule;
 pub mod steps;
 pub mod store;
 pub mod template;

@@ -115,6 +115,10 @@ pub trait AutomationStore: Send + Sync + 'static {
         tenant: TenantId,
         event: &str,
     ) -> StoreResult<Vec<StoredAutomation>>;
+    /// Every automation, of every tenant, whose trigger is `poll` or `schedule` —
+    /// enabled or paused (the scheduler cancels a paused one's pending tick) — oldest
+    /// first. The scheduler's only cross-tenant read.
+    async fn automations_timed(&self) -> StoreResult<Vec<StoredAutomation>>;
     async fn guard_admit(
         &self,
         tenant: TenantId,

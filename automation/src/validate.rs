@@ -17,8 +17,9 @@
 //! known on save. "Earlier" is document order, branches included — a step in a `then`
 //! branch may not have run, but it could have, and that is enough.
 //!
-//! Not checked here: cron syntax beyond its field count and time-zone names (the
-//! scheduler's cron library owns those), groups and services (not in the context yet).
+//! Cron expressions and time-zone names are parsed as the scheduler will
+//! (`crate::schedule::CronSchedule`). Not checked here: groups and services (not in the
+//! context yet).
 
 use std::collections::{HashMap, HashSet};
 
@@ -32,6 +33,7 @@ use crate::model::{
     WebhookParam, count_steps, json_kind,
 };
 use crate::problem::{Problem, field_path, index_path};
+use crate::schedule::CronSchedule;
 use crate::template::{self, Segment};
 
 /// At most this many steps in a tree (every node once: actions, conditions, loops and
@@ -110,6 +112,8 @@ const TICKET_FIELDS: [&str; 11] = [
 const RESERVED_PARAM_NAMES: [&str; 2] = [BODY_KEY, "secrets"];
 
 struct Validator<'a> {
+    /// `_poll` or `_schedule`: what the scheduler puts in a timed run's context.
+    timed_root: Option<&'static str>,
     context: &'a ValidationContext,
     problems: Vec<Problem>,
     params: Vec<&'a str>,
@@ -142,6 +146,11 @@ impl<'a> Validator<'a> {
                 Trigger::Webhook { .. } | Trigger::Manual
             ),
             event: matches!(automation.trigger, Trigger::Event { .. }),
+            timed_root: match automation.trigger {
+                Trigger::Poll { .. } => Some("_poll"),
+                Trigger::Schedule { .. } => Some("_schedule"),
+                _ => None,
+            },
             all_steps,
             earlier: Vec::new(),
             loop_variables: Vec::new(),
@@ -187,6 +196,13 @@ impl<'a> Validator<'a> {
                         "trigger.timezone",
                         "the time zone is empty; leave it out for UTC",
                     );
+                } else if let Err(problem) = CronSchedule::parse("* * * * *", timezone.as_deref()) {
+                    self.report("trigger.timezone", problem);
+                }
+                if (5..=7).contains(&fields)
+                    && let Err(problem) = CronSchedule::parse(cron, None)
+                {
+                    self.report("trigger.cron", problem);
                 }
             }
             _ => {}
@@ -728,6 +744,9 @@ impl<'a> Validator<'a> {
         if self.event && (first == "ticket" || first == "change") {
             return Ok(());
         }
+        if self.timed_root == Some(first) {
+            return Ok(());
+        }
         let mut step_reason = None;
         for step in self.earlier.iter().rev() {
             let Some(rest) = name
@@ -931,6 +950,51 @@ mod tests {
             ]}
         ])));
         assert!(found.is_empty(), "every name is provided: {found:#?}");
+    }
+
+    #[test]
+    fn timed_triggers_are_checked_as_the_scheduler_reads_them() {
+        let timed = |trigger: Value, message: &str| {
+            problems_of(json!({"name": "t", "trigger": trigger, "steps": [log("note", message)]}))
+        };
+        assert!(
+            timed(
+                json!({"type": "schedule", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Prague"}),
+                "{{_schedule.scheduledFor}} {{_schedule.missedTicks}}"
+            )
+            .is_empty(),
+            "a valid schedule provides _schedule"
+        );
+        assert!(
+            timed(json!({"type": "poll", "source": "http"}), "{{_poll.tick}}").is_empty(),
+            "a poll provides _poll"
+        );
+        let found = timed(json!({"type": "schedule", "cron": "61 * * * *"}), "x");
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("trigger.cron: cron \"61 * * * *\" is not valid"),
+            "{found:#?}"
+        );
+        let found = timed(
+            json!({"type": "schedule", "cron": "0 7 * * *", "timezone": "Mars/Olympus"}),
+            "x",
+        );
+        assert_eq!(
+            found,
+            vec![
+                "trigger.timezone: unknown time zone \"Mars/Olympus\" (use an IANA name such as Europe/Prague)"
+            ]
+        );
+        let found = timed(
+            json!({"type": "poll", "source": "mail", "intervalSec": 5}),
+            "x",
+        );
+        assert_eq!(
+            found,
+            vec!["trigger.intervalSec: a poll interval of 5 s is below the minimum of 10 s"]
+        );
+        let found = timed(json!({"type": "poll", "source": "mail"}), "{{_schedule.x}}");
+        assert_eq!(found.len(), 1, "a poll has no _schedule: {found:#?}");
     }
 
     #[test]

@@ -440,6 +440,21 @@ impl AutomationStore for PgStore {
         rows.iter().map(automation_of).collect()
     }
 
+    async fn automations_timed(&self) -> StoreResult<Vec<StoredAutomation>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM automations WHERE trigger_kind IN ('poll', 'schedule') \
+             ORDER BY created_at, id"
+        ))
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(automation_of).collect()
+    }
+
     async fn guard_admit(
         &self,
         tenant: TenantId,

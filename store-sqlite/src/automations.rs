@@ -399,6 +399,21 @@ impl AutomationStore for SqliteStore {
         .await
     }
 
+    async fn automations_timed(&self) -> StoreResult<Vec<StoredAutomation>> {
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                &format!(
+                    "SELECT {COLUMNS} FROM automations \
+                     WHERE trigger_kind IN ('poll', 'schedule') ORDER BY created_at, id"
+                ),
+                [],
+                automation_of,
+            )
+        })
+        .await
+    }
+
     async fn guard_admit(
         &self,
         tenant: TenantId,
