@@ -52,6 +52,7 @@ pub mod model;
 pub mod problem;
 pub mod retry;
 pub mod schedule;
+pub mod scheduler;
 pub mod steps;
 pub mod store;
 pub mod template;

@@ -314,6 +314,7 @@ macro_rules! runtime_scenarios {
             crashed_automation_run_resumes_at_the_next_step,
             loops_count_against_max_actions_not_the_step_cap,
             long_pause_snoozes_and_resumes_at_the_next_step,
+            scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

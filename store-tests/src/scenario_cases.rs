@@ -53,7 +53,12 @@ const LEASE: Duration = Duration::from_secs(30);
 
 impl Firm {
     async fn open(factory: &dyn RuntimeFactory) -> Firm {
-        let clock = ManualClock::new(chrono::Utc::now());
+        Self::open_at(factory, chrono::Utc::now()).await
+    }
+
+    /// As [`Firm::open`], with the clock starting at `start`.
+    async fn open_at(factory: &dyn RuntimeFactory, start: chrono::DateTime<chrono::Utc>) -> Firm {
+        let clock = ManualClock::new(start);
         let stores = factory.open_runtime(clock.clone()).await;
         let runtime = Arc::new(Runtime {
             desk: stores.desk.clone(),
@@ -719,4 +724,179 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
             .any(|entry| entry.kind == "guard" && entry.message.contains("5 times")),
         "the ticket's log says the guard stopped an automation: {log:?}"
     );
+}
+
+/// The scheduler keeps one run ahead for each timed automation: a poll runs now and then
+/// one interval after its last run; a cron tick is enqueued ahead for its time; ticks
+/// missed while nothing ran them (downtime) run once, counted in the context; a paused
+/// automation's pending tick is cancelled. Driven by a moved clock, on the real store.
+pub async fn scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once(
+    factory: &dyn RuntimeFactory,
+) {
+    use fronta_automation::scheduler::{Scheduler, SchedulerConfig, TickReport};
+
+    let start = instant("2026-03-02T10:03:00Z");
+    let firm = Firm::open_at(factory, start).await;
+    let poll = firm
+        .automation(json!({
+            "name": "Poll the shop", "trigger": {"type": "poll", "source": "http", "intervalSec": 60},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "polled at {{_poll.tick}}"}}]
+        }))
+        .await;
+    let quarterly = firm
+        .automation(json!({
+            "name": "Every quarter hour", "trigger": {"type": "schedule", "cron": "*/15 * * * *"},
+            "steps": [{"name": "note", "op": "flow/log",
+                       "input": {"message": "tick {{_schedule.scheduledFor}}, missed {{_schedule.missedTicks}}"}}]
+        }))
+        .await;
+    let scheduler = Scheduler::new(
+        firm.stores.automations.clone(),
+        firm.dispatcher.clone(),
+        Arc::new(firm.clock.clone()),
+        SchedulerConfig::default(),
+    );
+    let newest = |stored: &StoredAutomation, prefix: &str| {
+        let key = format!("{prefix}:{}", stored.id);
+        let runs = firm.stores.runs.clone();
+        let tenant = stored.tenant.to_string();
+        async move {
+            runs.run_find_by_key(&tenant, &key)
+                .await
+                .expect("find by key")
+                .expect("a keyed run")
+        }
+    };
+    let message = |run: &fronta_engine::Run| -> String {
+        let steps = run.result.as_ref().expect("a result")["steps"].clone();
+        steps[0]["message"].as_str().unwrap_or_default().to_owned()
+    };
+
+    let report = scheduler.tick().await;
+    assert_eq!(
+        report,
+        TickReport {
+            automations: 2,
+            enqueued: 2,
+            cancelled: 0,
+            skipped: 0
+        },
+        "one run each"
+    );
+    assert_eq!(
+        scheduler.tick().await.enqueued,
+        0,
+        "a second tick adds nothing: one pending run per automation"
+    );
+    let polled = newest(&poll, "poll").await;
+    assert_eq!(
+        (polled.status, polled.trigger),
+        (RunStatus::Queued, RunTrigger::Poll)
+    );
+    let tick = newest(&quarterly, "schedule").await;
+    assert_eq!(
+        (tick.status, tick.run_at, tick.trigger),
+        (
+            RunStatus::Scheduled,
+            instant("2026-03-02T10:15:00Z"),
+            RunTrigger::Schedule
+        ),
+        "the cron tick waits, enqueued ahead for its time"
+    );
+
+    firm.drain().await;
+    assert_eq!(
+        firm.run(polled.id).await.status,
+        RunStatus::Completed,
+        "polled"
+    );
+    assert_eq!(scheduler.tick().await.enqueued, 1, "the next poll");
+    let next_poll = newest(&poll, "poll").await;
+    assert_ne!(next_poll.id, polled.id);
+    assert_eq!(
+        (next_poll.status, next_poll.run_at),
+        (RunStatus::Scheduled, instant("2026-03-02T10:04:00Z")),
+        "one interval after the last poll"
+    );
+
+    firm.clock.set(instant("2026-03-02T10:16:00Z"));
+    firm.drain().await;
+    let ran = firm.run(tick.id).await;
+    assert_eq!(ran.status, RunStatus::Completed, "the 10:15 tick ran");
+    assert_eq!(message(&ran), "tick 2026-03-02T10:15:00.000Z, missed 0");
+    assert_eq!(scheduler.tick().await.enqueued, 2, "the next of each");
+    let next_tick = newest(&quarterly, "schedule").await;
+    assert_eq!(
+        next_tick.run_at,
+        instant("2026-03-02T10:30:00Z"),
+        "the next quarter"
+    );
+
+    // Downtime: nothing ran from 10:16 to 12:19. The pending 10:30 tick runs late, once;
+    // the ticks from 10:45 to 12:15 (seven) were never enqueued and run once, now.
+    firm.clock.set(instant("2026-03-02T12:19:00Z"));
+    firm.drain().await;
+    assert_eq!(firm.run(next_tick.id).await.status, RunStatus::Completed);
+    scheduler.tick().await;
+    let catch_up = newest(&quarterly, "schedule").await;
+    assert_eq!(
+        catch_up.run_at,
+        instant("2026-03-02T12:19:00Z"),
+        "the missed ticks run now"
+    );
+    firm.drain().await;
+    let caught = firm.run(catch_up.id).await;
+    assert_eq!(caught.status, RunStatus::Completed);
+    assert_eq!(
+        message(&caught),
+        "tick 2026-03-02T12:15:00.000Z, missed 7",
+        "once, for the last missed tick, with the count"
+    );
+    scheduler.tick().await;
+    let ahead = newest(&quarterly, "schedule").await;
+    assert_eq!(
+        ahead.run_at,
+        instant("2026-03-02T12:30:00Z"),
+        "back on the quarter"
+    );
+    let schedule_runs = firm
+        .stores
+        .runs
+        .run_list(fronta_engine::RunFilter::default())
+        .await
+        .expect("runs")
+        .into_iter()
+        .filter(|run| run.unique_key.as_deref() == Some(&format!("schedule:{}", quarterly.id)))
+        .count();
+    assert_eq!(
+        schedule_runs, 4,
+        "10:15, 10:30, the catch-up and 12:30 — no storm"
+    );
+
+    // Paused: its pending tick is cancelled and nothing new is planned.
+    firm.stores
+        .automations
+        .automation_set_enabled(firm.tenant, quarterly.id, false)
+        .await
+        .expect("paused");
+    let report = scheduler.tick().await;
+    assert_eq!(report.cancelled, 1, "the paused one's tick: {report:?}");
+    assert_eq!(firm.run(ahead.id).await.status, RunStatus::Cancelled);
+    let report = scheduler.tick().await;
+    assert_eq!(
+        (report.enqueued, report.cancelled),
+        (0, 0),
+        "nothing planned for the paused one (the poll's next run is still pending)"
+    );
+    assert_eq!(
+        newest(&quarterly, "schedule").await.id,
+        ahead.id,
+        "the cancelled tick is its newest run"
+    );
+}
+
+fn instant(text: &str) -> chrono::DateTime<chrono::Utc> {
+    chrono::DateTime::parse_from_rfc3339(text)
+        .expect("an RFC 3339 instant")
+        .with_timezone(&chrono::Utc)
 }
