@@ -249,7 +249,7 @@ function widgetData(data) {
 function runsTable(ctx, runs) {
   return table(["Run", "Status", "Automation", "Trigger", "Took", "Attempts", "Error"], runs.map((run) =>
     h("tr", { dataset: { run: run.id, status: run.status } },
-      h("td", {}, runLink(run, when(run.createdAt))),
+      h("td", {}, runLink(run, [h("code", {}, run.id.slice(-8)), " ", when(run.createdAt)])),
       h("td", {}, badge(run.status), run.cancelRequested ? h("span", { class: "muted" }, " cancel requested") : null, " ", nextAttempt(run)),
       h("td", {}, run.automationId ? h("a", { href: `#/runs?automation=${encodeURIComponent(run.automationId)}` }, automationName(ctx, run.automationId)) : run.kind),
       h("td", {}, run.trigger),
@@ -406,7 +406,7 @@ function runView(ctx, id) {
         nextAttempt(run) ? [h("dt", {}, "Next attempt"), h("dd", { id: "next-attempt" }, when(run.runAt), ` (${new Date(run.runAt).toLocaleString()})`)] : null,
         h("dt", {}, "Created"), h("dd", {}, when(run.createdAt)),
         h("dt", {}, "Started"), h("dd", {}, when(run.startedAt)),
-        h("dt", {}, "Finished"), h("dd", {}, when(run.finishedAt), run.finishedAt ? ` after ${between(run.startedAt, run.finishedAt)}` : ""),
+        h("dt", {}, "Finished"), h("dd", {}, when(run.finishedAt), run.finishedAt ? ` (took ${between(run.startedAt, run.finishedAt)})` : ""),
         run.lastError ? [h("dt", {}, "Last error"), h("dd", { class: "error" }, run.lastError)] : null),
       buttons.length ? h("p", { class: "actions" }, buttons, " ", status) : h("p", {}, status),
       h("h2", {}, "Step log"),
@@ -464,7 +464,7 @@ function ticketCard(ticket) {
       h("span", { class: "number" }, ticket.number), " ", h("span", { class: "title" }, ticket.title),
       h("span", { class: "meta" },
         ticket.type ? h("span", {}, ticket.type) : null,
-        h("span", { class: ticket.assignee ? "assignee" : "assignee muted" }, ticket.assignee ? ticket.assignee.name : "unassigned"),
+        h("span", { class: ticket.assignee ? "assignee" : "assignee muted", title: "assignee" }, ticket.assignee ? `→ ${ticket.assignee.name}` : "unassigned"),
         ticket.closed ? badge("closed") : null),
       ticket.tags.length ? h("span", { class: "tags" }, ticket.tags.map((tag) => h("span", { class: "tag" }, tag))) : null));
 }
@@ -759,8 +759,8 @@ function webhookBlock(automation) {
     replace(help, h("p", { class: "error" }, "The webhook URL cannot be read."));
   }
   return h("div", { class: "webhook" },
-    h("p", {}, h("strong", {}, "Method "), h("code", { class: "method" }, "POST"), " ", h("label", { for: id }, "URL")),
-    h("p", { class: "copy" }, input, " ", copy, " ", status),
+    h("p", {}, h("strong", {}, "Method: "), h("code", { class: "method" }, "POST")),
+    h("p", { class: "copy" }, h("label", { for: id }, h("strong", {}, "URL:")), input, copy, status),
     help);
 }
 
