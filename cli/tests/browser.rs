@@ -267,9 +267,12 @@ impl Browser {
             .to_owned()
     }
 
+    /// Click the first element matching `css`, once there is one.
     async fn click(&self, css: &str) {
         self.driver
-            .find(By::Css(css))
+            .query(By::Css(css))
+            .wait(PATIENCE, POLL)
+            .first()
             .await
             .unwrap_or_else(|err| panic!("{css} is on the page: {err}"))
             .click()
@@ -577,6 +580,39 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "title, impact and status: {incident}"
     );
     browser.shot("09-incidents").await;
+
+    // 5c. The tiles redraw on stream events: a third order while the overview is open.
+    browser.click("#nav a[href='#/']").await;
+    browser
+        .until(
+            "two completed runs on the tiles",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '2' || null",
+        )
+        .await;
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "5003"}}})),
+    );
+    assert_eq!(status, 202, "the third webhook is accepted: {accepted}");
+    browser
+        .until(
+            "three completed runs and three open tickets on the tiles",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '3' \
+             && document.querySelector(\"#tiles [data-key='open-tickets'] .count\")?.innerText === '3' || null",
+        )
+        .await;
+    let same = browser
+        .driver
+        .execute("return window.__sameDocument === true", Vec::new())
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(same, json!(true), "the tiles were redrawn without a reload");
+    browser.shot("09b-overview-live").await;
 
     // 6. Automations: the full webhook URL, copied to the clipboard; the help of GET.
     browser
