@@ -3,8 +3,9 @@
 //! `fronta serve` binary. A person signs in with a tenant token (a wrong one is refused
 //! on the page), watches a run appear through the event stream and finish without a
 //! reload, opens its step log with the compared values of a condition, finds the
-//! ticket on the board with its assignee and tags, copies a webhook URL to the
-//! clipboard, sees a failed request said on the page, reads the page on a phone-sized
+//! ticket on the board with its assignee and tags, sees an incident and the tiles
+//! change live, copies a webhook URL to the clipboard, pauses and resumes the
+//! automation, sees a failed request said on the page, reads the page on a phone-sized
 //! window without sideways scrolling, and signs in as the admin.
 //!
 //! Screenshots of each step go to `target/test-output/browser/` (and one named
@@ -669,6 +670,33 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the clipboard holds the whole URL"
     );
     browser.shot("10-automations").await;
+    // Pause: the card says so and the webhook answers 409; Resume undoes it.
+    browser.click("#automations button[data-toggle]").await;
+    browser
+        .until(
+            "the paused badge",
+            "return document.querySelector('#automations article h2 .badge')?.innerText === 'paused' || null",
+        )
+        .await;
+    let (status, refused) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "5004"}}})),
+    );
+    assert_eq!(
+        status, 409,
+        "a paused automation refuses webhooks: {refused}"
+    );
+    browser.shot("10b-automation-paused").await;
+    browser.click("#automations button[data-toggle]").await;
+    browser
+        .until(
+            "the enabled badge",
+            "return document.querySelector('#automations article h2 .badge')?.innerText === 'enabled' || null",
+        )
+        .await;
 
     // 7. A failed request is said on the page.
     browser

@@ -199,6 +199,8 @@ function route() {
   const hash = location.hash || "#/";
   // Other fragments (the skip link) are not routes.
   if (!hash.startsWith("#/")) return;
+  // A filter changed by keyboard re-routes: give focus back to the same control.
+  const focusedId = main.contains(document.activeElement) ? document.activeElement.id : "";
   view?.unmount?.();
   main.replaceChildren();
   if (!session.token) {
@@ -214,8 +216,10 @@ function route() {
     else link.removeAttribute("aria-current");
   }
   view.mount(main);
+  const again = focusedId ? document.getElementById(focusedId) : null;
   const title = main.querySelector("h1");
-  if (title && routed) title.focus({ preventScroll: false });
+  if (again && main.contains(again)) again.focus();
+  else if (title && routed) title.focus();
   routed = true;
 }
 let routed = false;
@@ -244,8 +248,8 @@ function signInView() {
           input.value = "";
           session.save(token, kind);
           start();
-          location.hash = "#/";
-          route();
+          if (location.hash === "#/") route();
+          else location.hash = "#/";
         } catch (error) {
           message.className = "status error";
           message.textContent = error.status === 401
@@ -298,8 +302,8 @@ function signOut(reason) {
   nav.replaceChildren();
   live.textContent = "";
   signOutButton.hidden = true;
-  location.hash = "#/";
-  route();
+  if (location.hash === "#/" || location.hash === "") route();
+  else location.hash = "#/";
   if (reason) {
     const status = document.getElementById("signin-status");
     if (status) {

@@ -108,7 +108,7 @@ export function badge(text, kind = text) {
 export function select(label, name, value, options, onChange) {
   const id = `filter-${name}`;
   return h("label", { for: id }, `${label} `,
-    h("select", { id, name, onchange: (event) => onChange(event.target.value) },
+    h("select", { id, name, dataset: { key: id }, onchange: (event) => onChange(event.target.value) },
       options.map(([optionValue, text]) =>
         h("option", { value: optionValue, selected: optionValue === value }, text))));
 }

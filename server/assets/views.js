@@ -312,17 +312,23 @@ function runsView(ctx, query) {
       cursor ? h("p", {}, h("button", { type: "button", onclick: () => load(true) }, "Load older runs")) : null);
   }
 
+  let filters;
+  function drawFilters() {
+    const automations = [...ctx.data.automations.values()].map((automation) => [automation.id, automation.name]);
+    if (filter.automation && !ctx.data.automations.has(filter.automation)) automations.push([filter.automation, filter.automation]);
+    replace(filters,
+      select("Status", "status", filter.status, [["", "any"], ...RUN_STATUSES.map((status) => [status, status])], (value) => setFilter("status", value)),
+      select("Automation", "automation", filter.automation, [["", "any"], ...automations], (value) => setFilter("automation", value)),
+      select("Trigger", "trigger", filter.trigger, [["", "any"], ...TRIGGERS.map((trigger) => [trigger, trigger])], (value) => setFilter("trigger", value)));
+  }
+
   return {
     title: "Runs",
     mount(main) {
-      const automations = [...ctx.data.automations.values()].map((automation) => [automation.id, automation.name]);
       list = h("div", { id: "runs-list", "aria-live": "polite" });
-      main.append(heading("Runs"),
-        h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() },
-          select("Status", "status", filter.status, [["", "any"], ...RUN_STATUSES.map((status) => [status, status])], (value) => setFilter("status", value)),
-          select("Automation", "automation", filter.automation, [["", "any"], ...automations], (value) => setFilter("automation", value)),
-          select("Trigger", "trigger", filter.trigger, [["", "any"], ...TRIGGERS.map((trigger) => [trigger, trigger])], (value) => setFilter("trigger", value))),
-        list);
+      filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
+      main.append(heading("Runs"), filters, list);
+      drawFilters();
       draw();
       load(false);
     },
@@ -332,8 +338,14 @@ function runsView(ctx, query) {
         if (matches(change.item)) items.set(change.item.id, change.item);
         else items.delete(change.item.id);
       }
-      if (changes === undefined && fetchedAt) load(false);
-      else draw();
+      if (changes === undefined) {
+        // The shared data was read again (sign-in, reconnect): the names and the list too.
+        drawFilters();
+        if (fetchedAt) load(false);
+        else draw();
+      } else {
+        draw();
+      }
     },
   };
 }
@@ -520,24 +532,30 @@ function ticketsView(ctx, query) {
             h("ul", { class: "cards" }, items.map(ticketCard))))));
   }
 
+  let filters;
+  function drawFilters() {
+    const members = ctx.data.groups.flatMap((group) => group.members.map((member) => [member.id, `${member.name} (${group.name})`]));
+    const tags = [...new Set([...ctx.data.tickets.values()].flatMap((ticket) => ticket.tags))].sort();
+    if (filter.tag && !tags.includes(filter.tag)) tags.push(filter.tag);
+    replace(filters,
+      select("Type", "type", filter.type, [["", "any"], ...ctx.data.ticketTypes.map((type) => [type.name, type.name])], (value) => setFilter("type", value)),
+      select("Assignee", "assignee", filter.assignee, [["", "anyone"], ["none", "unassigned"], ...members], (value) => setFilter("assignee", value)),
+      select("Tag", "tag", filter.tag, [["", "any"], ...tags.map((tag) => [tag, tag])], (value) => setFilter("tag", value)),
+      select("Closed", "closed", filter.closed, [["", "hide"], ["yes", "show"]], (value) => setFilter("closed", value)));
+  }
+
   return {
     title: "Tickets",
     mount(main) {
-      const members = ctx.data.groups.flatMap((group) => group.members.map((member) => [member.id, `${member.name} (${group.name})`]));
-      const tags = [...new Set([...ctx.data.tickets.values()].flatMap((ticket) => ticket.tags))].sort();
-      if (filter.tag && !tags.includes(filter.tag)) tags.push(filter.tag);
       board = h("div", { id: "board" });
-      main.append(heading("Tickets"),
-        h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() },
-          select("Type", "type", filter.type, [["", "any"], ...ctx.data.ticketTypes.map((type) => [type.name, type.name])], (value) => setFilter("type", value)),
-          select("Assignee", "assignee", filter.assignee, [["", "anyone"], ["none", "unassigned"], ...members], (value) => setFilter("assignee", value)),
-          select("Tag", "tag", filter.tag, [["", "any"], ...tags.map((tag) => [tag, tag])], (value) => setFilter("tag", value)),
-          select("Closed", "closed", filter.closed, [["", "hide"], ["yes", "show"]], (value) => setFilter("closed", value))),
-        board);
+      filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
+      main.append(heading("Tickets"), filters, board);
+      drawFilters();
       draw();
       if (filter.closed === "yes") loadClosed();
     },
-    update() {
+    update(changes) {
+      if (changes === undefined) drawFilters();
       draw();
     },
   };
@@ -779,22 +797,27 @@ function webhookHelp(help) {
 
 function automationsView(ctx) {
   let list;
-  function card(automation) {
-    const status = h("span", { class: "status", role: "status" });
+  function card(automation, said = "") {
+    const status = h("span", { class: "status", role: "status" }, said);
     const toggle = actionButton(automation.enabled ? "Pause" : "Resume", async () => {
       const answer = await api("POST", `/api/automations/${encodeURIComponent(automation.id)}/${automation.enabled ? "pause" : "resume"}`);
       ctx.data.automations.set(answer.id, answer);
-      draw();
+      // Only this card changes; the button keeps the keyboard focus.
+      const next = card(answer, answer.enabled ? "Resumed." : "Paused.");
+      article.replaceWith(next);
+      next.querySelector("button[data-toggle]")?.focus();
       return answer.enabled ? "Resumed." : "Paused.";
     }, status);
     toggle.setAttribute("aria-label", `${automation.enabled ? "Pause" : "Resume"} ${automation.name}`);
-    return h("article", { class: "automation", dataset: { automation: automation.id } },
+    toggle.setAttribute("data-toggle", automation.id);
+    const article = h("article", { class: "automation", dataset: { automation: automation.id } },
       h("h2", {}, automation.name, " ", badge(automation.enabled ? "enabled" : "paused")),
       h("p", {}, h("strong", {}, "Trigger: "), triggerText(automation.trigger), ` · ${automation.steps?.length ?? 0} steps`,
         automation.signed ? " · signed webhooks" : "", " · ",
         h("a", { href: `#/runs?automation=${encodeURIComponent(automation.id)}` }, "its runs")),
       automation.webhookUrl ? webhookBlock(automation) : null,
       h("p", { class: "actions" }, toggle, " ", status));
+    return article;
   }
   function draw() {
     if (!ctx.data.loaded) {
