@@ -62,17 +62,26 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// `PATH`); `None` when the test was told to skip.
 fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
     let skip = std::env::var("FRONTA_SKIP_BROWSER").is_ok_and(|value| value == "1");
-    let driver = std::env::var_os("FRONTA_CHROMEDRIVER")
-        .map(PathBuf::from)
-        .or_else(|| on_path("chromedriver"));
-    let chromium = std::env::var_os("FRONTA_CHROMIUM")
-        .map(PathBuf::from)
-        .or_else(|| on_path("chromium"))
-        .or_else(|| on_path("chromium-browser"));
+    let given = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_file())
+    };
+    let driver = match std::env::var_os("FRONTA_CHROMEDRIVER") {
+        Some(_) => given("FRONTA_CHROMEDRIVER"),
+        None => on_path("chromedriver"),
+    };
+    let chromium = match std::env::var_os("FRONTA_CHROMIUM") {
+        Some(_) => given("FRONTA_CHROMIUM"),
+        None => on_path("chromium").or_else(|| on_path("chromium-browser")),
+    };
     match (driver, chromium) {
         (Some(driver), Some(chromium)) => Some((driver, chromium)),
         _ if skip => {
-            eprintln!(
+            // Straight to the process's stderr: the test harness captures `eprintln!`
+            // of passing tests, and a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
                 "\n!!!!!!!! SKIPPED: the browser test did not run (FRONTA_SKIP_BROWSER=1). !!!!!!!!\n\
                  !!!!!!!! Install `{APT_PACKAGES}` with apt-get to run it.             !!!!!!!!\n"
             );
