@@ -10,7 +10,8 @@
 //! `--server HOST:PORT` runs the same checks against a `fronta serve` started elsewhere
 //! (the end-to-end tests do, on SQLite and on Postgres).
 //!
-//! Left out: the dashboard page (not built yet; the demo says "API at …").
+//! While it serves, it prints the dashboard's address (`/`, the page of
+//! `fronta_server::dashboard`) and the tenant token to sign in with.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -147,7 +148,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     if !args.exit {
-        println!("\nAPI at http://{address}/ (the dashboard page is not built yet)");
+        println!("\ndashboard at http://{address}/ (sign in with the tenant token below)");
         println!(
             "OpenAPI at http://{address}/api/openapi.json, metrics at /metrics, events at /api/stream"
         );
@@ -843,6 +844,20 @@ async fn scenario(client: Client, admin: &str, checks: &mut Checks) -> Option<Sc
                 bail!("an OpenAPI 3.1 document of every route ({paths} paths)");
             }
             Ok(((), format!("OpenAPI 3.1, {paths} paths")))
+        })
+        .await;
+    checks
+        .check("GET / serves the dashboard page without a token", async {
+            let answer = c.call("GET", "/", None, None).await?;
+            if answer.status != 200 {
+                bail!("expected 200, got {}", answer.status);
+            }
+            let content_type = answer.header("content-type").unwrap_or_default();
+            let page = String::from_utf8_lossy(&answer.body);
+            if !content_type.starts_with("text/html") || !page.contains("/assets/app.js") {
+                bail!("an HTML page loading /assets/app.js, got {content_type}");
+            }
+            Ok(((), format!("{content_type}, {} bytes", answer.body.len())))
         })
         .await;
     checks

@@ -1,4 +1,5 @@
-//! `fronta serve`: the HTTP server (webhooks and the REST API of `API.md`) and, unless
+//! `fronta serve`: the HTTP server (webhooks, the REST API of `API.md` and the dashboard
+//! page at `/`) and, unless
 //! `--no-worker`, a worker in the same process running the automation executor (and the
 //! built-in kinds), with the ticket event sink installed so ticket writes start their
 //! automations in the same transaction.
@@ -144,6 +145,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
             "no worker"
         }
     );
+    eprintln!("fronta serve: dashboard at http://{address}/ (sign in with a tenant token)");
 
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();

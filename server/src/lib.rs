@@ -1,5 +1,6 @@
-//! fronta's HTTP server: webhooks, the REST API of `API.md`, auth, limits and health, as
-//! one axum [`Router`](axum::Router) built by [`router`] from an [`App`].
+//! fronta's HTTP server: webhooks, the REST API of `API.md`, auth, limits, health and the
+//! dashboard page, as one axum [`Router`](axum::Router) built by [`router`] from an
+//! [`App`].
 //!
 //! This is the only crate with axum and wire types; it knows no SQL and no store crate.
 //! Whoever starts it hands it the three ports (`RunStore`, `DeskStore`,
@@ -22,13 +23,15 @@
 //!
 //! [`openapi`] is `GET /api/openapi.json`, generated from the router's route table.
 //!
-//! Left out: the dashboard page;
-//! running a worker (the binary does, beside the server).
+//! [`dashboard`] is the page at `/` and its embedded assets (HTML, CSS, ES modules).
+//!
+//! Left out: running a worker (the binary does, beside the server).
 
 pub mod app;
 pub mod auth;
 pub mod base_url;
 pub mod config;
+pub mod dashboard;
 pub mod error;
 pub mod extract;
 pub mod metrics;

@@ -11,6 +11,9 @@
 //!
 //! `GET /api/stream` is served by `crate::stream`, `GET /metrics` by `crate::metrics`
 //! (its middleware times `POST /webhook/{token}`).
+//!
+//! The dashboard page (`GET /`, `/assets/…`) is not API: its routes come from the asset
+//! table of `crate::dashboard`, merged here beside this table, under the same layers.
 
 pub mod admin;
 pub mod apply;
@@ -308,11 +311,12 @@ pub fn route_docs() -> Vec<crate::openapi::RouteDoc> {
     table().docs
 }
 
-/// Every route of API.md this crate serves, with its layers.
+/// Every route of API.md this crate serves and the dashboard page, with their layers.
 pub fn router(app: App) -> Router {
     let body_limit = app.config().body_limit;
     table()
         .router
+        .merge(crate::dashboard::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))

@@ -1,0 +1,802 @@
+//! The dashboard in a real browser: headless Chromium (Debian's `chromium` and
+//! `chromium-driver`, installed by `.ci/run`) driven over WebDriver against the real
+//! `fronta serve` binary. A person signs in with a tenant token (a wrong one is refused
+//! on the page), watches a run appear through the event stream and finish without a
+//! reload, opens its step log with the compared values of a condition, finds the
+//! ticket on the board with its assignee and tags, sees an incident and the tiles
+//! change live, copies a webhook URL to the clipboard, pauses and resumes the
+//! automation, sees a failed request said on the page, reads the page on a phone-sized
+//! window without sideways scrolling, and signs in as the admin.
+//!
+//! Screenshots of each step go to `target/test-output/browser/` (and one named
+//! `failure-….png` when a wait gives up).
+//!
+//! When chromedriver or chromium is missing the test fails, naming the apt packages;
+//! `FRONTA_SKIP_BROWSER=1` skips it explicitly (and says so loudly).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use thirtyfour::prelude::*;
+
+const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
+const ADMIN: &str = "fa_browser_test_admin";
+/// How long a wait for the page may take before the test gives up (patience, not a
+/// measurement: the page usually needs well under a second).
+const PATIENCE: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(100);
+/// Chromium's switches: the brief's headless set, plus a fixed window size.
+const CHROMIUM_ARGS: [&str; 5] = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--window-size=1280,900",
+];
+const APT_PACKAGES: &str = "chromium chromium-driver";
+
+/// A child process killed when dropped (a failing test leaves nothing running).
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `name` on `PATH`, or `None`.
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|path| path.is_file())
+    })
+}
+
+/// The chromedriver and chromium binaries (`FRONTA_CHROMEDRIVER`, `FRONTA_CHROMIUM`, else
+/// `PATH`); `None` when the test was told to skip.
+fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
+    let skip = std::env::var("FRONTA_SKIP_BROWSER").is_ok_and(|value| value == "1");
+    let given = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|path| path.is_file())
+    };
+    let driver = match std::env::var_os("FRONTA_CHROMEDRIVER") {
+        Some(_) => given("FRONTA_CHROMEDRIVER"),
+        None => on_path("chromedriver"),
+    };
+    let chromium = match std::env::var_os("FRONTA_CHROMIUM") {
+        Some(_) => given("FRONTA_CHROMIUM"),
+        None => on_path("chromium").or_else(|| on_path("chromium-browser")),
+    };
+    match (driver, chromium) {
+        (Some(driver), Some(chromium)) => Some((driver, chromium)),
+        _ if skip => {
+            // Straight to the process's stderr: the test harness captures `eprintln!`
+            // of passing tests, and a skip must be seen.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n!!!!!!!! SKIPPED: the browser test did not run (FRONTA_SKIP_BROWSER=1). !!!!!!!!\n\
+                 !!!!!!!! Install `{APT_PACKAGES}` with apt-get to run it.             !!!!!!!!\n"
+            );
+            None
+        }
+        (driver, chromium) => panic!(
+            "the browser test needs chromedriver and chromium (found chromedriver: {driver:?}, \
+             chromium: {chromium:?}): `apt-get install -y {APT_PACKAGES}` (Debian), or set \
+             FRONTA_CHROMEDRIVER / FRONTA_CHROMIUM, or FRONTA_SKIP_BROWSER=1 to skip explicitly"
+        ),
+    }
+}
+
+/// Where screenshots go: `target/test-output/browser/`, emptied first.
+fn output_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-output/browser");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("the screenshot folder");
+    dir
+}
+
+/// `fronta serve` on a fresh SQLite file and the address it listens on.
+fn serve(db: &Path) -> (Process, String) {
+    let mut child = Command::new(FRONTA)
+        .arg("--database")
+        .arg(db)
+        .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fronta serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("fronta serve printed its address before it ended")
+            .expect("a line");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    (Process(child), address)
+}
+
+/// One HTTP/1.1 call with a JSON body: the status and the JSON answer.
+fn call(
+    address: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("a timeout");
+    let body = body.map(|body| body.to_string()).unwrap_or_default();
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if !body.is_empty() {
+        request.push_str("Content-Type: application/json\r\n");
+    }
+    if let Some(token) = token {
+        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(&body);
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {answer:?}"));
+    let json = answer
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, json)
+}
+
+/// chromedriver on a free local port, answering `/status`.
+fn start_chromedriver(binary: &Path) -> (Process, u16) {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new(binary)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("{} starts: {err}", binary.display()));
+    let process = Process(child);
+    let started = Instant::now();
+    loop {
+        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
+            // chromedriver may keep the connection open: read what comes, not to the end.
+            let request = format!(
+                "GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+            );
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut answer = Vec::new();
+            let mut chunk = [0u8; 4096];
+            if stream.write_all(request.as_bytes()).is_ok() {
+                while let Ok(read) = stream.read(&mut chunk) {
+                    if read == 0 {
+                        break;
+                    }
+                    answer.extend_from_slice(&chunk[..read]);
+                    if String::from_utf8_lossy(&answer).contains("\"ready\":true") {
+                        return (process, port);
+                    }
+                }
+            }
+        }
+        assert!(
+            started.elapsed() < PATIENCE,
+            "chromedriver did not answer /status on port {port}"
+        );
+        std::thread::sleep(POLL);
+    }
+}
+
+/// The browser session and where its screenshots go.
+struct Browser {
+    driver: WebDriver,
+    shots: PathBuf,
+}
+
+impl Browser {
+    async fn shot(&self, name: &str) {
+        let path = self.shots.join(format!("{name}.png"));
+        self.driver
+            .screenshot(&path)
+            .await
+            .unwrap_or_else(|err| panic!("screenshot {name}: {err}"));
+    }
+
+    /// Run `script` until it returns something other than `null`/`false`; that value.
+    async fn until(&self, what: &str, script: &str) -> Value {
+        let started = Instant::now();
+        loop {
+            let value = self
+                .driver
+                .execute(script, Vec::new())
+                .await
+                .unwrap_or_else(|err| panic!("{what}: the script failed: {err}"))
+                .json()
+                .clone();
+            if !(value.is_null() || value == Value::Bool(false)) {
+                return value;
+            }
+            if started.elapsed() > PATIENCE {
+                let name = what.replace(|c: char| !c.is_ascii_alphanumeric(), "-");
+                self.shot(&format!("failure-{name}")).await;
+                let text = self
+                    .driver
+                    .execute("return document.body.innerText", Vec::new())
+                    .await
+                    .map(|ret| ret.json().clone())
+                    .unwrap_or(Value::Null);
+                panic!(
+                    "gave up waiting for: {what}\nthe page said:\n{}",
+                    text.as_str().unwrap_or("")
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The text of the first element matching `css`, once there is one.
+    async fn text_of(&self, what: &str, css: &str) -> String {
+        let script = format!(
+            "const e = document.querySelector({}); return e ? e.innerText : null;",
+            serde_json::to_string(css).expect("a string")
+        );
+        self.until(what, &script)
+            .await
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    }
+
+    /// Click the first element matching `css`, once there is one.
+    async fn click(&self, css: &str) {
+        self.driver
+            .query(By::Css(css))
+            .wait(PATIENCE, POLL)
+            .first()
+            .await
+            .unwrap_or_else(|err| panic!("{css} is on the page: {err}"))
+            .click()
+            .await
+            .unwrap_or_else(|err| panic!("{css} can be clicked: {err}"));
+    }
+
+    /// Whether the page fits the window's width (no sideways scrolling).
+    async fn fits_width(&self) -> bool {
+        self.driver
+            .execute(
+                "return document.documentElement.scrollWidth <= window.innerWidth",
+                Vec::new(),
+            )
+            .await
+            .expect("the script runs")
+            .json()
+            == &Value::Bool(true)
+    }
+}
+
+/// A firm with one webhook automation: a ticket per order, then a condition on the
+/// order's kind that hands new orders to the least busy warehouse person and opens an
+/// incident for any other kind.
+fn setup() -> Value {
+    json!({
+        "groups": [{"name": "warehouse", "members": [
+            {"name": "Eva", "capacity": 5}, {"name": "Petr", "capacity": 3}]}],
+        "ticketTypes": [{"name": "order", "statuses": ["waiting-to-pack", "shipped"]}],
+        "automations": [{
+            "name": "Orders from the web shop",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "kind", "path": "kind", "type": "string", "required": true},
+                {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+            "steps": [
+                {"name": "ticket", "op": "ticket/upsert",
+                 "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                           "type": "order", "status": "waiting-to-pack", "tags": ["waiting-to-pack"]}},
+                {"name": "isNew", "type": "condition", "match": "all",
+                 "rules": [{"field": "kind", "operator": "eq", "value": "order.created"}],
+                 "then": [{"name": "assign", "op": "ticket/assign-least-busy",
+                           "input": {"ticket": "{{ticket.id}}", "group": "warehouse"}}],
+                 "else": [{"name": "alarm", "op": "incident/create",
+                           "input": {"title": "An order of kind {{kind}} was not understood",
+                                     "impact": "The order waits for a person; nothing was lost."}}]}
+            ]
+        }]
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_follows_a_webhook_from_the_dashboard() {
+    let Some((chromedriver, chromium)) = browser_binaries() else {
+        return;
+    };
+    let shots = output_dir();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, address) = serve(&dir.path().join("browser.db"));
+    let base = format!("http://{address}");
+
+    // The firm, through the API as an operator would set it up.
+    let (status, tenant) = call(
+        &address,
+        "POST",
+        "/api/admin/tenants",
+        Some(ADMIN),
+        Some(json!({"name": "Acme"})),
+    );
+    assert_eq!(status, 201, "a tenant: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, applied) = call(&address, "POST", "/api/apply", Some(&token), Some(setup()));
+    assert_eq!(status, 200, "the setup applies: {applied}");
+    let (status, automations) = call(&address, "GET", "/api/automations", Some(&token), None);
+    assert_eq!(status, 200, "automations listed");
+    let webhook_url = automations["items"][0]["webhookUrl"]
+        .as_str()
+        .expect("a webhook URL")
+        .to_owned();
+    assert!(
+        webhook_url.starts_with(&format!("{base}/webhook/")),
+        "the full URL with scheme and host: {webhook_url}"
+    );
+
+    let (_chromedriver, port) = start_chromedriver(&chromedriver);
+    let mut caps = DesiredCapabilities::chrome();
+    for arg in CHROMIUM_ARGS {
+        caps.add_arg(arg).expect("a Chromium switch");
+    }
+    caps.set_binary(&chromium.to_string_lossy())
+        .expect("the Chromium binary");
+    let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
+        .await
+        .expect("a Chromium session");
+    let browser = Browser { driver, shots };
+
+    // 1. Sign-in: nothing of the tenant before it; a wrong token is refused on the page.
+    browser.driver.goto(&base).await.expect("the page opens");
+    browser.text_of("the sign-in form", "#signin h1").await;
+    assert!(
+        browser
+            .driver
+            .find_all(By::Css("#nav a"))
+            .await
+            .expect("a query")
+            .is_empty(),
+        "no sections before sign-in"
+    );
+    browser.shot("01-sign-in").await;
+    let input = browser
+        .driver
+        .find(By::Id("token"))
+        .await
+        .expect("the token field");
+    input
+        .send_keys("ft_not_a_token" + Key::Enter)
+        .await
+        .expect("typed");
+    let refusal = browser
+        .until(
+            "the refusal of a wrong token",
+            "const s = document.querySelector('#signin-status'); return s && s.classList.contains('error') ? s.innerText : null;",
+        )
+        .await;
+    assert!(
+        refusal.as_str().unwrap_or_default().contains("401"),
+        "the page says the token was refused: {refusal}"
+    );
+    browser.shot("02-sign-in-refused").await;
+    let input = browser
+        .driver
+        .find(By::Id("token"))
+        .await
+        .expect("the token field");
+    input.clear().await.expect("cleared");
+    // The keyboard alone signs in: type, Enter.
+    input
+        .send_keys(token.clone() + Key::Enter)
+        .await
+        .expect("typed");
+    browser
+        .until(
+            "the overview after sign-in",
+            "return document.querySelector('#tiles .tile') !== null && document.querySelector('#live')?.innerText.includes('live') || null",
+        )
+        .await;
+    let url = browser
+        .driver
+        .current_url()
+        .await
+        .expect("the URL")
+        .to_string();
+    assert!(!url.contains(&token), "the token is not in the URL: {url}");
+    let kept = browser
+        .driver
+        .execute("return sessionStorage.getItem('fronta.token')", Vec::new())
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(kept, json!(token), "the token is kept in sessionStorage");
+    browser.shot("03-overview").await;
+
+    // 2. Runs, live: the webhook's run appears and finishes without a reload.
+    browser.click("#nav a[href='#/runs']").await;
+    browser
+        .until(
+            "the empty runs list",
+            "return document.querySelector('#runs-list p.muted')?.innerText === 'No runs match.' || null",
+        )
+        .await;
+    browser
+        .driver
+        .execute("window.__sameDocument = true", Vec::new())
+        .await
+        .expect("a marker");
+    let webhook_path = &webhook_url[base.len()..];
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "5001"}}})),
+    );
+    assert_eq!(status, 202, "the webhook is accepted: {accepted}");
+    let run_id = accepted["runId"].as_str().expect("a run id").to_owned();
+    let row = format!("#runs-list tr[data-run='{run_id}']");
+    browser
+        .until(
+            "the run in the list",
+            &format!("return document.querySelector(\"{row}\") !== null || null"),
+        )
+        .await;
+    browser
+        .until(
+            "the run completed in the list",
+            &format!(
+                "return document.querySelector(\"{row}\")?.dataset.status === 'completed' || null"
+            ),
+        )
+        .await;
+    let same = browser
+        .driver
+        .execute("return window.__sameDocument === true", Vec::new())
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(
+        same,
+        json!(true),
+        "the run arrived through the stream, without a reload"
+    );
+    let tile_text = browser.text_of("the runs table", "#runs-list table").await;
+    assert!(
+        tile_text.contains("Orders from the web shop"),
+        "the automation's name: {tile_text}"
+    );
+    browser.shot("04-runs-live").await;
+
+    // 3. The run's page: its step log, the condition with the compared values.
+    browser.click(&format!("{row} a")).await;
+    let steps = browser.text_of("the step log", "#step-log").await;
+    for expected in [
+        "ticket",
+        "ticket/upsert",
+        "isNew",
+        "met",
+        "assign",
+        "ticket/assign-least-busy",
+    ] {
+        assert!(
+            steps.contains(expected),
+            "the step log names {expected}: {steps}"
+        );
+    }
+    let compared = browser
+        .text_of("the compared values", "#step-log .compared")
+        .await;
+    assert!(
+        compared.contains("order.created"),
+        "the condition line shows what was compared: {compared}"
+    );
+    let run_status = browser.text_of("the run's status", "#run-status").await;
+    assert!(
+        run_status.contains("completed"),
+        "the run completed: {run_status}"
+    );
+    browser.shot("05-run-step-log").await;
+
+    // 4. The ticket on the board, with its assignee and tags.
+    browser.click("#nav a[href='#/tickets']").await;
+    let card = browser
+        .text_of(
+            "the ticket on the board",
+            "#board .column[data-status='waiting-to-pack'] a.card",
+        )
+        .await;
+    assert!(
+        card.contains("TK-1") && card.contains("Order 5001"),
+        "the ticket: {card}"
+    );
+    assert!(card.contains("waiting-to-pack"), "its tag: {card}");
+    assert!(
+        card.contains("Eva") || card.contains("Petr"),
+        "its assignee: {card}"
+    );
+    browser.shot("06-ticket-board").await;
+    browser.click("#board a.card").await;
+    let log = browser.text_of("the ticket's log", "#ticket table").await;
+    assert!(log.contains("run"), "the log links the run: {log}");
+    browser.shot("07-ticket-log").await;
+
+    // 5. Groups: open tickets against capacity.
+    browser.click("#nav a[href='#/groups']").await;
+    let groups = browser.text_of("the groups", "#groups .group").await;
+    assert!(
+        groups.contains("1 / 5") || groups.contains("1 / 3"),
+        "the assignee carries one open ticket: {groups}"
+    );
+    browser.shot("08-groups").await;
+
+    // 5b. An incident opens while the incidents page is open (no reload).
+    browser.click("#nav a[href='#/incidents']").await;
+    browser
+        .until(
+            "the empty incidents list",
+            "return document.querySelector('#incidents p.muted')?.innerText === 'No incidents.' || null",
+        )
+        .await;
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.garbled", "data": {"order": {"id": "5002"}}})),
+    );
+    assert_eq!(status, 202, "the second webhook is accepted: {accepted}");
+    let incident = browser
+        .text_of("the incident in the list", "#incidents tr[data-incident]")
+        .await;
+    assert!(
+        incident.contains("order.garbled")
+            && incident.contains("nothing was lost")
+            && incident.contains("open"),
+        "title, impact and status: {incident}"
+    );
+    browser.shot("09-incidents").await;
+
+    // 5c. The tiles redraw on stream events: a third order while the overview is open.
+    browser.click("#nav a[href='#/']").await;
+    browser
+        .until(
+            "two completed runs on the tiles",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '2' || null",
+        )
+        .await;
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "5003"}}})),
+    );
+    assert_eq!(status, 202, "the third webhook is accepted: {accepted}");
+    browser
+        .until(
+            "three completed runs and three open tickets on the tiles",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '3' \
+             && document.querySelector(\"#tiles [data-key='open-tickets'] .count\")?.innerText === '3' || null",
+        )
+        .await;
+    let same = browser
+        .driver
+        .execute("return window.__sameDocument === true", Vec::new())
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(same, json!(true), "the tiles were redrawn without a reload");
+    browser.shot("09b-overview-live").await;
+
+    // 6. Automations: the full webhook URL, copied to the clipboard; the help of GET.
+    browser
+        .driver
+        .cdp()
+        .send_raw(
+            "Browser.grantPermissions",
+            json!({"origin": base, "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]}),
+        )
+        .await
+        .expect("clipboard permissions");
+    browser.click("#nav a[href='#/automations']").await;
+    browser
+        .text_of("the webhook help", "#automations .help table")
+        .await;
+    let shown = browser
+        .driver
+        .find(By::Css("#automations input.url"))
+        .await
+        .expect("the URL field")
+        .value()
+        .await
+        .expect("its value");
+    assert_eq!(
+        shown.as_deref(),
+        Some(webhook_url.as_str()),
+        "the full URL is shown"
+    );
+    browser.click("#automations button[data-copy]").await;
+    let copied = browser
+        .until(
+            "the copy confirmation",
+            "const s = document.querySelector('#automations .copy .status'); return s && s.innerText ? s.innerText : null;",
+        )
+        .await;
+    assert_eq!(
+        copied,
+        json!("Copied the URL."),
+        "the page confirms the copy"
+    );
+    let clipboard = browser
+        .driver
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; navigator.clipboard.readText().then(done, (e) => done('refused: ' + e));",
+            Vec::new(),
+        )
+        .await
+        .expect("the clipboard is read")
+        .json()
+        .clone();
+    assert_eq!(
+        clipboard,
+        json!(webhook_url),
+        "the clipboard holds the whole URL"
+    );
+    browser.shot("10-automations").await;
+    // Pause: the card says so and the webhook answers 409; Resume undoes it.
+    browser.click("#automations button[data-toggle]").await;
+    browser
+        .until(
+            "the paused badge",
+            "return document.querySelector('#automations article h2 .badge')?.innerText === 'paused' || null",
+        )
+        .await;
+    let (status, refused) = call(
+        &address,
+        "POST",
+        webhook_path,
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "5004"}}})),
+    );
+    assert_eq!(
+        status, 409,
+        "a paused automation refuses webhooks: {refused}"
+    );
+    browser.shot("10b-automation-paused").await;
+    browser.click("#automations button[data-toggle]").await;
+    browser
+        .until(
+            "the enabled badge",
+            "return document.querySelector('#automations article h2 .badge')?.innerText === 'enabled' || null",
+        )
+        .await;
+
+    // 7. A failed request is said on the page.
+    browser
+        .driver
+        .goto(format!("{base}/#/runs/no-such-run"))
+        .await
+        .expect("navigated");
+    let error = browser
+        .text_of("the error of a missing run", "#run .error")
+        .await;
+    assert!(
+        error.contains("404") && error.contains("not_found"),
+        "the page says what failed: {error}"
+    );
+    browser.shot("11-error").await;
+
+    // 8. A phone: the overview and the board fit the width.
+    browser
+        .driver
+        .set_window_rect(0, 0, 390, 844)
+        .await
+        .expect("a phone-sized window");
+    browser
+        .driver
+        .goto(format!("{base}/#/"))
+        .await
+        .expect("navigated");
+    browser
+        .text_of("the tiles on a phone", "#tiles .tile")
+        .await;
+    assert!(
+        browser.fits_width().await,
+        "the overview fits a phone's width"
+    );
+    browser.shot("12-phone-overview").await;
+    browser
+        .driver
+        .goto(format!("{base}/#/tickets"))
+        .await
+        .expect("navigated");
+    browser
+        .text_of("the board on a phone", "#board a.card")
+        .await;
+    assert!(browser.fits_width().await, "the board fits a phone's width");
+    browser.shot("13-phone-board").await;
+    browser
+        .driver
+        .set_window_rect(0, 0, 1280, 900)
+        .await
+        .expect("a desktop window");
+
+    // 9. The admin: tenants and incident detail, no tenant data.
+    browser.click("#signout").await;
+    browser
+        .text_of("the sign-in form again", "#signin h1")
+        .await;
+    let input = browser
+        .driver
+        .find(By::Id("token"))
+        .await
+        .expect("the token field");
+    input
+        .send_keys(ADMIN.to_owned() + Key::Enter)
+        .await
+        .expect("typed");
+    let tenants = browser.text_of("the tenants", "#tenants table").await;
+    assert!(
+        tenants.contains("Acme"),
+        "the admin sees the tenants: {tenants}"
+    );
+    let sections = browser.text_of("the admin's sections", "#nav").await;
+    assert!(
+        !sections.contains("Runs"),
+        "no tenant sections for the admin: {sections}"
+    );
+    browser.shot("14-admin").await;
+    browser.click("#nav a[href='#/incidents']").await;
+    browser
+        .click("#incidents article.incident details summary")
+        .await;
+    let detail = browser
+        .text_of(
+            "the incident's detail",
+            "#incidents article.incident details pre",
+        )
+        .await;
+    assert!(
+        detail.contains("\"alarm\"") && detail.contains("Orders from the web shop"),
+        "the admin reads the detail: {detail}"
+    );
+    browser.shot("15-admin-incident-detail").await;
+
+    browser.driver.quit().await.expect("the session ends");
+}

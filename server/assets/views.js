@@ -1,0 +1,881 @@
+// The dashboard's views. Each is `{title, mount(main), update(changes), unmount()}`:
+// `mount` builds the frame once, `update` redraws the parts that show data (after the
+// first load, after a reload, and on every stream event), `unmount` stops its timers.
+// Views read the data the shell keeps (`ctx.data`, filled by `app.js` and the stream)
+// and fetch what only they need (a run's step log, a ticket's log, webhook help).
+
+import { h, replace, when, between, json, badge, select } from "./dom.js";
+import { api, listAll, withQuery } from "./api.js";
+
+export const RUN_STATUSES = ["scheduled", "queued", "running", "completed", "failed", "cancelled"];
+export const TRIGGERS = ["webhook", "event", "poll", "schedule", "manual", "api"];
+/** How often the overview asks for connector widgets again (their cache decides freshness). */
+export const WIDGET_POLL_MS = 60000;
+/** Runs shown per page of the runs list. */
+export const RUNS_PAGE = 100;
+/** Closed tickets read when the board is asked to show them. */
+export const CLOSED_TICKETS_MAX = 1000;
+/** How long a detail page waits after a stream event before reading the item again. */
+const REFETCH_DELAY_MS = 150;
+
+/** The sections of the navigation for a kind of session. */
+export function navFor(kind) {
+  if (kind === "admin") {
+    return [["#/", "Tenants"], ["#/incidents", "Incidents"]];
+  }
+  return [
+    ["#/", "Overview"],
+    ["#/runs", "Runs"],
+    ["#/tickets", "Tickets"],
+    ["#/incidents", "Incidents"],
+    ["#/automations", "Automations"],
+    ["#/groups", "Groups"],
+  ];
+}
+
+/** The view of `path` (`/runs/ID`) with `query` (URLSearchParams). */
+export function viewFor(ctx, path, query) {
+  const parts = path.split("/").filter(Boolean);
+  if (ctx.kind === "admin") {
+    if (parts[0] === "incidents") return adminIncidentsView(ctx);
+    return tenantsView(ctx);
+  }
+  switch (parts[0]) {
+    case undefined:
+      return overviewView(ctx);
+    case "runs":
+      return parts[1] ? runView(ctx, decodeURIComponent(parts[1])) : runsView(ctx, query);
+    case "tickets":
+      return parts[1] ? ticketView(ctx, decodeURIComponent(parts[1])) : ticketsView(ctx, query);
+    case "incidents":
+      return incidentsView(ctx);
+    case "automations":
+      return automationsView(ctx);
+    case "groups":
+      return groupsView(ctx);
+    default:
+      return notFoundView(path);
+  }
+}
+
+// ---- shared pieces ----
+
+function heading(text) {
+  return h("h1", { tabindex: "-1" }, text);
+}
+
+function loading() {
+  return h("p", { class: "muted" }, "Loading…");
+}
+
+/** A failed request, said on the page where its data would be. */
+function failed(error) {
+  return h("p", { class: "error", role: "alert" }, error.describe ? error.describe() : String(error));
+}
+
+function automationName(ctx, id) {
+  if (!id) return "—";
+  return ctx.data.automations.get(id)?.name ?? `automation ${id.slice(0, 8)}…`;
+}
+
+function runLink(run, text) {
+  return h("a", { href: `#/runs/${encodeURIComponent(run.id)}`, dataset: { key: `run-${run.id}` } }, text);
+}
+
+/** "retry 2 of 5 in 30 s" for a run waiting for its next attempt, else null. */
+function nextAttempt(run) {
+  if (!(run.status === "scheduled" || run.status === "queued") || run.attempts === 0) return null;
+  return h("span", { class: "retry" }, `retry ${run.attempts} of ${run.maxRetries} `, when(run.runAt));
+}
+
+function byNewest(a, b) {
+  return (b.createdAt ?? "").localeCompare(a.createdAt ?? "") || (b.id ?? "").localeCompare(a.id ?? "");
+}
+
+/** A button that runs `action` once at a time and says on the page how it went. */
+function actionButton(label, action, status) {
+  const button = h("button", { type: "button" }, label);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.textContent = `${label}…`;
+    status.className = "status";
+    try {
+      status.textContent = (await action()) ?? "Done.";
+    } catch (error) {
+      status.textContent = error.describe ? error.describe() : String(error);
+      status.className = "status error";
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
+function table(headers, rows, caption) {
+  return h("div", { class: "scroll" },
+    h("table", {},
+      caption ? h("caption", {}, caption) : null,
+      h("thead", {}, h("tr", {}, headers.map((text) => h("th", { scope: "col" }, text)))),
+      h("tbody", {}, rows)));
+}
+
+function notFoundView(path) {
+  return {
+    title: "Not found",
+    mount(main) {
+      main.append(heading("Not found"), h("p", {}, `Nothing is at ${path}. `, h("a", { href: "#/" }, "Back to the overview")));
+    },
+  };
+}
+
+// ---- overview: tiles over our own data, connector widgets ----
+
+function overviewView(ctx) {
+  let tiles;
+  let recent;
+  let widgets;
+  let widgetState = { state: "loading" };
+  let timer;
+
+  async function loadWidgets() {
+    try {
+      const answer = await api("GET", "/api/widgets");
+      widgetState = { state: "ok", items: answer?.items ?? [], at: Date.now() };
+    } catch (error) {
+      // No widget route on this server: the section stays hidden.
+      widgetState = error.status === 404 ? { state: "absent" } : { state: "error", error };
+    }
+    drawWidgets();
+  }
+
+  function drawWidgets() {
+    widgets.hidden = widgetState.state === "absent" || widgetState.state === "loading";
+    if (widgetState.state === "error") {
+      replace(widgets.querySelector(".widget-list"), failed(widgetState.error));
+      return;
+    }
+    if (widgetState.state !== "ok") return;
+    const items = widgetState.items;
+    replace(widgets.querySelector(".widget-list"),
+      items.length === 0 ? h("p", { class: "muted" }, "No widgets are set up.") : items.map(widgetTile));
+  }
+
+  function widgetTile(widget) {
+    const status = h("span", { class: "status", role: "status" });
+    const fetchedAt = widget.fetchedAt
+      ?? (Number.isFinite(widget.ageSec) ? new Date(widgetState.at - widget.ageSec * 1000).toISOString() : null);
+    const reload = actionButton("Reload", async () => {
+      await api("POST", `/api/widgets/${encodeURIComponent(widget.id)}/refresh`);
+      await loadWidgets();
+      return "Reloaded.";
+    }, status);
+    reload.setAttribute("aria-label", `Reload ${widget.name}`);
+    return h("article", { class: "tile widget", dataset: { key: `widget-${widget.id}` } },
+      h("h3", {}, widget.name ?? widget.id),
+      widgetData(widget.data),
+      h("p", { class: "muted age" }, "data from ", when(fetchedAt)),
+      h("p", {}, reload, " ", status));
+  }
+
+  function tile(key, count, label, href, tone = "") {
+    return h("a", { class: `tile ${tone}`, href, dataset: { key } },
+      h("span", { class: "count" }, String(count)),
+      h("span", { class: "label" }, label));
+  }
+
+  return {
+    title: "Overview",
+    mount(main) {
+      tiles = h("div", { class: "tiles", id: "tiles" });
+      recent = h("div", { id: "recent-runs" });
+      widgets = h("section", { class: "widgets", hidden: true, "aria-labelledby": "widgets-title" },
+        h("h2", { id: "widgets-title" }, "Connector data"),
+        h("div", { class: "tiles widget-list" }));
+      main.append(heading("Overview"),
+        h("section", { "aria-label": "Counts" }, tiles, h("p", { class: "muted note", id: "tiles-note" })),
+        widgets,
+        h("section", { "aria-labelledby": "recent-title" }, h("h2", { id: "recent-title" }, "Newest runs"), recent));
+      this.update();
+      loadWidgets();
+      timer = setInterval(loadWidgets, WIDGET_POLL_MS);
+    },
+    update() {
+      const data = ctx.data;
+      if (!data.loaded) {
+        replace(tiles, loading());
+        return;
+      }
+      const runs = [...data.runs.values()];
+      const count = (test) => runs.filter(test).length;
+      const open = [...data.tickets.values()].filter((ticket) => !ticket.closed);
+      const incidents = [...data.incidents.values()].filter((incident) => incident.status === "open");
+      const more = (truncated) => (truncated ? "+" : "");
+      replace(tiles,
+        tile("running", count((run) => run.status === "running"), "runs running", "#/runs?status=running"),
+        tile("waiting", count((run) => run.status === "queued" || run.status === "scheduled"), "runs waiting", "#/runs?status=queued"),
+        tile("retrying", count((run) => (run.status === "queued" || run.status === "scheduled") && run.attempts > 0), "waiting to retry", "#/runs?status=scheduled"),
+        tile("failed", count((run) => run.status === "failed"), "runs failed", "#/runs?status=failed", "bad"),
+        tile("completed", count((run) => run.status === "completed"), "runs completed", "#/runs?status=completed", "good"),
+        tile("open-tickets", `${open.length}${more(data.truncated.tickets)}`, "open tickets", "#/tickets"),
+        tile("unassigned", `${open.filter((ticket) => !ticket.assignee).length}${more(data.truncated.tickets)}`, "open, unassigned", "#/tickets?assignee=none"),
+        tile("incidents", incidents.length, "open incidents", "#/incidents", incidents.length > 0 ? "bad" : ""));
+      replace(document.getElementById("tiles-note"),
+        `Run counts cover the newest ${data.runsWindow} runs read `, when(data.loadedAt),
+        " and every change the stream told since.");
+      const newest = runs.sort(byNewest).slice(0, 10);
+      replace(recent, newest.length === 0
+        ? h("p", { class: "muted" }, "No runs yet.")
+        : runsTable(ctx, newest));
+    },
+    unmount() {
+      clearInterval(timer);
+    },
+  };
+}
+
+/** A widget's data: a number or text big, a list of rows as a table, anything else as JSON. */
+function widgetData(data) {
+  if (typeof data === "number" || typeof data === "string") return h("p", { class: "count" }, String(data));
+  if (Array.isArray(data) && data.every((row) => row && typeof row === "object" && !Array.isArray(row))) {
+    const columns = [...new Set(data.flatMap((row) => Object.keys(row)))].slice(0, 5);
+    return table(columns, data.slice(0, 10).map((row) =>
+      h("tr", {}, columns.map((column) => h("td", {}, typeof row[column] === "object" ? JSON.stringify(row[column]) : String(row[column] ?? ""))))));
+  }
+  return json(data);
+}
+
+// ---- runs ----
+
+function runsTable(ctx, runs) {
+  return table(["Run", "Status", "Automation", "Trigger", "Took", "Attempts", "Error"], runs.map((run) =>
+    h("tr", { dataset: { run: run.id, status: run.status } },
+      h("td", {}, runLink(run, [h("code", {}, run.id.slice(-8)), " ", when(run.createdAt)])),
+      h("td", {}, badge(run.status), run.cancelRequested ? h("span", { class: "muted" }, " cancel requested") : null, " ", nextAttempt(run)),
+      h("td", {}, run.automationId ? h("a", { href: `#/runs?automation=${encodeURIComponent(run.automationId)}` }, automationName(ctx, run.automationId)) : run.kind),
+      h("td", {}, run.trigger),
+      h("td", {}, between(run.startedAt, run.finishedAt)),
+      h("td", {}, `${run.attempts} / ${run.maxRetries}`),
+      h("td", { class: "message" }, run.lastError ?? ""))));
+}
+
+function runsView(ctx, query) {
+  const filter = {
+    status: query.get("status") ?? "",
+    automation: query.get("automation") ?? "",
+    trigger: query.get("trigger") ?? "",
+  };
+  const items = new Map();
+  let list;
+  let cursor = null;
+  let error = null;
+  let fetchedAt = 0;
+  let done = false;
+
+  const matches = (run) =>
+    (!filter.status || run.status === filter.status)
+    && (!filter.automation || run.automationId === filter.automation)
+    && (!filter.trigger || run.trigger === filter.trigger);
+
+  function setFilter(name, value) {
+    const next = { ...filter, [name]: value };
+    location.hash = withQuery("#/runs", next);
+  }
+
+  async function load(more) {
+    try {
+      const started = Date.now();
+      const page = await api("GET", withQuery("/api/runs", { ...filter, limit: RUNS_PAGE, cursor: more ? cursor : null }));
+      for (const run of page.items) {
+        // A stream event newer than this read wins over the list's copy.
+        if (!((ctx.data.eventAt.get(run.id) ?? 0) > started)) items.set(run.id, run);
+      }
+      cursor = page.nextCursor;
+      fetchedAt = started;
+      error = null;
+    } catch (failure) {
+      error = failure;
+      ctx.report(failure);
+    }
+    done = true;
+    draw();
+  }
+
+  function draw() {
+    if (!done) {
+      replace(list, loading());
+      return;
+    }
+    const runs = [...items.values()].filter(matches).sort(byNewest);
+    replace(list,
+      error ? failed(error) : null,
+      runs.length === 0 ? h("p", { class: "muted" }, "No runs match.") : runsTable(ctx, runs),
+      cursor ? h("p", {}, h("button", { type: "button", onclick: () => load(true) }, "Load older runs")) : null);
+  }
+
+  let filters;
+  function drawFilters() {
+    const automations = [...ctx.data.automations.values()].map((automation) => [automation.id, automation.name]);
+    if (filter.automation && !ctx.data.automations.has(filter.automation)) automations.push([filter.automation, filter.automation]);
+    replace(filters,
+      select("Status", "status", filter.status, [["", "any"], ...RUN_STATUSES.map((status) => [status, status])], (value) => setFilter("status", value)),
+      select("Automation", "automation", filter.automation, [["", "any"], ...automations], (value) => setFilter("automation", value)),
+      select("Trigger", "trigger", filter.trigger, [["", "any"], ...TRIGGERS.map((trigger) => [trigger, trigger])], (value) => setFilter("trigger", value)));
+  }
+
+  return {
+    title: "Runs",
+    mount(main) {
+      list = h("div", { id: "runs-list", "aria-live": "polite" });
+      filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
+      main.append(heading("Runs"), filters, list);
+      drawFilters();
+      draw();
+      load(false);
+    },
+    update(changes) {
+      for (const change of changes ?? []) {
+        if (change.kind !== "run") continue;
+        if (matches(change.item)) items.set(change.item.id, change.item);
+        else items.delete(change.item.id);
+      }
+      if (changes === undefined) {
+        // The shared data was read again (sign-in, reconnect): the names and the list too.
+        drawFilters();
+        if (fetchedAt) load(false);
+        else draw();
+      } else {
+        draw();
+      }
+    },
+  };
+}
+
+/** A condition's message: one line per rule, the compared values apart. */
+function stepMessage(step) {
+  if (!step.message) return null;
+  const lines = step.message.split("\n");
+  if (step.op !== "condition") return h("div", { class: "message" }, lines.map((line) => h("div", {}, line)));
+  return h("ul", { class: "conditions" }, lines.map((line) => {
+    const bar = line.indexOf(" | ");
+    if (bar < 0) return h("li", {}, line);
+    return h("li", {}, h("span", { class: "rule" }, line.slice(0, bar)), " ",
+      h("span", { class: "compared" }, line.slice(bar + 3)));
+  }));
+}
+
+function runView(ctx, id) {
+  let body;
+  let run = null;
+  let error = null;
+  let refetch = null;
+  const status = h("span", { class: "status", role: "status" });
+
+  async function load() {
+    try {
+      run = await api("GET", `/api/runs/${encodeURIComponent(id)}`);
+      error = null;
+    } catch (failure) {
+      error = failure;
+    }
+    draw();
+  }
+
+  function draw() {
+    if (!run && !error) {
+      replace(body, loading());
+      return;
+    }
+    if (!run) {
+      replace(body, failed(error));
+      return;
+    }
+    const steps = run.steps ?? [];
+    const live = ["scheduled", "queued", "running"].includes(run.status);
+    const buttons = [];
+    if (live && !run.cancelRequested) {
+      buttons.push(actionButton("Cancel run", async () => {
+        const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/cancel`);
+        await load();
+        return answer.cancel === "requested"
+          ? "Cancel requested: the worker stops the run at its next heartbeat."
+          : "Cancelled.";
+      }, status));
+    }
+    if (run.status === "failed") {
+      buttons.push(actionButton("Retry run", async () => {
+        const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
+        await load();
+        return `Queued again (${answer.status}); it resumes from its checkpoint.`;
+      }, status));
+    }
+    replace(body,
+      error ? failed(error) : null,
+      h("dl", { class: "facts" },
+        h("dt", {}, "Status"), h("dd", { id: "run-status" }, badge(run.status), run.cancelRequested ? " (cancel requested)" : ""),
+        h("dt", {}, "Automation"), h("dd", {}, run.automationId ? h("a", { href: `#/runs?automation=${encodeURIComponent(run.automationId)}` }, automationName(ctx, run.automationId)) : run.kind),
+        h("dt", {}, "Trigger"), h("dd", {}, run.trigger),
+        h("dt", {}, "Retries"), h("dd", {}, `${run.attempts} of ${run.maxRetries}`, run.reclaims ? `, ${run.reclaims} reclaims` : "", run.parks ? `, ${run.parks} parks` : ""),
+        nextAttempt(run) ? [h("dt", {}, "Next attempt"), h("dd", { id: "next-attempt" }, when(run.runAt), ` (${new Date(run.runAt).toLocaleString()})`)] : null,
+        h("dt", {}, "Created"), h("dd", {}, when(run.createdAt)),
+        h("dt", {}, "Started"), h("dd", {}, when(run.startedAt)),
+        h("dt", {}, "Finished"), h("dd", {}, when(run.finishedAt), run.finishedAt ? ` (took ${between(run.startedAt, run.finishedAt)})` : ""),
+        run.lastError ? [h("dt", {}, "Last error"), h("dd", { class: "error" }, run.lastError)] : null),
+      buttons.length ? h("p", { class: "actions" }, buttons, " ", status) : h("p", {}, status),
+      h("h2", {}, "Step log"),
+      steps.length === 0
+        ? h("p", { class: "muted" }, live ? "No step has run yet." : "This run has no step log.")
+        : h("ol", { class: "steps", id: "step-log" }, steps.map((step) =>
+          h("li", { class: `step step-${String(step.status).replace(/\s+/g, "-")}` },
+            h("div", { class: "step-head" },
+              h("strong", {}, step.name), " ", h("code", {}, step.op), " ", badge(step.status, String(step.status).replace(/\s+/g, "-")),
+              h("span", { class: "muted" }, " ", when(step.startedAt), ", took ", between(step.startedAt, step.finishedAt))),
+            stepMessage(step),
+            step.outputs ? h("details", {}, h("summary", {}, "Outputs"), json(step.outputs)) : null))));
+  }
+
+  return {
+    title: "Run",
+    mount(main) {
+      body = h("div", { id: "run" });
+      main.append(h("p", {}, h("a", { href: "#/runs" }, "← Runs")), heading(`Run ${id}`), body);
+      draw();
+      load();
+    },
+    update(changes) {
+      const mine = changes === undefined || changes.some((change) => change.kind === "run" && change.item.id === id);
+      if (!mine) return;
+      clearTimeout(refetch);
+      refetch = setTimeout(load, REFETCH_DELAY_MS);
+    },
+    unmount() {
+      clearTimeout(refetch);
+    },
+  };
+}
+
+// ---- tickets ----
+
+/** The board's columns: the types' statuses in order, then any other, then none. */
+function statusColumns(ctx, tickets) {
+  const order = [];
+  for (const type of ctx.data.ticketTypes) {
+    for (const status of type.statuses) if (!order.includes(status)) order.push(status);
+  }
+  for (const ticket of tickets) {
+    if (ticket.status && !order.includes(ticket.status)) order.push(ticket.status);
+  }
+  const columns = order.map((status) => [status, tickets.filter((ticket) => ticket.status === status)]);
+  const none = tickets.filter((ticket) => !ticket.status);
+  if (none.length) columns.push([null, none]);
+  return columns.filter(([, items]) => items.length > 0);
+}
+
+function ticketCard(ticket) {
+  return h("li", {},
+    h("a", { class: "card", href: `#/tickets/${encodeURIComponent(ticket.id)}`, dataset: { key: `ticket-${ticket.id}`, ticket: ticket.number } },
+      h("span", { class: "number" }, ticket.number), " ", h("span", { class: "title" }, ticket.title),
+      h("span", { class: "meta" },
+        ticket.type ? h("span", {}, ticket.type) : null,
+        h("span", { class: ticket.assignee ? "assignee" : "assignee muted", title: "assignee" }, ticket.assignee ? `→ ${ticket.assignee.name}` : "unassigned"),
+        ticket.closed ? badge("closed") : null),
+      ticket.tags.length ? h("span", { class: "tags" }, ticket.tags.map((tag) => h("span", { class: "tag" }, tag))) : null));
+}
+
+function ticketsView(ctx, query) {
+  const filter = {
+    type: query.get("type") ?? "",
+    assignee: query.get("assignee") ?? "",
+    tag: query.get("tag") ?? "",
+    closed: query.get("closed") ?? "",
+  };
+  let board;
+  let closedError = null;
+
+  function setFilter(name, value) {
+    location.hash = withQuery("#/tickets", { ...filter, [name]: value });
+  }
+
+  async function loadClosed() {
+    if (ctx.data.closedLoaded) return;
+    try {
+      const { items, truncated } = await listAll("/api/tickets?closed=true", { max: CLOSED_TICKETS_MAX });
+      for (const ticket of items) if (!ctx.data.tickets.has(ticket.id)) ctx.data.tickets.set(ticket.id, ticket);
+      ctx.data.closedLoaded = true;
+      ctx.data.truncated.closed = truncated;
+    } catch (failure) {
+      closedError = failure;
+      ctx.report(failure);
+    }
+    draw();
+  }
+
+  function draw() {
+    if (!ctx.data.loaded) {
+      replace(board, loading());
+      return;
+    }
+    const tickets = [...ctx.data.tickets.values()].filter((ticket) =>
+      (filter.closed === "yes" || !ticket.closed)
+      && (!filter.type || ticket.type === filter.type)
+      && (!filter.assignee || (filter.assignee === "none" ? !ticket.assignee : ticket.assignee?.id === filter.assignee))
+      && (!filter.tag || ticket.tags.includes(filter.tag)));
+    tickets.sort((a, b) => b.updatedAt.localeCompare(a.updatedAt));
+    const columns = statusColumns(ctx, tickets);
+    replace(board,
+      closedError ? failed(closedError) : null,
+      ctx.data.truncated.tickets ? h("p", { class: "muted" }, "Only the first open tickets were read; the board is not complete.") : null,
+      columns.length === 0
+        ? h("p", { class: "muted" }, "No tickets match.")
+        : h("div", { class: "board" }, columns.map(([status, items]) =>
+          h("section", { class: "column", "aria-label": `${status ?? "no status"}: ${items.length}`, dataset: { status: status ?? "" } },
+            h("h2", {}, status ?? "no status", " ", h("span", { class: "muted" }, `(${items.length})`)),
+            h("ul", { class: "cards" }, items.map(ticketCard))))));
+  }
+
+  let filters;
+  function drawFilters() {
+    const members = ctx.data.groups.flatMap((group) => group.members.map((member) => [member.id, `${member.name} (${group.name})`]));
+    const tags = [...new Set([...ctx.data.tickets.values()].flatMap((ticket) => ticket.tags))].sort();
+    if (filter.tag && !tags.includes(filter.tag)) tags.push(filter.tag);
+    replace(filters,
+      select("Type", "type", filter.type, [["", "any"], ...ctx.data.ticketTypes.map((type) => [type.name, type.name])], (value) => setFilter("type", value)),
+      select("Assignee", "assignee", filter.assignee, [["", "anyone"], ["none", "unassigned"], ...members], (value) => setFilter("assignee", value)),
+      select("Tag", "tag", filter.tag, [["", "any"], ...tags.map((tag) => [tag, tag])], (value) => setFilter("tag", value)),
+      select("Closed", "closed", filter.closed, [["", "hide"], ["yes", "show"]], (value) => setFilter("closed", value)));
+  }
+
+  return {
+    title: "Tickets",
+    mount(main) {
+      board = h("div", { id: "board" });
+      filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
+      main.append(heading("Tickets"), filters, board);
+      drawFilters();
+      draw();
+      if (filter.closed === "yes") loadClosed();
+    },
+    update(changes) {
+      if (changes === undefined) drawFilters();
+      draw();
+    },
+  };
+}
+
+function ticketView(ctx, id) {
+  let body;
+  let ticket = null;
+  let error = null;
+  let refetch = null;
+
+  async function load() {
+    try {
+      ticket = await api("GET", `/api/tickets/${encodeURIComponent(id)}`);
+      error = null;
+    } catch (failure) {
+      error = failure;
+    }
+    draw();
+  }
+
+  function draw() {
+    if (!ticket) {
+      replace(body, error ? failed(error) : loading());
+      return;
+    }
+    document.title = `${ticket.number} · fronta`;
+    const fields = Object.entries(ticket.fields ?? {});
+    replace(body,
+      error ? failed(error) : null,
+      h("h1", { tabindex: "-1", id: "ticket-title" }, `${ticket.number} ${ticket.title}`),
+      h("dl", { class: "facts" },
+        h("dt", {}, "Status"), h("dd", {}, ticket.status ?? "—", ticket.closed ? [" ", badge("closed")] : ""),
+        h("dt", {}, "Type"), h("dd", {}, ticket.type ?? "—"),
+        h("dt", {}, "Assignee"), h("dd", {}, ticket.assignee?.name ?? "unassigned"),
+        h("dt", {}, "Group"), h("dd", {}, ticket.group ?? "—"),
+        h("dt", {}, "Tags"), h("dd", {}, ticket.tags.length ? ticket.tags.map((tag) => h("span", { class: "tag" }, tag)) : "—"),
+        h("dt", {}, "External id"), h("dd", {}, ticket.externalId ?? "—"),
+        h("dt", {}, "Created"), h("dd", {}, when(ticket.createdAt)),
+        h("dt", {}, "Updated"), h("dd", {}, when(ticket.updatedAt))),
+      fields.length ? [h("h2", {}, "Fields"), table(["Field", "Value"], fields.map(([name, value]) =>
+        h("tr", {}, h("th", { scope: "row" }, name), h("td", {}, typeof value === "object" ? JSON.stringify(value) : String(value)))))] : null,
+      h("h2", {}, "Log"),
+      (ticket.log ?? []).length === 0 ? h("p", { class: "muted" }, "No log lines.")
+        : table(["When", "Kind", "Message", "Run"], ticket.log.map((entry) =>
+          h("tr", {},
+            h("td", {}, when(entry.at)),
+            h("td", {}, entry.kind),
+            h("td", { class: "message" }, entry.message),
+            h("td", {}, entry.runId ? runLink({ id: entry.runId }, "run") : "")))));
+  }
+
+  return {
+    title: "Ticket",
+    mount(main) {
+      body = h("div", { id: "ticket" });
+      main.append(h("p", {}, h("a", { href: "#/tickets" }, "← Tickets")), body);
+      draw();
+      load();
+    },
+    update(changes) {
+      const mine = changes === undefined || changes.some((change) => change.kind === "ticket" && change.item.id === id);
+      if (!mine) return;
+      clearTimeout(refetch);
+      refetch = setTimeout(load, REFETCH_DELAY_MS);
+    },
+    unmount() {
+      clearTimeout(refetch);
+    },
+  };
+}
+
+// ---- incidents ----
+
+function incidentsView(ctx) {
+  let list;
+  return {
+    title: "Incidents",
+    mount(main) {
+      list = h("div", { id: "incidents" });
+      main.append(heading("Incidents"), list);
+      this.update();
+    },
+    update() {
+      if (!ctx.data.loaded) {
+        replace(list, loading());
+        return;
+      }
+      const incidents = [...ctx.data.incidents.values()].sort(byNewest);
+      replace(list, incidents.length === 0 ? h("p", { class: "muted" }, "No incidents.") :
+        table(["Title", "Impact", "Count", "Status", "Opened", "Updated", ""], incidents.map((incident) => {
+          const status = h("span", { class: "status", role: "status" });
+          return h("tr", { dataset: { incident: incident.id } },
+            h("td", {}, incident.title, incident.ticket ? [" ", h("a", { href: `#/tickets/${encodeURIComponent(incident.ticket)}` }, "ticket")] : null),
+            h("td", {}, incident.impact),
+            h("td", {}, String(incident.count)),
+            h("td", {}, badge(incident.status)),
+            h("td", {}, when(incident.createdAt)),
+            h("td", {}, when(incident.updatedAt)),
+            h("td", {}, incident.status === "open" ? [actionButton("Resolve", async () => {
+              const answer = await api("POST", `/api/incidents/${encodeURIComponent(incident.id)}/resolve`);
+              ctx.data.incidents.set(answer.id, answer);
+              ctx.changed("incident", answer);
+              return "Resolved.";
+            }, status), " ", status] : null));
+        })));
+    },
+  };
+}
+
+function adminIncidentsView(ctx) {
+  let list;
+  async function load() {
+    replace(list, loading());
+    try {
+      const [incidents, tenants] = await Promise.all([
+        listAll("/api/admin/incidents", { max: 1000 }),
+        listAll("/api/admin/tenants", { max: 10000 }),
+      ]);
+      const names = new Map(tenants.items.map((tenant) => [tenant.id, tenant.name]));
+      replace(list,
+        h("p", {}, h("button", { type: "button", onclick: load }, "Reload"), " ", h("span", { class: "muted" }, "The admin view does not stream: the stream is per tenant.")),
+        incidents.truncated ? h("p", { class: "muted" }, "Only the newest 1,000 incidents are shown.") : null,
+        incidents.items.length === 0 ? h("p", { class: "muted" }, "No incidents.") :
+          incidents.items.map((incident) => h("article", { class: "incident", dataset: { incident: incident.id } },
+            h("h2", {}, incident.title, " ", badge(incident.status)),
+            h("dl", { class: "facts" },
+              h("dt", {}, "Tenant"), h("dd", {}, names.get(incident.tenant) ?? incident.tenant),
+              h("dt", {}, "Impact"), h("dd", {}, incident.impact),
+              h("dt", {}, "Count"), h("dd", {}, String(incident.count)),
+              h("dt", {}, "Cause"), h("dd", {}, h("code", {}, incident.cause ?? "—")),
+              h("dt", {}, "Opened"), h("dd", {}, when(incident.createdAt)),
+              h("dt", {}, "Updated"), h("dd", {}, when(incident.updatedAt))),
+            h("details", {}, h("summary", {}, "Detail"), json(incident.detail)))));
+    } catch (failure) {
+      ctx.report(failure);
+      replace(list, failed(failure), h("button", { type: "button", onclick: load }, "Try again"));
+    }
+  }
+  return {
+    title: "Incidents (admin)",
+    mount(main) {
+      list = h("div", { id: "incidents" });
+      main.append(heading("Incidents of every tenant"), list);
+      load();
+    },
+  };
+}
+
+function tenantsView(ctx) {
+  let list;
+  async function load() {
+    replace(list, loading());
+    try {
+      const { items } = await listAll("/api/admin/tenants", { max: 10000 });
+      replace(list, items.length === 0 ? h("p", { class: "muted" }, "No tenants yet (POST /api/admin/tenants).") :
+        table(["Name", "Id", "Created"], items.map((tenant) =>
+          h("tr", {}, h("td", {}, tenant.name), h("td", {}, h("code", {}, tenant.id)), h("td", {}, when(tenant.createdAt))))));
+    } catch (failure) {
+      ctx.report(failure);
+      replace(list, failed(failure), h("button", { type: "button", onclick: load }, "Try again"));
+    }
+  }
+  return {
+    title: "Tenants",
+    mount(main) {
+      list = h("div", { id: "tenants" });
+      main.append(heading("Tenants"),
+        h("p", { class: "muted" }, "Signed in with the admin token: tenants and every tenant's incidents with their detail. Sign in with a tenant's token to see its runs and tickets."),
+        list);
+      load();
+    },
+  };
+}
+
+// ---- automations ----
+
+function triggerText(trigger) {
+  switch (trigger?.type) {
+    case "webhook": return "Webhook";
+    case "event": return `On ${trigger.event}`;
+    case "poll": return `Polls ${trigger.source}${trigger.intervalSec ? ` every ${trigger.intervalSec} s` : ""}`;
+    case "schedule": return `Schedule ${trigger.cron}${trigger.timezone ? ` (${trigger.timezone})` : ""}`;
+    case "manual": return "Started by hand";
+    default: return trigger?.type ?? "—";
+  }
+}
+
+/** Copy `text`; `input` (which shows it) is selected when the clipboard is refused. */
+async function copyText(text, input) {
+  try {
+    await navigator.clipboard.writeText(text);
+    return "Copied the URL.";
+  } catch (error) {
+    input.focus();
+    input.select();
+    if (document.execCommand && document.execCommand("copy")) return "Copied the URL.";
+    throw new Error(`The browser refused the clipboard (${error.message}); the URL is selected: press Ctrl+C.`);
+  }
+}
+
+function webhookBlock(automation) {
+  const id = `url-${automation.id}`;
+  const input = h("input", { id, class: "url", type: "text", readonly: true, value: automation.webhookUrl, size: 60, "aria-label": `Webhook URL of ${automation.name}` });
+  const status = h("span", { class: "status", role: "status" });
+  const copy = actionButton("Copy URL", () => copyText(automation.webhookUrl, input), status);
+  copy.setAttribute("data-copy", automation.id);
+  const help = h("div", { class: "help" }, loading());
+  // Same-origin path of the URL: the help is served by this server whatever host the URL names.
+  let path = null;
+  try {
+    path = new URL(automation.webhookUrl).pathname;
+  } catch {
+    path = null;
+  }
+  if (path) {
+    api("GET", path).then((answer) => replace(help, webhookHelp(answer)), (failure) => replace(help, failed(failure)));
+  } else {
+    replace(help, h("p", { class: "error" }, "The webhook URL cannot be read."));
+  }
+  return h("div", { class: "webhook" },
+    h("p", {}, h("strong", {}, "Method: "), h("code", { class: "method" }, "POST")),
+    h("p", { class: "copy" }, h("label", { for: id }, h("strong", {}, "URL:")), input, copy, status),
+    help);
+}
+
+function webhookHelp(help) {
+  return [
+    h("p", { class: "muted" }, `What GET on this URL answers: send ${help.method} with a JSON body`,
+      help.enabled === false ? " — the automation is paused, calls answer 409" : "", "."),
+    (help.parameters ?? []).length === 0 ? h("p", { class: "muted" }, "Any JSON body; no parameter is read.") :
+      table(["Parameter", "Path", "Type", "Required"], help.parameters.map((parameter) =>
+        h("tr", {}, h("td", {}, h("code", {}, parameter.name)), h("td", {}, h("code", {}, parameter.path)),
+          h("td", {}, parameter.type), h("td", {}, parameter.required ? "yes" : "no")))),
+    help.signature ? h("details", {}, h("summary", {}, "Signature"), json(help.signature)) : null,
+    h("details", {}, h("summary", {}, "Example body"), json(help.exampleBody ?? {})),
+  ];
+}
+
+function automationsView(ctx) {
+  let list;
+  function card(automation, said = "") {
+    const status = h("span", { class: "status", role: "status" }, said);
+    const toggle = actionButton(automation.enabled ? "Pause" : "Resume", async () => {
+      const answer = await api("POST", `/api/automations/${encodeURIComponent(automation.id)}/${automation.enabled ? "pause" : "resume"}`);
+      ctx.data.automations.set(answer.id, answer);
+      // Only this card changes; the button keeps the keyboard focus.
+      const next = card(answer, answer.enabled ? "Resumed." : "Paused.");
+      article.replaceWith(next);
+      next.querySelector("button[data-toggle]")?.focus();
+      return answer.enabled ? "Resumed." : "Paused.";
+    }, status);
+    toggle.setAttribute("aria-label", `${automation.enabled ? "Pause" : "Resume"} ${automation.name}`);
+    toggle.setAttribute("data-toggle", automation.id);
+    const article = h("article", { class: "automation", dataset: { automation: automation.id } },
+      h("h2", {}, automation.name, " ", badge(automation.enabled ? "enabled" : "paused")),
+      h("p", {}, h("strong", {}, "Trigger: "), triggerText(automation.trigger), ` · ${automation.steps?.length ?? 0} steps`,
+        automation.signed ? " · signed webhooks" : "", " · ",
+        h("a", { href: `#/runs?automation=${encodeURIComponent(automation.id)}` }, "its runs")),
+      automation.webhookUrl ? webhookBlock(automation) : null,
+      h("p", { class: "actions" }, toggle, " ", status));
+    return article;
+  }
+  function draw() {
+    if (!ctx.data.loaded) {
+      replace(list, loading());
+      return;
+    }
+    const automations = [...ctx.data.automations.values()];
+    replace(list, automations.length === 0 ? h("p", { class: "muted" }, "No automations yet (POST /api/automations or /api/apply).") : automations.map(card));
+  }
+  return {
+    title: "Automations",
+    mount(main) {
+      list = h("div", { id: "automations" });
+      main.append(heading("Automations"), list);
+      draw();
+    },
+    update(changes) {
+      // Stream events do not change automations; redraw only after a reload.
+      if (changes === undefined) draw();
+    },
+  };
+}
+
+// ---- groups ----
+
+function groupsView(ctx) {
+  let list;
+  return {
+    title: "Groups",
+    mount(main) {
+      list = h("div", { id: "groups" });
+      main.append(heading("Groups"), list);
+      this.update();
+    },
+    update() {
+      if (!ctx.data.loaded) {
+        replace(list, loading());
+        return;
+      }
+      const open = new Map();
+      for (const ticket of ctx.data.tickets.values()) {
+        if (ticket.closed || !ticket.assignee) continue;
+        open.set(ticket.assignee.id, (open.get(ticket.assignee.id) ?? 0) + 1);
+      }
+      replace(list,
+        ctx.data.truncated.tickets ? h("p", { class: "muted" }, "Counted over the first open tickets only; the counts may be low.") : null,
+        ctx.data.groups.length === 0 ? h("p", { class: "muted" }, "No groups yet.") :
+          ctx.data.groups.map((group) => h("section", { class: "group", dataset: { group: group.name } },
+            h("h2", {}, group.name, " ", h("span", { class: "muted" }, `(${group.members.length} members)`)),
+            group.members.length === 0 ? h("p", { class: "muted" }, "No members.") :
+              table(["Member", "Email", "Open tickets / capacity", ""], group.members.map((member) => {
+                const count = open.get(member.id) ?? 0;
+                return h("tr", { dataset: { member: member.id } },
+                  h("td", {}, h("a", { href: `#/tickets?assignee=${encodeURIComponent(member.id)}`, dataset: { key: `member-${member.id}` } }, member.name)),
+                  h("td", {}, member.email ?? "—"),
+                  h("td", { class: "load" }, `${count} / ${member.capacity}`),
+                  h("td", {}, h("meter", { min: 0, max: Math.max(member.capacity, 1), value: count, high: Math.max(member.capacity, 1) * 0.8, optimum: 0, "aria-label": `${member.name}: ${count} of ${member.capacity}` })));
+              })))));
+    },
+  };
+}
