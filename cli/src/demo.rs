@@ -133,6 +133,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     let shutdown = CancellationToken::new();
+    let background = crate::background::Background::start(
+        &store,
+        None,
+        "fronta-demo",
+        worker.dispatcher().clone(),
+        &crate::background::LeadArgs::default(),
+        shutdown.clone(),
+    )?;
     let worker = tokio::spawn(worker.run(shutdown.clone()));
     let server = tokio::spawn(fronta_server::serve(
         listener,
@@ -173,6 +181,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         .context("the server task")?
         .context("serving HTTP")?;
     worker.await.context("the worker task")??;
+    background.stop().await;
     if args.dir.is_some() {
         println!("database kept in {}", path.display());
     }

@@ -6,6 +6,7 @@
 //! Errors are one line on stderr and a non-zero exit.
 
 mod apply;
+mod background;
 mod bench;
 mod bench_automation;
 mod bench_webhook;
@@ -26,7 +27,6 @@ use fronta_engine::{
     Dispatcher, EnqueueRequest, Registry, RunFilter, RunStatus, RunStore, Worker, WorkerConfig,
     store::CancelReply,
 };
-use fronta_store_postgres::leader::{self, LeaderConfig};
 use fronta_store_postgres::{PgConfig, PgStore};
 use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 use tokio_util::sync::CancellationToken;
@@ -136,10 +136,8 @@ pub(crate) struct WorkerArgs {
     /// On Ctrl-C, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
-    /// On Postgres: how often a follower tries to become the leader, and the leader
-    /// checks its connection.
-    #[arg(long, default_value = "1s", value_parser = duration::parse)]
-    leader_retry: Duration,
+    #[command(flatten)]
+    lead: background::LeadArgs,
     /// One step of the built-in `sleep` kind (tests shorten it).
     #[arg(long, default_value = "1s", value_parser = duration::parse, hide = true)]
     sleep_step: Duration,
@@ -328,7 +326,7 @@ fn default_worker_args() -> WorkerArgs {
         poll: Duration::from_millis(500),
         max_reclaims: 5,
         shutdown_grace: Duration::from_secs(10),
-        leader_retry: Duration::from_secs(1),
+        lead: background::LeadArgs::default(),
         sleep_step: Duration::from_secs(1),
     }
 }
@@ -437,7 +435,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         sleep_lease: args.lease,
         sleep_step: args.sleep_step,
     };
-    let (registry, _dispatcher) = runtime_registry(&opened, &settings, args.lease)?;
+    let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease)?;
     let config = WorkerConfig {
         name: format!("worker-{}", std::process::id()),
         max_in_flight: args.concurrency,
@@ -456,27 +454,18 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         tracing::info!("signal received: shutting down");
         on_signal.cancel();
     });
-    // On Postgres, one process per database leads (maintenance, later the scheduler).
-    let election = match (&opened, db.database.as_deref()) {
-        (Store::Postgres(_), Some(url)) => {
-            let mut config = LeaderConfig::new(url, format!("{name}-leader"));
-            config.retry_every = args.leader_retry;
-            config.check_every = args.leader_retry;
-            let (leading, _) = tokio::sync::watch::channel(false);
-            Some(tokio::spawn(leader::run(
-                config,
-                shutdown.clone(),
-                leading,
-                || async {},
-            )))
-        }
-        _ => None,
-    };
+    // On Postgres, one process per database leads and schedules.
+    let background = background::Background::start(
+        &opened,
+        db.database.as_deref(),
+        &name,
+        dispatcher,
+        &args.lead,
+        shutdown.clone(),
+    )?;
     let report = worker.run(shutdown.clone()).await?;
     shutdown.cancel();
-    if let Some(election) = election {
-        let _ = election.await;
-    }
+    background.stop().await;
     // The bench reads the first number of this line: keep `claimed` first.
     eprintln!(
         "worker done: {} claimed, {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",

@@ -14,8 +14,10 @@
 //! SIGINT/SIGTERM: the server stops accepting and finishes the requests in flight; the
 //! worker stops claiming and gives its runs `--shutdown-grace`, then back to the queue.
 //!
-//! Left out: TLS (put a proxy in front), the Postgres leader election of `fronta
-//! worker` (nothing in serve needs a leader yet).
+//! With a worker, the process also runs the scheduler of poll and schedule automations
+//! (on Postgres only while it wins the leader election; see `crate::background`).
+//!
+//! Left out: TLS (put a proxy in front).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -28,6 +30,7 @@ use fronta_engine::{Worker, WorkerConfig};
 use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
+use crate::background::{Background, LeadArgs};
 use crate::{DbArgs, Store, duration, kinds, open_store, wait_for_signal};
 
 /// The prefix of generated admin tokens.
@@ -75,6 +78,8 @@ pub struct ServeArgs {
     /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    #[command(flatten)]
+    lead: LeadArgs,
 }
 
 /// A rate limit from the command line: a bucket, or none.
@@ -154,10 +159,25 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("signal received: shutting down");
         on_signal.cancel();
     });
+    // The scheduler runs where runs are executed (not in `--no-worker` processes).
+    let background = match &worker {
+        Some(worker) => Some(Background::start(
+            &opened,
+            db.database.as_deref(),
+            &name,
+            worker.dispatcher().clone(),
+            &args.lead,
+            shutdown.clone(),
+        )?),
+        None => None,
+    };
     let worker = worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
     let served = fronta_server::serve(listener, app, shutdown.clone().cancelled_owned()).await;
     // A server that stopped on its own (an error) takes the worker down with it.
     shutdown.cancel();
+    if let Some(background) = background {
+        background.stop().await;
+    }
     if let Some(worker) = worker {
         let report = worker.await.context("the worker task")??;
         eprintln!(

@@ -28,6 +28,7 @@ fn start(db: &Path, admin_token: Option<&str>) -> Server {
         .arg(db)
         .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
         .env("RUST_LOG", "warn")
+        .env("FRONTA_SCHEDULER_TICK", "1s")
         .env_remove("FRONTA_ADMIN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -303,5 +304,142 @@ fn fronta_apply_sends_a_setup_file_idempotently_and_refuses_a_bad_one() {
         "the error names the problem: {message}"
     );
     assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    server.stop();
+}
+
+/// Poll and schedule automations run on their own through the real binary: the
+/// scheduler (every second here) keeps one run ahead for each; a cron with seconds runs
+/// every two seconds; a poll runs at once and then not again within its interval; a
+/// paused schedule stops, its pending tick cancelled.
+#[test]
+fn timed_automations_run_on_their_own_and_stop_when_paused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("timed.db");
+    let admin = "fa_timed_admin_token";
+    let server = start(&db, Some(admin));
+    let (_, tenant) = server.call(
+        "POST",
+        "/api/admin/tenants",
+        Some(admin),
+        Some(json!({"name": "Acme"})),
+    );
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let create = |name: &str, trigger: Value| {
+        let (status, created) = server.call(
+            "POST",
+            "/api/automations",
+            Some(&token),
+            Some(json!({"name": name, "trigger": trigger,
+                "steps": [{"name": "note", "op": "flow/log", "input": {"message": "tick"}}]})),
+        );
+        assert_eq!(status, 201, "{name} saved: {created}");
+        created["id"].as_str().expect("an id").to_owned()
+    };
+    let (status, refused) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({"name": "Bad", "trigger": {"type": "schedule", "cron": "0 7 * * *", "timezone": "Mars/Olympus"},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "x"}}]})),
+    );
+    assert_eq!(
+        status, 422,
+        "an unknown time zone is refused on save: {refused}"
+    );
+    let every_two = create(
+        "Every two seconds",
+        json!({"type": "schedule", "cron": "*/2 * * * * *"}),
+    );
+    let poll = create(
+        "Poll",
+        json!({"type": "poll", "source": "http", "intervalSec": 60}),
+    );
+
+    let runs_of = |automation: &str| -> Vec<Value> {
+        let (status, page) = server.call(
+            "GET",
+            &format!("/api/runs?automation={automation}"),
+            Some(&token),
+            None,
+        );
+        assert_eq!(status, 200, "runs: {page}");
+        page["items"].as_array().cloned().unwrap_or_default()
+    };
+    let completed = |runs: &[Value]| {
+        runs.iter()
+            .filter(|run| run["status"] == "completed")
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (ticks, polls) = (runs_of(&every_two), runs_of(&poll));
+        if completed(&ticks) >= 3 && completed(&polls) >= 1 {
+            assert!(
+                ticks.iter().all(|run| run["trigger"] == "schedule"),
+                "recorded as schedule: {ticks:?}"
+            );
+            assert!(
+                polls.iter().all(|run| run["trigger"] == "poll"),
+                "recorded as poll: {polls:?}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three schedule runs and a poll within 30 s: {ticks:?} {polls:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let polls = runs_of(&poll);
+    assert_eq!(
+        completed(&polls),
+        1,
+        "one poll within its 60 s interval: {polls:?}"
+    );
+    assert_eq!(
+        polls
+            .iter()
+            .filter(|run| matches!(run["status"].as_str(), Some("scheduled" | "queued")))
+            .count(),
+        1,
+        "the next poll waits ahead: {polls:?}"
+    );
+
+    let (status, _) = server.call(
+        "POST",
+        &format!("/api/automations/{every_two}/pause"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "paused");
+    // Within a few scheduler ticks the pending tick is cancelled and nothing new starts.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let settled = loop {
+        let ticks = runs_of(&every_two);
+        let pending = ticks
+            .iter()
+            .filter(|run| {
+                matches!(
+                    run["status"].as_str(),
+                    Some("scheduled" | "queued" | "running")
+                )
+            })
+            .count();
+        // The pending tick, if the scheduler had planned one, is cancelled.
+        if pending == 0 {
+            break ticks.len();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the paused schedule settles: {ticks:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(
+        runs_of(&every_two).len(),
+        settled,
+        "no run of a paused schedule after it settled"
+    );
     server.stop();
 }
