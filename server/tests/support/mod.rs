@@ -84,6 +84,8 @@ impl Harness {
             desk: desk.clone(),
             automations: automations.clone(),
             clock: Arc::new(SystemClock),
+            connectors: None,
+            secrets: None,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
