@@ -356,12 +356,17 @@ impl HttpConnector {
             timeout,
         } = request;
         let deadline = Instant::now() + timeout;
+        let first = describe(&url);
         let mut hops = 0usize;
         loop {
+            let what = if hops == 0 {
+                format!("{method} {}", describe(&url))
+            } else {
+                format!("{method} {} (redirect {hops} from {first})", describe(&url))
+            };
             self.policy
                 .check_url(&url)
-                .map_err(|Refused(reason)| bad_input(format!("{method} {}: refused: {reason}", describe(&url))))?;
-            let what = format!("{method} {}", describe(&url));
+                .map_err(|Refused(reason)| bad_input(format!("{what}: refused: {reason}")))?;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
                 return Err(ConnectorFailure::new(
