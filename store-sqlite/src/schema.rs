@@ -1,6 +1,7 @@
 //! The schema, as numbered migrations embedded in the binary. A migration never changes
 //! once released; a new one is appended. `migrate` applies what is missing, each in its
-//! own `BEGIN IMMEDIATE`, so several processes starting at once agree.
+//! own `BEGIN IMMEDIATE`, so several processes starting at once agree. Versions only
+//! increase along the list but need not be consecutive: each missing one is applied.
 
 use rusqlite::Connection;
 
@@ -10,7 +11,24 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (2, "desk", DESK_V2),
     (3, "automations", AUTOMATIONS_V3),
     (4, "member open counts", MEMBER_OPEN_V4),
+    // 5 is taken by a change made alongside; `migrate` applies whatever is missing, in
+    // order, so a gap (or a lower number arriving later) is fine.
+    (6, "secrets", SECRETS_V6),
 ];
+
+/// Per-tenant secrets (the `SecretStore` port): sealed values only, never plain text.
+/// `key_version` says which configured key opens the row, so keys can be rotated.
+const SECRETS_V6: &str = r#"
+CREATE TABLE secrets (
+    tenant      BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name        TEXT    NOT NULL,
+    key_version INTEGER NOT NULL,
+    nonce       BLOB    NOT NULL,
+    ciphertext  BLOB    NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
+"#;
 
 /// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever
 /// code path makes it, so least-busy reads one row per member instead of counting a
