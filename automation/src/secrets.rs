@@ -127,9 +127,7 @@ pub trait SecretStore: Send + Sync + 'static {
 /// Why a secret could not be sealed or opened. Messages never hold a value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SecretError {
-    #[error(
-        "no secret key is configured (FRONTA_SECRET_KEY): secrets cannot be stored or used"
-    )]
+    #[error("no secret key is configured (FRONTA_SECRET_KEY): secrets cannot be stored or used")]
     NoKey,
     #[error(
         "the secret was sealed with key version {0}, which is not configured (FRONTA_SECRET_KEY_VERSION, FRONTA_SECRET_OLD_KEYS)"
@@ -149,12 +147,7 @@ pub enum SecretError {
 ///   another name fails (`Unreadable`), so a copied row reveals nothing.
 /// - Two seals of one value differ (fresh nonce each time).
 pub trait SecretCipher: Send + Sync + 'static {
-    fn seal(
-        &self,
-        tenant: TenantId,
-        name: &str,
-        value: &str,
-    ) -> Result<SealedSecret, SecretError>;
+    fn seal(&self, tenant: TenantId, name: &str, value: &str) -> Result<SealedSecret, SecretError>;
     fn open(
         &self,
         tenant: TenantId,
@@ -215,7 +208,9 @@ impl Revealed {
 
     /// Whether `text` holds any revealed value.
     pub fn contains_secret(&self, text: &str) -> bool {
-        self.values.values().any(|value| text.contains(value.as_str()))
+        self.values
+            .values()
+            .any(|value| text.contains(value.as_str()))
     }
 
     /// `text` with every revealed value replaced by `[secret <name>]` (longest values

@@ -31,7 +31,9 @@ pub(crate) struct Outside {
 }
 
 fn var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|value| !value.trim().is_empty())
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
 }
 
 fn duration_var(name: &str, default: Duration) -> anyhow::Result<Duration> {
@@ -55,7 +57,10 @@ fn number_var(name: &str, default: usize) -> anyhow::Result<usize> {
 pub(crate) fn from_env() -> anyhow::Result<Outside> {
     let defaults = HttpLimits::default();
     let limits = HttpLimits {
-        max_response_bytes: number_var("FRONTA_HTTP_MAX_RESPONSE_BYTES", defaults.max_response_bytes)?,
+        max_response_bytes: number_var(
+            "FRONTA_HTTP_MAX_RESPONSE_BYTES",
+            defaults.max_response_bytes,
+        )?,
         default_timeout: duration_var("FRONTA_HTTP_TIMEOUT", defaults.default_timeout)?,
         max_timeout: duration_var("FRONTA_HTTP_MAX_TIMEOUT", defaults.max_timeout)?,
         connect_timeout: duration_var("FRONTA_HTTP_CONNECT_TIMEOUT", defaults.connect_timeout)?,
@@ -77,7 +82,9 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
             Some(Arc::new(keyring))
         }
         None => {
-            tracing::info!("no secret key (FRONTA_SECRET_KEY): steps that use secrets will fail, and secrets cannot be stored");
+            tracing::info!(
+                "no secret key (FRONTA_SECRET_KEY): steps that use secrets will fail, and secrets cannot be stored"
+            );
             None
         }
     };

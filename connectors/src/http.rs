@@ -371,7 +371,9 @@ impl HttpConnector {
             if remaining.is_zero() {
                 return Err(ConnectorFailure::new(
                     Cause::TimeoutAfterSend,
-                    format!("{what}: the redirects took longer than {timeout:?}; an earlier hop was sent, so it is not retried"),
+                    format!(
+                        "{what}: the redirects took longer than {timeout:?}; an earlier hop was sent, so it is not retried"
+                    ),
                 ));
             }
             let mut builder = self
@@ -463,7 +465,9 @@ impl HttpConnector {
         if err.is_timeout() {
             return ConnectorFailure::new(
                 Cause::TimeoutAfterSend,
-                format!("{what}: the request was sent and no answer came within {timeout:?}; it may have reached the service, so it is not retried"),
+                format!(
+                    "{what}: the request was sent and no answer came within {timeout:?}; it may have reached the service, so it is not retried"
+                ),
             );
         }
         if err.is_builder() {
@@ -471,7 +475,9 @@ impl HttpConnector {
         }
         ConnectorFailure::new(
             Cause::BrokenAfterSend,
-            format!("{what}: the connection broke after the request was sent ({detail}); it may have reached the service, so it is not retried"),
+            format!(
+                "{what}: the connection broke after the request was sent ({detail}); it may have reached the service, so it is not retried"
+            ),
         )
     }
 
@@ -487,10 +493,15 @@ impl HttpConnector {
         let too_large = || {
             ConnectorFailure::new(
                 Cause::BadAnswer,
-                format!("{what}: the answer's body is larger than {max} bytes (FRONTA_HTTP_MAX_RESPONSE_BYTES)"),
+                format!(
+                    "{what}: the answer's body is larger than {max} bytes (FRONTA_HTTP_MAX_RESPONSE_BYTES)"
+                ),
             )
         };
-        if response.content_length().is_some_and(|length| length > max as u64) {
+        if response
+            .content_length()
+            .is_some_and(|length| length > max as u64)
+        {
             return Err(too_large());
         }
         let mut headers: BTreeMap<String, String> = BTreeMap::new();
@@ -521,13 +532,18 @@ impl HttpConnector {
                 Err(_) => {
                     return Err(ConnectorFailure::new(
                         Cause::TimeoutAfterSend,
-                        format!("{what}: answered {status} but the body did not arrive within {timeout:?}; not retried"),
+                        format!(
+                            "{what}: answered {status} but the body did not arrive within {timeout:?}; not retried"
+                        ),
                     ));
                 }
                 Ok(Err(err)) => {
                     return Err(ConnectorFailure::new(
                         Cause::BrokenAfterSend,
-                        format!("{what}: answered {status} but the body broke off ({}); not retried", error_chain(&err)),
+                        format!(
+                            "{what}: answered {status} but the body broke off ({}); not retried",
+                            error_chain(&err)
+                        ),
                     ));
                 }
                 Ok(Ok(None)) => break,
@@ -666,7 +682,11 @@ mod tests {
     #[test]
     fn retry_after_reads_seconds_and_http_dates() {
         let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT").expect("a date");
-        assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)), "seconds");
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120)),
+            "seconds"
+        );
         assert_eq!(
             parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
             Some(Duration::from_secs(30)),
@@ -683,7 +703,10 @@ mod tests {
 
     #[test]
     fn json_content_types_are_recognised() {
-        assert!(is_json_type("application/json; charset=utf-8"), "plain JSON");
+        assert!(
+            is_json_type("application/json; charset=utf-8"),
+            "plain JSON"
+        );
         assert!(is_json_type("application/problem+json"), "a +json type");
         assert!(!is_json_type("text/plain"), "text");
     }
@@ -691,6 +714,10 @@ mod tests {
     #[test]
     fn descriptions_leave_out_user_and_query() {
         let url = Url::parse("https://user:pw@api.test:8443/a/b?token=x").expect("a URL");
-        assert_eq!(describe(&url), "https://api.test:8443/a/b", "no user, no query");
+        assert_eq!(
+            describe(&url),
+            "https://api.test:8443/a/b",
+            "no user, no query"
+        );
     }
 }

@@ -151,8 +151,7 @@ impl SecretCipher for Keyring {
             .keys
             .get(&self.current)
             .ok_or(SecretError::UnknownKeyVersion(self.current))?;
-        let nonce =
-            XNonce::try_generate().map_err(|_| SecretError::Unreadable(self.current))?;
+        let nonce = XNonce::try_generate().map_err(|_| SecretError::Unreadable(self.current))?;
         let aad = associated_data(self.current, tenant, name);
         let ciphertext = cipher
             .encrypt(
@@ -219,9 +218,21 @@ mod tests {
             !sealed.ciphertext.windows(6).any(|w| w == b"s3cr3t"),
             "the value is not in the ciphertext"
         );
-        assert_eq!(keyring.open(a, "token", &sealed).as_deref(), Ok("s3cr3t"), "opens");
-        assert_eq!(keyring.open(b, "token", &sealed), Err(SecretError::Unreadable(1)), "another tenant");
-        assert_eq!(keyring.open(a, "other", &sealed), Err(SecretError::Unreadable(1)), "another name");
+        assert_eq!(
+            keyring.open(a, "token", &sealed).as_deref(),
+            Ok("s3cr3t"),
+            "opens"
+        );
+        assert_eq!(
+            keyring.open(b, "token", &sealed),
+            Err(SecretError::Unreadable(1)),
+            "another tenant"
+        );
+        assert_eq!(
+            keyring.open(a, "other", &sealed),
+            Err(SecretError::Unreadable(1)),
+            "another name"
+        );
         let again = keyring.seal(a, "token", "s3cr3t").expect("seals");
         assert_ne!(again.nonce, sealed.nonce, "a fresh nonce each time");
     }
@@ -234,8 +245,19 @@ mod tests {
         let rotated = Keyring::new(2, [2; KEY_BYTES])
             .with_old(1, [1; KEY_BYTES])
             .expect("two versions");
-        assert_eq!(rotated.open(t, "token", &sealed_old).as_deref(), Ok("before"), "version 1 still opens");
-        assert_eq!(rotated.seal(t, "token", "after").expect("seals").key_version, 2, "new values use version 2");
+        assert_eq!(
+            rotated.open(t, "token", &sealed_old).as_deref(),
+            Ok("before"),
+            "version 1 still opens"
+        );
+        assert_eq!(
+            rotated
+                .seal(t, "token", "after")
+                .expect("seals")
+                .key_version,
+            2,
+            "new values use version 2"
+        );
         let without_old = Keyring::new(2, [2; KEY_BYTES]);
         assert_eq!(
             without_old.open(t, "token", &sealed_old),
@@ -253,9 +275,23 @@ mod tests {
         assert_eq!(keyring.current_version(), 3, "the current one");
         let short = base64::engine::general_purpose::STANDARD.encode([9u8; 16]);
         let err = Keyring::from_config(&short, None, None).expect_err("16 bytes is too short");
-        assert!(!err.to_string().contains(&short), "the key is not in the message: {err}");
-        assert_eq!(Keyring::from_config(&key, Some("0"), None).err(), Some(KeyringError::BadVersion(KEY_VERSION_VAR.into())), "version 0");
-        assert_eq!(Keyring::from_config(&key, None, Some(&format!("1:{key}"))).err(), Some(KeyringError::DuplicateVersion(1)), "1 twice");
-        assert!(!format!("{keyring:?}").contains(&key), "Debug shows versions only");
+        assert!(
+            !err.to_string().contains(&short),
+            "the key is not in the message: {err}"
+        );
+        assert_eq!(
+            Keyring::from_config(&key, Some("0"), None).err(),
+            Some(KeyringError::BadVersion(KEY_VERSION_VAR.into())),
+            "version 0"
+        );
+        assert_eq!(
+            Keyring::from_config(&key, None, Some(&format!("1:{key}"))).err(),
+            Some(KeyringError::DuplicateVersion(1)),
+            "1 twice"
+        );
+        assert!(
+            !format!("{keyring:?}").contains(&key),
+            "Debug shows versions only"
+        );
     }
 }

@@ -39,8 +39,12 @@ impl Connector for Connectors {
         match call.op {
             Op::HttpRequest => self.http.call(call).await,
             other => {
-                tracing::warn!(op = other.as_str(), step = call.step_name, run = call.run_id,
-                    "connector step refused: not available in this build");
+                tracing::warn!(
+                    op = other.as_str(),
+                    step = call.step_name,
+                    run = call.run_id,
+                    "connector step refused: not available in this build"
+                );
                 Err(not_installed(other))
             }
         }

@@ -61,20 +61,52 @@ fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
 fn forbidden_v4(ip: Ipv4Addr) -> Option<&'static str> {
     const RANGES: &[([u8; 4], u32, &str)] = &[
         ([169, 254, 169, 254], 32, "the cloud metadata address"),
-        ([168, 63, 129, 16], 32, "a cloud metadata address (168.63.129.16)"),
+        (
+            [168, 63, 129, 16],
+            32,
+            "a cloud metadata address (168.63.129.16)",
+        ),
         ([0, 0, 0, 0], 8, "\"this network\" (0.0.0.0/8)"),
         ([10, 0, 0, 0], 8, "a private address (10.0.0.0/8)"),
-        ([100, 64, 0, 0], 10, "a carrier-grade NAT address (100.64.0.0/10)"),
+        (
+            [100, 64, 0, 0],
+            10,
+            "a carrier-grade NAT address (100.64.0.0/10)",
+        ),
         ([127, 0, 0, 0], 8, "a loopback address (127.0.0.0/8)"),
-        ([169, 254, 0, 0], 16, "a link-local address (169.254.0.0/16)"),
+        (
+            [169, 254, 0, 0],
+            16,
+            "a link-local address (169.254.0.0/16)",
+        ),
         ([172, 16, 0, 0], 12, "a private address (172.16.0.0/12)"),
-        ([192, 0, 0, 0], 24, "an IETF protocol address (192.0.0.0/24)"),
+        (
+            [192, 0, 0, 0],
+            24,
+            "an IETF protocol address (192.0.0.0/24)",
+        ),
         ([192, 0, 2, 0], 24, "a documentation address (192.0.2.0/24)"),
-        ([192, 88, 99, 0], 24, "a 6to4 relay address (192.88.99.0/24)"),
+        (
+            [192, 88, 99, 0],
+            24,
+            "a 6to4 relay address (192.88.99.0/24)",
+        ),
         ([192, 168, 0, 0], 16, "a private address (192.168.0.0/16)"),
-        ([198, 18, 0, 0], 15, "a benchmarking address (198.18.0.0/15)"),
-        ([198, 51, 100, 0], 24, "a documentation address (198.51.100.0/24)"),
-        ([203, 0, 113, 0], 24, "a documentation address (203.0.113.0/24)"),
+        (
+            [198, 18, 0, 0],
+            15,
+            "a benchmarking address (198.18.0.0/15)",
+        ),
+        (
+            [198, 51, 100, 0],
+            24,
+            "a documentation address (198.51.100.0/24)",
+        ),
+        (
+            [203, 0, 113, 0],
+            24,
+            "a documentation address (203.0.113.0/24)",
+        ),
         ([224, 0, 0, 0], 4, "a multicast address (224.0.0.0/4)"),
         ([255, 255, 255, 255], 32, "the broadcast address"),
         ([240, 0, 0, 0], 4, "a reserved address (240.0.0.0/4)"),
@@ -108,23 +140,65 @@ fn forbidden_v6(ip: Ipv6Addr) -> Option<&'static str> {
     }
     let low32 = Ipv4Addr::from((bits & 0xFFFF_FFFF) as u32);
     if in_v6(ip, Ipv6Addr::new(0x64, 0xff9b, 0, 0, 0, 0, 0, 0), 96) {
-        return forbidden_v4(low32).map(|_| "a NAT64 address (64:ff9b::/96) of a forbidden IPv4 address");
+        return forbidden_v4(low32)
+            .map(|_| "a NAT64 address (64:ff9b::/96) of a forbidden IPv4 address");
     }
     if in_v6(ip, Ipv6Addr::new(0x2002, 0, 0, 0, 0, 0, 0, 0), 16) {
         let embedded = Ipv4Addr::from(((bits >> 80) & 0xFFFF_FFFF) as u32);
-        return forbidden_v4(embedded).map(|_| "a 6to4 address (2002::/16) of a forbidden IPv4 address");
+        return forbidden_v4(embedded)
+            .map(|_| "a 6to4 address (2002::/16) of a forbidden IPv4 address");
     }
     const RANGES: &[(Ipv6Addr, u32, &str)] = &[
-        (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96, "an IPv4-compatible IPv6 address (::/96, deprecated)"),
-        (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48, "a local-use NAT64 address (64:ff9b:1::/48)"),
-        (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64, "a discard-only address (100::/64)"),
-        (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32, "a documentation address (2001:db8::/32)"),
-        (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23, "an IETF protocol address (2001::/23: Teredo, ORCHID, benchmarking)"),
-        (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20, "a documentation address (3fff::/20)"),
-        (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7, "a unique-local address (fc00::/7)"),
-        (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10, "a link-local address (fe80::/10)"),
-        (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10, "a site-local address (fec0::/10, deprecated)"),
-        (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8, "a multicast address (ff00::/8)"),
+        (
+            Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0),
+            96,
+            "an IPv4-compatible IPv6 address (::/96, deprecated)",
+        ),
+        (
+            Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0),
+            48,
+            "a local-use NAT64 address (64:ff9b:1::/48)",
+        ),
+        (
+            Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0),
+            64,
+            "a discard-only address (100::/64)",
+        ),
+        (
+            Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0),
+            32,
+            "a documentation address (2001:db8::/32)",
+        ),
+        (
+            Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0),
+            23,
+            "an IETF protocol address (2001::/23: Teredo, ORCHID, benchmarking)",
+        ),
+        (
+            Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0),
+            20,
+            "a documentation address (3fff::/20)",
+        ),
+        (
+            Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0),
+            7,
+            "a unique-local address (fc00::/7)",
+        ),
+        (
+            Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0),
+            10,
+            "a link-local address (fe80::/10)",
+        ),
+        (
+            Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0),
+            10,
+            "a site-local address (fec0::/10, deprecated)",
+        ),
+        (
+            Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0),
+            8,
+            "a multicast address (ff00::/8)",
+        ),
     ];
     RANGES
         .iter()
@@ -212,9 +286,8 @@ impl AllowList {
             .map(str::trim)
             .filter(|entry| !entry.is_empty())
         {
-            let looks_like_address = entry.contains('/')
-                || entry.contains(':')
-                || entry.parse::<Ipv4Addr>().is_ok();
+            let looks_like_address =
+                entry.contains('/') || entry.contains(':') || entry.parse::<Ipv4Addr>().is_ok();
             if looks_like_address {
                 list.networks.push(Network::parse(entry)?);
             } else if entry
@@ -223,7 +296,9 @@ impl AllowList {
             {
                 list.hosts.push(normalize_host(entry));
             } else {
-                return Err(format!("{entry:?} is not a host name, an address or a network"));
+                return Err(format!(
+                    "{entry:?} is not a host name, an address or a network"
+                ));
             }
         }
         Ok(list)
@@ -235,7 +310,7 @@ impl AllowList {
 
     pub fn allows_host(&self, host: &str) -> bool {
         let host = normalize_host(host);
-        self.hosts.iter().any(|allowed| *allowed == host)
+        self.hosts.contains(&host)
     }
 
     pub fn allows_ip(&self, ip: IpAddr) -> bool {
@@ -317,7 +392,9 @@ impl AddressPolicy {
         }
         for ip in addresses {
             if let Err(Refused(reason)) = self.check_ip(*ip) {
-                return Err(Refused(format!("the host {name:?} resolves to {ip}: {reason}")));
+                return Err(Refused(format!(
+                    "the host {name:?} resolves to {ip}: {reason}"
+                )));
             }
         }
         Ok(())
@@ -362,12 +439,15 @@ impl FixedLookup {
 #[async_trait]
 impl NameLookup for FixedLookup {
     async fn lookup(&self, host: &str) -> std::io::Result<Vec<IpAddr>> {
-        self.names.get(&normalize_host(host)).cloned().ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("no such host {host:?}"),
-            )
-        })
+        self.names
+            .get(&normalize_host(host))
+            .cloned()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!("no such host {host:?}"),
+                )
+            })
     }
 }
 
@@ -394,11 +474,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
                 return Err(Box::new(refused) as Box<dyn std::error::Error + Send + Sync>);
             }
             tracing::debug!(host = %host, addresses = ?addresses, "SSRF guard: resolved and checked");
-            let checked: reqwest::dns::Addrs = Box::new(
-                addresses
-                    .into_iter()
-                    .map(|ip| SocketAddr::new(ip, 0)),
-            );
+            let checked: reqwest::dns::Addrs =
+                Box::new(addresses.into_iter().map(|ip| SocketAddr::new(ip, 0)));
             Ok(checked)
         })
     }
@@ -410,7 +487,14 @@ mod tests {
 
     #[test]
     fn public_addresses_pass() {
-        for ip in ["93.184.216.34", "8.8.8.8", "2606:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::1"] {
+        for ip in [
+            "93.184.216.34",
+            "8.8.8.8",
+            "2606:4700::1111",
+            "::ffff:8.8.8.8",
+            "64:ff9b::808:808",
+            "2002:808:808::1",
+        ] {
             let ip: IpAddr = ip.parse().expect("an address");
             assert_eq!(forbidden_reason(ip), None, "{ip} is public");
         }
@@ -422,7 +506,9 @@ mod tests {
         assert!(net.contains("10.1.200.3".parse().expect("ip")), "inside");
         assert!(!net.contains("10.2.0.1".parse().expect("ip")), "outside");
         assert!(
-            Network::parse("127.0.0.1").expect("an address").contains("::ffff:127.0.0.1".parse().expect("ip")),
+            Network::parse("127.0.0.1")
+                .expect("an address")
+                .contains("::ffff:127.0.0.1".parse().expect("ip")),
             "a mapped address is its IPv4"
         );
         assert!(Network::parse("10.0.0.0/33").is_err(), "prefix too long");
@@ -430,12 +516,28 @@ mod tests {
 
     #[test]
     fn allow_list_reads_hosts_addresses_and_networks() {
-        let list = AllowList::parse("jira.internal, 10.1.0.0/16 [fd00::1] 192.168.1.5").expect("parses");
-        assert!(list.allows_host("JIRA.internal."), "hosts compare normalized");
+        let list =
+            AllowList::parse("jira.internal, 10.1.0.0/16 [fd00::1] 192.168.1.5").expect("parses");
+        assert!(
+            list.allows_host("JIRA.internal."),
+            "hosts compare normalized"
+        );
         assert!(list.allows_ip("10.1.2.3".parse().expect("ip")), "a network");
-        assert!(list.allows_ip("fd00::1".parse().expect("ip")), "an IPv6 address");
-        assert!(list.allows_ip("192.168.1.5".parse().expect("ip")), "an IPv4 address");
-        assert!(!list.allows_ip("192.168.1.6".parse().expect("ip")), "only that address");
-        assert!(AllowList::parse("http://x").is_err(), "a URL is not an entry");
+        assert!(
+            list.allows_ip("fd00::1".parse().expect("ip")),
+            "an IPv6 address"
+        );
+        assert!(
+            list.allows_ip("192.168.1.5".parse().expect("ip")),
+            "an IPv4 address"
+        );
+        assert!(
+            !list.allows_ip("192.168.1.6".parse().expect("ip")),
+            "only that address"
+        );
+        assert!(
+            AllowList::parse("http://x").is_err(),
+            "a URL is not an entry"
+        );
     }
 }

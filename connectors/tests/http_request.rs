@@ -39,8 +39,11 @@ fn limits() -> HttpLimits {
 }
 
 fn connector() -> HttpConnector {
-    HttpConnector::new(AddressPolicy::new(AllowList::parse("127.0.0.1").expect("allow")), limits())
-        .expect("a connector")
+    HttpConnector::new(
+        AddressPolicy::new(AllowList::parse("127.0.0.1").expect("allow")),
+        limits(),
+    )
+    .expect("a connector")
 }
 
 async fn call_with(
@@ -48,7 +51,9 @@ async fn call_with(
     input: Value,
     secrets: &Revealed,
 ) -> Result<ConnectorReply, ConnectorFailure> {
-    let Value::Object(input) = input else { panic!("an object") };
+    let Value::Object(input) = input else {
+        panic!("an object")
+    };
     connector
         .call(ConnectorCall {
             op: &Op::HttpRequest,
@@ -99,9 +104,21 @@ async fn the_request_is_built_from_the_input_and_the_answer_published() {
     .await
     .expect("201 is a success");
     assert_eq!(reply.outputs["status"], json!(201), "the status");
-    assert_eq!(reply.outputs["body"], json!({"created": true, "id": "o-1"}), "JSON is parsed");
-    assert_eq!(reply.outputs["headers"]["x-request-id"], json!("r-9"), "headers by lower-case name");
-    assert!(reply.message.contains("201"), "the step log line: {}", reply.message);
+    assert_eq!(
+        reply.outputs["body"],
+        json!({"created": true, "id": "o-1"}),
+        "JSON is parsed"
+    );
+    assert_eq!(
+        reply.outputs["headers"]["x-request-id"],
+        json!("r-9"),
+        "headers by lower-case name"
+    );
+    assert!(
+        reply.message.contains("201"),
+        "the step log line: {}",
+        reply.message
+    );
 }
 
 #[tokio::test]
@@ -112,7 +129,11 @@ async fn a_text_answer_is_published_as_text() {
         .mount(&server)
         .await;
     let reply = call(json!({"url": server.uri()})).await.expect("200");
-    assert_eq!(reply.outputs["body"], json!("plain words"), "text stays text");
+    assert_eq!(
+        reply.outputs["body"],
+        json!("plain words"),
+        "text stays text"
+    );
 }
 
 async fn answering(status: u16, retry_after: Option<String>) -> ConnectorFailure {
@@ -121,7 +142,10 @@ async fn answering(status: u16, retry_after: Option<String>) -> ConnectorFailure
     if let Some(after) = retry_after {
         response = response.insert_header("retry-after", after.as_str());
     }
-    Mock::given(method("GET")).respond_with(response).mount(&server).await;
+    Mock::given(method("GET"))
+        .respond_with(response)
+        .mount(&server)
+        .await;
     failure(json!({"url": server.uri()})).await
 }
 
@@ -131,7 +155,10 @@ async fn server_errors_are_retried() {
         let failure = answering(status, None).await;
         assert_eq!(failure.cause, Cause::HttpStatus(status), "{status}");
         assert!(failure.cause.retryable(), "{status} is retried");
-        assert!(failure.message.contains("the other side's words"), "the body's start is in the message");
+        assert!(
+            failure.message.contains("the other side's words"),
+            "the body's start is in the message"
+        );
     }
 }
 
@@ -139,8 +166,16 @@ async fn server_errors_are_retried() {
 async fn retry_after_in_seconds_is_honoured() {
     let failure = answering(503, Some("7".into())).await;
     assert!(failure.cause.retryable(), "503 is retried");
-    assert_eq!(failure.retry_after, Some(Duration::from_secs(7)), "Retry-After: 7");
-    assert_eq!(failure.into_step_error().retry_after, Some(Duration::from_secs(7)), "the step waits that long");
+    assert_eq!(
+        failure.retry_after,
+        Some(Duration::from_secs(7)),
+        "Retry-After: 7"
+    );
+    assert_eq!(
+        failure.into_step_error().retry_after,
+        Some(Duration::from_secs(7)),
+        "the step waits that long"
+    );
 }
 
 #[tokio::test]
@@ -159,7 +194,11 @@ async fn too_many_requests_with_an_http_date_is_retried_after_that_date() {
 #[tokio::test]
 async fn a_retry_after_longer_than_the_limit_is_cut() {
     let failure = answering(429, Some("999999".into())).await;
-    assert_eq!(failure.retry_after, Some(limits().max_retry_after), "cut to max_retry_after");
+    assert_eq!(
+        failure.retry_after,
+        Some(limits().max_retry_after),
+        "cut to max_retry_after"
+    );
 }
 
 #[tokio::test]
@@ -168,7 +207,11 @@ async fn client_errors_end_the_run() {
         let failure = answering(status, Some("5".into())).await;
         assert_eq!(failure.cause, Cause::HttpStatus(status), "{status}");
         assert!(!failure.cause.retryable(), "{status} is not retried");
-        assert_eq!(failure.into_step_error().retry_after, None, "{status}: a final error waits for nothing");
+        assert_eq!(
+            failure.into_step_error().retry_after,
+            None,
+            "{status}: a final error waits for nothing"
+        );
     }
 }
 
@@ -178,7 +221,12 @@ async fn a_refused_connection_is_retried() {
     let port = listener.local_addr().expect("its address").port();
     drop(listener);
     let failure = failure(json!({"url": format!("http://127.0.0.1:{port}/")})).await;
-    assert_eq!(failure.cause, Cause::Connection, "nothing listens: {}", failure.message);
+    assert_eq!(
+        failure.cause,
+        Cause::Connection,
+        "nothing listens: {}",
+        failure.message
+    );
     assert!(failure.cause.retryable(), "a connection error is retried");
 }
 
@@ -190,12 +238,25 @@ async fn a_timeout_while_connecting_is_retried() {
         Arc::new(NeverAnswers),
     )
     .expect("a connector");
-    let failure = call_with(&connector, json!({"url": "http://slow.test/"}), &Revealed::default())
-        .await
-        .expect_err("the lookup never answers");
-    assert_eq!(failure.cause, Cause::TimeoutBeforeSend, "{}", failure.message);
+    let failure = call_with(
+        &connector,
+        json!({"url": "http://slow.test/"}),
+        &Revealed::default(),
+    )
+    .await
+    .expect_err("the lookup never answers");
+    assert_eq!(
+        failure.cause,
+        Cause::TimeoutBeforeSend,
+        "{}",
+        failure.message
+    );
     assert!(failure.cause.retryable(), "nothing was sent: retried");
-    assert!(failure.message.contains("not sent"), "the message says so: {}", failure.message);
+    assert!(
+        failure.message.contains("not sent"),
+        "the message says so: {}",
+        failure.message
+    );
 }
 
 #[tokio::test]
@@ -205,10 +266,24 @@ async fn a_timeout_after_sending_ends_the_run_and_says_why() {
         .respond_with(ResponseTemplate::new(200).set_delay(Duration::from_secs(5)))
         .mount(&server)
         .await;
-    let failure = failure(json!({"method": "POST", "url": server.uri(), "body": "x", "timeoutSec": 0.3})).await;
-    assert_eq!(failure.cause, Cause::TimeoutAfterSend, "{}", failure.message);
-    assert!(!failure.cause.retryable(), "it may have happened: not retried");
-    assert!(failure.message.contains("may have reached"), "the message explains: {}", failure.message);
+    let failure =
+        failure(json!({"method": "POST", "url": server.uri(), "body": "x", "timeoutSec": 0.3}))
+            .await;
+    assert_eq!(
+        failure.cause,
+        Cause::TimeoutAfterSend,
+        "{}",
+        failure.message
+    );
+    assert!(
+        !failure.cause.retryable(),
+        "it may have happened: not retried"
+    );
+    assert!(
+        failure.message.contains("may have reached"),
+        "the message explains: {}",
+        failure.message
+    );
 }
 
 #[tokio::test]
@@ -221,7 +296,11 @@ async fn an_answer_over_the_size_limit_ends_the_run() {
     let failure = failure(json!({"url": server.uri()})).await;
     assert_eq!(failure.cause, Cause::BadAnswer, "{}", failure.message);
     assert!(!failure.cause.retryable(), "too large is final");
-    assert!(failure.message.contains("1024 bytes"), "the limit is named: {}", failure.message);
+    assert!(
+        failure.message.contains("1024 bytes"),
+        "the limit is named: {}",
+        failure.message
+    );
 }
 
 #[tokio::test]
@@ -233,7 +312,11 @@ async fn too_many_redirects_end_the_run() {
         .await;
     let failure = failure(json!({"url": format!("{}/loop", server.uri())})).await;
     assert_eq!(failure.cause, Cause::BadAnswer, "{}", failure.message);
-    assert!(failure.message.contains("more than 2 redirects"), "{}", failure.message);
+    assert!(
+        failure.message.contains("more than 2 redirects"),
+        "{}",
+        failure.message
+    );
 }
 
 #[tokio::test]
@@ -250,10 +333,16 @@ async fn see_other_after_a_post_continues_as_a_get_without_the_body() {
         .expect(1)
         .mount(&server)
         .await;
-    let reply = call(json!({"method": "POST", "url": format!("{}/create", server.uri()), "body": {"a": 1}}))
-        .await
-        .expect("followed as GET");
-    assert_eq!(reply.outputs["body"], json!({"done": true}), "the GET's answer");
+    let reply = call(
+        json!({"method": "POST", "url": format!("{}/create", server.uri()), "body": {"a": 1}}),
+    )
+    .await
+    .expect("followed as GET");
+    assert_eq!(
+        reply.outputs["body"],
+        json!({"done": true}),
+        "the GET's answer"
+    );
 }
 
 #[tokio::test]
@@ -261,7 +350,10 @@ async fn credentials_and_secrets_do_not_follow_a_redirect_to_another_origin() {
     let first = MockServer::start().await;
     let second = MockServer::start().await;
     Mock::given(path("/start"))
-        .respond_with(ResponseTemplate::new(307).insert_header("location", format!("{}/landed", second.uri()).as_str()))
+        .respond_with(
+            ResponseTemplate::new(307)
+                .insert_header("location", format!("{}/landed", second.uri()).as_str()),
+        )
         .mount(&first)
         .await;
     for leaked in ["authorization", "x-api-key"] {
@@ -276,7 +368,11 @@ async fn credentials_and_secrets_do_not_follow_a_redirect_to_another_origin() {
         .respond_with(ResponseTemplate::new(200).set_body_string("clean"))
         .mount(&second)
         .await;
-    let secrets = Revealed::new([("key".to_string(), "k-secret".to_string())].into_iter().collect());
+    let secrets = Revealed::new(
+        [("key".to_string(), "k-secret".to_string())]
+            .into_iter()
+            .collect(),
+    );
     let reply = call_with(
         &connector(),
         json!({"url": format!("{}/start", first.uri()),
@@ -285,25 +381,59 @@ async fn credentials_and_secrets_do_not_follow_a_redirect_to_another_origin() {
     )
     .await
     .expect("the redirect is followed");
-    assert_eq!(reply.outputs["body"], json!("clean"), "no credential reached the other origin, other headers did");
+    assert_eq!(
+        reply.outputs["body"],
+        json!("clean"),
+        "no credential reached the other origin, other headers did"
+    );
 }
 
 #[tokio::test]
 async fn bad_input_ends_the_run_before_anything_is_sent() {
     let cases = [
-        (json!({"url": "http://127.0.0.1:9/", "method": "BREW"}), "method"),
+        (
+            json!({"url": "http://127.0.0.1:9/", "method": "BREW"}),
+            "method",
+        ),
         (json!({"url": "not a url"}), "not a URL"),
-        (json!({"url": "http://127.0.0.1:9/", "headers": {"bad header": "x"}}), "header name"),
-        (json!({"url": "http://127.0.0.1:9/", "headers": {"Host": "evil.test"}}), "set by the client"),
-        (json!({"url": "http://127.0.0.1:9/", "headers": "x"}), "must be an object"),
-        (json!({"url": "http://127.0.0.1:9/", "query": {"a": {"b": 1}}}), "query"),
-        (json!({"url": "http://127.0.0.1:9/", "timeoutSec": 0}), "timeoutSec"),
-        (json!({"url": "http://127.0.0.1:9/", "timeoutSec": 100000}), "FRONTA_HTTP_MAX_TIMEOUT"),
+        (
+            json!({"url": "http://127.0.0.1:9/", "headers": {"bad header": "x"}}),
+            "header name",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/", "headers": {"Host": "evil.test"}}),
+            "set by the client",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/", "headers": "x"}),
+            "must be an object",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/", "query": {"a": {"b": 1}}}),
+            "query",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/", "timeoutSec": 0}),
+            "timeoutSec",
+        ),
+        (
+            json!({"url": "http://127.0.0.1:9/", "timeoutSec": 100000}),
+            "FRONTA_HTTP_MAX_TIMEOUT",
+        ),
         (json!({"url": 5}), "url"),
     ];
     for (input, says) in cases {
         let failure = failure(input.clone()).await;
-        assert_eq!(failure.cause, Cause::BadInput, "{input}: {}", failure.message);
-        assert!(failure.message.contains(says), "{input}: the message names {says:?}: {}", failure.message);
+        assert_eq!(
+            failure.cause,
+            Cause::BadInput,
+            "{input}: {}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains(says),
+            "{input}: the message names {says:?}: {}",
+            failure.message
+        );
     }
 }

@@ -101,7 +101,12 @@ fn every_encoding_of_a_forbidden_address_is_refused_by_the_url_check() {
 #[test]
 fn public_urls_pass_the_url_check() {
     let policy = AddressPolicy::default();
-    for text in ["https://api.example.com/orders", "http://93.184.216.34/", "https://[2606:4700::1111]/", "http://8.8.8.8:8080/x"] {
+    for text in [
+        "https://api.example.com/orders",
+        "http://93.184.216.34/",
+        "https://[2606:4700::1111]/",
+        "http://8.8.8.8:8080/x",
+    ] {
         let url = Url::parse(text).expect("parses");
         assert_eq!(policy.check_url(&url), Ok(()), "{text} may be requested");
     }
@@ -109,11 +114,19 @@ fn public_urls_pass_the_url_check() {
 
 #[test]
 fn the_allow_list_opens_exactly_what_it_names() {
-    let policy = AddressPolicy::new(AllowList::parse("10.1.0.0/16, jira.internal").expect("parses"));
+    let policy =
+        AddressPolicy::new(AllowList::parse("10.1.0.0/16, jira.internal").expect("parses"));
     let check = |text: &str| policy.check_url(&Url::parse(text).expect("parses"));
-    assert_eq!(check("http://10.1.2.3/"), Ok(()), "inside the allowed network");
+    assert_eq!(
+        check("http://10.1.2.3/"),
+        Ok(()),
+        "inside the allowed network"
+    );
     assert!(check("http://10.2.0.1/").is_err(), "outside it");
-    assert!(check("http://169.254.169.254/").is_err(), "metadata stays refused");
+    assert!(
+        check("http://169.254.169.254/").is_err(),
+        "metadata stays refused"
+    );
     assert_eq!(
         policy.check_resolved("jira.internal", &["10.9.9.9".parse().expect("ip")]),
         Ok(()),
@@ -124,13 +137,27 @@ fn the_allow_list_opens_exactly_what_it_names() {
 #[test]
 fn forbidden_reasons_name_the_range() {
     let reason = |ip: &str| forbidden_reason(ip.parse::<IpAddr>().expect("ip"));
-    assert_eq!(reason("100.64.0.1"), Some("a carrier-grade NAT address (100.64.0.0/10)"), "CGNAT");
-    assert_eq!(reason("169.254.169.254"), Some("the cloud metadata address"), "metadata");
-    assert_eq!(reason("fe80::1"), Some("a link-local address (fe80::/10)"), "link-local v6");
+    assert_eq!(
+        reason("100.64.0.1"),
+        Some("a carrier-grade NAT address (100.64.0.0/10)"),
+        "CGNAT"
+    );
+    assert_eq!(
+        reason("169.254.169.254"),
+        Some("the cloud metadata address"),
+        "metadata"
+    );
+    assert_eq!(
+        reason("fe80::1"),
+        Some("a link-local address (fe80::/10)"),
+        "link-local v6"
+    );
 }
 
 fn ips(list: &[&str]) -> Vec<IpAddr> {
-    list.iter().map(|ip| ip.parse().expect("an address")).collect()
+    list.iter()
+        .map(|ip| ip.parse().expect("an address"))
+        .collect()
 }
 
 fn fake_dns() -> FixedLookup {
@@ -154,14 +181,29 @@ async fn names_resolving_to_forbidden_addresses_are_refused_by_the_resolver() {
         policy: Arc::new(AddressPolicy::default()),
         lookup: Arc::new(fake_dns()),
     };
-    for name in ["loopback.test", "v6loop.test", "mapped.test", "rebind.test", "meta.test", "private.test", "cgnat.test", "ula.test", "metadata.google.internal", "localhost"] {
+    for name in [
+        "loopback.test",
+        "v6loop.test",
+        "mapped.test",
+        "rebind.test",
+        "meta.test",
+        "private.test",
+        "cgnat.test",
+        "ula.test",
+        "metadata.google.internal",
+        "localhost",
+    ] {
         let answer = resolver.resolve(name.parse().expect("a name")).await;
         let err = match answer {
-            Ok(addresses) => panic!("{name} must be refused, got {:?}", addresses.collect::<Vec<_>>()),
+            Ok(addresses) => panic!(
+                "{name} must be refused, got {:?}",
+                addresses.collect::<Vec<_>>()
+            ),
             Err(err) => err,
         };
         assert!(
-            err.downcast_ref::<fronta_connectors::ssrf::Refused>().is_some(),
+            err.downcast_ref::<fronta_connectors::ssrf::Refused>()
+                .is_some(),
             "{name} is refused by the guard, not failed: {err}"
         );
     }
@@ -171,7 +213,11 @@ async fn names_resolving_to_forbidden_addresses_are_refused_by_the_resolver() {
         .expect("a public name resolves")
         .map(|address| address.ip())
         .collect();
-    assert_eq!(public, ips(&["93.184.216.34"]), "exactly the checked addresses are handed on");
+    assert_eq!(
+        public,
+        ips(&["93.184.216.34"]),
+        "exactly the checked addresses are handed on"
+    );
 }
 
 fn connector(allow: &str) -> HttpConnector {
@@ -183,8 +229,13 @@ fn connector(allow: &str) -> HttpConnector {
     .expect("a connector")
 }
 
-async fn request(connector: &HttpConnector, input: Value) -> Result<ConnectorReply, ConnectorFailure> {
-    let Value::Object(input) = input else { panic!("an object") };
+async fn request(
+    connector: &HttpConnector,
+    input: Value,
+) -> Result<ConnectorReply, ConnectorFailure> {
+    let Value::Object(input) = input else {
+        panic!("an object")
+    };
     let secrets = Revealed::default();
     connector
         .call(ConnectorCall {
@@ -203,15 +254,32 @@ async fn request(connector: &HttpConnector, input: Value) -> Result<ConnectorRep
 async fn the_connector_refuses_loopback_in_every_form_as_bad_input() {
     let connector = connector("");
     for url in [
-        "http://127.0.0.1:9/", "http://2130706433:9/", "http://0x7f.1:9/", "http://0177.0.0.1:9/",
-        "http://[::1]:9/", "http://[::ffff:7f00:1]:9/", "http://localhost:9/", "http://localhost.:9/",
-        "http://loopback.test:9/", "http://v6loop.test:9/", "http://mapped.test:9/",
+        "http://127.0.0.1:9/",
+        "http://2130706433:9/",
+        "http://0x7f.1:9/",
+        "http://0177.0.0.1:9/",
+        "http://[::1]:9/",
+        "http://[::ffff:7f00:1]:9/",
+        "http://localhost:9/",
+        "http://localhost.:9/",
+        "http://loopback.test:9/",
+        "http://v6loop.test:9/",
+        "http://mapped.test:9/",
     ] {
         let failure = request(&connector, json!({"url": url}))
             .await
             .expect_err(&format!("{url} must be refused"));
-        assert_eq!(failure.cause, Cause::BadInput, "{url}: a refusal is bad input, not retried: {}", failure.message);
-        assert!(failure.message.contains("refused"), "{url}: the message says refused: {}", failure.message);
+        assert_eq!(
+            failure.cause,
+            Cause::BadInput,
+            "{url}: a refusal is bad input, not retried: {}",
+            failure.message
+        );
+        assert!(
+            failure.message.contains("refused"),
+            "{url}: the message says refused: {}",
+            failure.message
+        );
     }
 }
 
@@ -246,11 +314,23 @@ mod redirects {
         // Only the wiremock address itself is allowed, not the loopback range.
         let connector = connector("127.0.0.1");
         for (index, target) in targets.iter().enumerate() {
-            let failure = request(&connector, json!({"url": format!("{}/hop{index}", server.uri())}))
-                .await
-                .expect_err(&format!("the hop to {target} must be refused"));
-            assert_eq!(failure.cause, Cause::BadInput, "{target}: refused, not retried: {}", failure.message);
-            assert!(failure.message.contains("redirect"), "{target}: the message names the redirect: {}", failure.message);
+            let failure = request(
+                &connector,
+                json!({"url": format!("{}/hop{index}", server.uri())}),
+            )
+            .await
+            .expect_err(&format!("the hop to {target} must be refused"));
+            assert_eq!(
+                failure.cause,
+                Cause::BadInput,
+                "{target}: refused, not retried: {}",
+                failure.message
+            );
+            assert!(
+                failure.message.contains("redirect"),
+                "{target}: the message names the redirect: {}",
+                failure.message
+            );
         }
         // `expect(0)` on /secret is verified when the server drops.
     }
@@ -266,9 +346,12 @@ mod redirects {
             .respond_with(ResponseTemplate::new(200).set_body_string("arrived"))
             .mount(&server)
             .await;
-        let reply = request(&connector("127.0.0.1"), json!({"url": format!("{}/from", server.uri())}))
-            .await
-            .expect("the same-server hop is followed");
+        let reply = request(
+            &connector("127.0.0.1"),
+            json!({"url": format!("{}/from", server.uri())}),
+        )
+        .await
+        .expect("the same-server hop is followed");
         assert_eq!(reply.outputs["body"], json!("arrived"), "the final answer");
     }
 }

@@ -1502,7 +1502,12 @@ async fn another_tenants_ids_answer_404_byte_identical_to_unknown_ids() {
             Some(json!({"value": "owner-secret-value"})),
         )
         .await;
-    assert_eq!(stored.status, StatusCode::NO_CONTENT, "the owner's secret: {}", stored.json);
+    assert_eq!(
+        stored.status,
+        StatusCode::NO_CONTENT,
+        "the owner's secret: {}",
+        stored.json
+    );
     let unknown: BTreeMap<&str, String> = foreign
         .keys()
         .map(|key| (*key, uuid::Uuid::now_v7().to_string()))

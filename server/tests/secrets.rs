@@ -61,7 +61,10 @@ async fn secrets_are_stored_listed_without_values_and_deleted() {
         .call(Method::DELETE, "/api/secrets/shop", Some(&token), None)
         .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND, "gone");
-    assert!(items(&harness.get("/api/secrets", &token).await).is_empty(), "none left");
+    assert!(
+        items(&harness.get("/api/secrets", &token).await).is_empty(),
+        "none left"
+    );
 }
 
 fn calling_automation(url: &str) -> Value {
@@ -124,27 +127,50 @@ async fn a_secret_reaches_the_other_service_and_nothing_else() {
     let (_, token) = harness.tenant("Acme").await;
     put_secret(&harness, &token, "token", SECRET).await;
     let automation = harness
-        .automation(&token, calling_automation(&format!("{}/orders", shop.uri())))
+        .automation(
+            &token,
+            calling_automation(&format!("{}/orders", shop.uri())),
+        )
         .await;
     let accepted = harness
-        .webhook(&webhook_path(&automation), r#"{"data": {"order": {"id": "7"}}}"#, &[])
+        .webhook(
+            &webhook_path(&automation),
+            r#"{"data": {"order": {"id": "7"}}}"#,
+            &[],
+        )
         .await;
     assert_eq!(accepted.status, StatusCode::ACCEPTED, "{}", accepted.json);
     let run = accepted.text("runId");
     harness.drain().await;
 
     let shown = harness.get(&format!("/api/runs/{run}"), &token).await;
-    assert_eq!(shown.json["status"], "completed", "the run finished: {}", shown.json);
+    assert_eq!(
+        shown.json["status"], "completed",
+        "the run finished: {}",
+        shown.json
+    );
     let steps = shown.json["steps"].as_array().cloned().unwrap_or_default();
-    let call = steps.iter().find(|step| step["name"] == "call").expect("the call's log line");
+    let call = steps
+        .iter()
+        .find(|step| step["name"] == "call")
+        .expect("the call's log line");
     assert_eq!(call["outputs"]["status"], 201, "the status is published");
-    assert_eq!(call["outputs"]["body"]["state"], "accepted", "the parsed body is published");
+    assert_eq!(
+        call["outputs"]["body"]["state"], "accepted",
+        "the parsed body is published"
+    );
     assert_eq!(
         call["outputs"]["body"]["echo"], "Bearer [secret token]",
         "an echoed secret is scrubbed before it is kept"
     );
-    let note = steps.iter().find(|step| step["name"] == "note").expect("the note");
-    assert_eq!(note["message"], "shop said accepted", "a later step reads the output");
+    let note = steps
+        .iter()
+        .find(|step| step["name"] == "note")
+        .expect("the note");
+    assert_eq!(
+        note["message"], "shop said accepted",
+        "a later step reads the output"
+    );
     let seen = everything_visible(&harness, &token, &run).await;
     assert!(!seen.contains(SECRET), "the secret appears nowhere: {seen}");
 }
@@ -153,27 +179,46 @@ async fn a_secret_reaches_the_other_service_and_nothing_else() {
 async fn a_failing_call_opens_an_incident_without_the_secret() {
     let shop = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(403).set_body_string(format!("token {SECRET} is not allowed")))
+        .respond_with(
+            ResponseTemplate::new(403).set_body_string(format!("token {SECRET} is not allowed")),
+        )
         .mount(&shop)
         .await;
     let harness = Harness::new();
     let (_, token) = harness.tenant("Acme").await;
     put_secret(&harness, &token, "token", SECRET).await;
     let automation = harness
-        .automation(&token, calling_automation(&format!("{}/orders", shop.uri())))
+        .automation(
+            &token,
+            calling_automation(&format!("{}/orders", shop.uri())),
+        )
         .await;
     let run = harness
-        .webhook(&webhook_path(&automation), r#"{"data": {"order": {"id": "8"}}}"#, &[])
+        .webhook(
+            &webhook_path(&automation),
+            r#"{"data": {"order": {"id": "8"}}}"#,
+            &[],
+        )
         .await
         .text("runId");
     harness.drain().await;
     let shown = harness.get(&format!("/api/runs/{run}"), &token).await;
-    assert_eq!(shown.json["status"], "failed", "a 403 ends the run: {}", shown.json);
+    assert_eq!(
+        shown.json["status"], "failed",
+        "a 403 ends the run: {}",
+        shown.json
+    );
     let incidents = items(&harness.get("/api/admin/incidents", ADMIN).await);
     assert_eq!(incidents.len(), 1, "one incident");
     let detail = incidents[0]["detail"].to_string();
-    assert!(detail.contains("403"), "the detail tells what happened: {detail}");
-    assert!(detail.contains("[secret token]"), "with the secret's name in its place: {detail}");
+    assert!(
+        detail.contains("403"),
+        "the detail tells what happened: {detail}"
+    );
+    assert!(
+        detail.contains("[secret token]"),
+        "with the secret's name in its place: {detail}"
+    );
     let seen = everything_visible(&harness, &token, &run).await;
     assert!(!seen.contains(SECRET), "the secret appears nowhere: {seen}");
 }
@@ -186,14 +231,21 @@ async fn a_missing_secret_ends_the_run_with_a_clear_message() {
         .automation(&token, calling_automation("http://127.0.0.1:9/orders"))
         .await;
     let run = harness
-        .webhook(&webhook_path(&automation), r#"{"data": {"order": {"id": "9"}}}"#, &[])
+        .webhook(
+            &webhook_path(&automation),
+            r#"{"data": {"order": {"id": "9"}}}"#,
+            &[],
+        )
         .await
         .text("runId");
     harness.drain().await;
     let shown = harness.get(&format!("/api/runs/{run}"), &token).await;
     assert_eq!(shown.json["status"], "failed", "{}", shown.json);
     assert!(
-        shown.json["lastError"].as_str().unwrap_or_default().contains("secret \"token\" is not set"),
+        shown.json["lastError"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("secret \"token\" is not set"),
         "the message names the secret: {}",
         shown.json
     );

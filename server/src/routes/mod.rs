@@ -265,16 +265,22 @@ fn table() -> Routes {
         .add(
             "/api/secrets",
             get(secrets::secret_list),
-            [op(get_, "List the tenant's secrets: names, keyVersion, updatedAt; never values")
-                .answers(200, "SecretList")],
+            [op(
+                get_,
+                "List the tenant's secrets: names, keyVersion, updatedAt; never values",
+            )
+            .answers(200, "SecretList")],
         )
         .add(
             "/api/secrets/{name}",
             axum::routing::put(secrets::secret_put).delete(secrets::secret_delete),
             [
-                op(put_, "Store or replace a secret (sealed at rest; never answered)")
-                    .body("SecretValue")
-                    .answers(204, ""),
+                op(
+                    put_,
+                    "Store or replace a secret (sealed at rest; never answered)",
+                )
+                .body("SecretValue")
+                .answers(204, ""),
                 op(delete_, "Delete a secret").answers(204, ""),
             ],
         )
