@@ -11,7 +11,13 @@
 //! starts), and the failure path (an incident whose `title` and
 //! `impact` a customer can read, and whose `detail` only admins see).
 //!
-//! Left out: connectors (`http/request`, `mcp/call-tool`), polling and cron.
+//! Connector steps (`http/request`, `mcp/call-tool`) go through the [`Connector`] port the
+//! runtime is handed (none: a fatal "not available" error). Their `{{secrets.<name>}}`
+//! are revealed just before the call and layered over the context for that one render;
+//! what the connector answers is scrubbed of those values before it is published, logged
+//! or checkpointed, so a secret never enters the run's context, step log or incidents.
+//!
+//! Left out: polling and cron.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +33,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::condition;
+use crate::connector::{self, Connector, ConnectorCall, ConnectorFailure};
 use crate::context::Context;
-use crate::model::{Automation, Step, Trigger};
+use crate::model::{ActionStep, Automation, Step, Trigger};
+use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
 use crate::steps::{self, StepEnv, StepError, ticket_json};
 use crate::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
 use crate::template;
@@ -175,6 +183,19 @@ pub struct Runtime {
     pub desk: Arc<dyn DeskStore>,
     pub automations: Arc<dyn AutomationStore>,
     pub clock: Arc<dyn fronta_engine::Clock>,
+    /// Calls third-party services; `None` answers connector steps "not available".
+    pub connectors: Option<Arc<dyn Connector>>,
+    /// Reveals `{{secrets.<name>}}` for connector steps; `None` makes a step that uses a
+    /// secret fail with "no secret key is configured".
+    pub secrets: Option<SecretVault>,
+}
+
+/// Why an action did not run to an answer.
+enum ActionError {
+    /// Its input could not be rendered (fatal, as before the step ran).
+    Template(String),
+    /// The step ran (or tried to) and failed.
+    Step(StepError),
 }
 
 impl std::fmt::Debug for Runtime {
@@ -559,13 +580,6 @@ impl Runtime {
                     }
                 }
                 Step::Action(action) => {
-                    let input =
-                        template::render_map(&action.input, &state.context).map_err(|err| {
-                            Failure::Fatal {
-                                step: action.name.clone(),
-                                message: err.to_string(),
-                            }
-                        })?;
                     let env = StepEnv {
                         desk: self.desk.as_ref(),
                         tenant: payload.tenant,
@@ -578,7 +592,17 @@ impl Runtime {
                         run_id: ctx.run.id.to_string(),
                         step_name: action.name.clone(),
                     };
-                    match steps::perform(&action.op, input, &env).await {
+                    let result = match self.act(action, &state.context, &env).await {
+                        Ok(done) => Ok(done),
+                        Err(ActionError::Template(message)) => {
+                            return Err(Failure::Fatal {
+                                step: action.name.clone(),
+                                message,
+                            });
+                        }
+                        Err(ActionError::Step(err)) => Err(err),
+                    };
+                    match result {
                         Ok(done) => {
                             let published = state
                                 .context
@@ -678,6 +702,74 @@ impl Runtime {
                     }
                 }
             }
+        }
+    }
+
+    /// Run one action: render its input (with its secrets, for a connector step), then
+    /// the built-in op or the connector call; a connector's answer comes back scrubbed.
+    async fn act(
+        &self,
+        action: &ActionStep,
+        context: &Context,
+        env: &StepEnv<'_>,
+    ) -> Result<steps::StepDone, ActionError> {
+        let template_error = |err: template::TemplateError| ActionError::Template(err.to_string());
+        if !action.op.is_connector() {
+            let input = template::render_map(&action.input, context).map_err(template_error)?;
+            return steps::perform(&action.op, input, env)
+                .await
+                .map_err(ActionError::Step);
+        }
+        let names = secrets::names_in(&action.input);
+        let revealed = match (&self.secrets, names.is_empty()) {
+            (_, true) => Revealed::default(),
+            (Some(vault), false) => vault
+                .reveal(env.tenant, &names)
+                .await
+                .map_err(ActionError::Step)?,
+            (None, false) => return Err(ActionError::Step(secrets::no_key(&names[0]))),
+        };
+        let scope = WithSecrets {
+            context,
+            revealed: &revealed,
+        };
+        let input = template::render_map(&action.input, &scope).map_err(template_error)?;
+        let reply = match &self.connectors {
+            None => Err(connector::not_installed(&action.op)),
+            Some(connectors) => {
+                connectors
+                    .call(ConnectorCall {
+                        op: &action.op,
+                        tenant: env.tenant,
+                        service: action.service.as_deref(),
+                        input,
+                        secrets: &revealed,
+                        run_id: &env.run_id,
+                        step_name: &action.name,
+                    })
+                    .await
+            }
+        };
+        match reply {
+            Ok(reply) => {
+                let outputs = match revealed.scrub_value(Value::Object(reply.outputs)) {
+                    Value::Object(outputs) => outputs,
+                    _ => Map::new(),
+                };
+                Ok(steps::StepDone {
+                    outputs,
+                    message: revealed.scrub(&reply.message),
+                    ticket: None,
+                    snooze: None,
+                })
+            }
+            Err(failure) => Err(ActionError::Step(
+                ConnectorFailure {
+                    message: revealed.scrub(&failure.message),
+                    ..failure
+                }
+                .into_step_error(),
+            )),
         }
     }
 

@@ -3,7 +3,10 @@
 //! the webhook contract ([`contract`]), `{{name}}` templates ([`template`]), the run
 //! context ([`context`]) and conditions ([`condition`]).
 //!
-//! Deliberately left out: storage, HTTP, the step-tree executor, connectors and the
+//! Also the ports the executor is handed: [`connector::Connector`] (third-party calls)
+//! and [`secrets::SecretStore`] / [`secrets::SecretCipher`] (per-tenant secrets).
+//!
+//! Deliberately left out: storage, HTTP (connectors implement the port elsewhere) and the
 //! scheduler. Everything here is a function of its inputs — no clock, no I/O — so the
 //! executor and the server can lean on it and tests need no setup.
 //!
@@ -44,6 +47,7 @@
 
 pub mod catalogue;
 pub mod condition;
+pub mod connector;
 pub mod context;
 pub mod contract;
 pub mod executor;
@@ -53,6 +57,7 @@ pub mod problem;
 pub mod retry;
 pub mod schedule;
 pub mod scheduler;
+pub mod secrets;
 pub mod steps;
 pub mod store;
 pub mod template;

@@ -9,6 +9,11 @@
 //! | 5xx and 429 from the other service                 | bad input, missing output, explicit fail |
 //! | our storage unavailable                             | missing or paused automation, missing group |
 //! | MCP: connection error, 408, 425, 429, 502, 503, 504 | MCP: timeout of a sent `tools/call`; a bug (panic) |
+//!
+//! Rows this table adds where §4.5 is silent, each "no" by its default: a timeout or a
+//! broken connection **after** the request was sent (it may have happened), an answer we
+//! cannot use (over the size limit, too many redirects), and missing platform
+//! configuration (no connector installed, no secret key).
 
 use std::time::Duration;
 
@@ -44,6 +49,17 @@ pub enum Cause {
     McpTimeoutAfterSend,
     /// A bug in our code (a panic): it does not go away in a minute.
     Bug,
+    /// The request was sent and no answer came in time: the other service may have
+    /// acted on it, so a second request could do it twice.
+    TimeoutAfterSend,
+    /// The connection broke after the request was sent (same doubt as a timeout).
+    BrokenAfterSend,
+    /// The other service answered something we cannot use: a body over the size limit,
+    /// more redirects than allowed.
+    BadAnswer,
+    /// The platform lacks configuration the step needs (no connector installed, no
+    /// secret key, a key version that is not configured): a person must act.
+    NotConfigured,
 }
 
 impl Cause {
@@ -60,7 +76,11 @@ impl Cause {
             | Cause::MissingOrPausedAutomation
             | Cause::MissingGroup
             | Cause::McpTimeoutAfterSend
-            | Cause::Bug => false,
+            | Cause::Bug
+            | Cause::TimeoutAfterSend
+            | Cause::BrokenAfterSend
+            | Cause::BadAnswer
+            | Cause::NotConfigured => false,
         }
     }
 
@@ -120,6 +140,10 @@ mod tests {
             Cause::McpStatus(501),
             Cause::McpTimeoutAfterSend,
             Cause::Bug,
+            Cause::TimeoutAfterSend,
+            Cause::BrokenAfterSend,
+            Cause::BadAnswer,
+            Cause::NotConfigured,
         ];
         for cause in final_ {
             assert!(!cause.retryable(), "{cause:?} ends the run");

@@ -127,6 +127,10 @@ struct Validator<'a> {
     loop_variables: Vec<&'a str>,
     /// Step name → path of its first use.
     seen: HashMap<&'a str, String>,
+    /// Whether `{{secrets.<name>}}` may be used here: only in a connector step's input,
+    /// which is rendered at call time and never logged. Anywhere else (conditions,
+    /// `forEach` items, built-in steps) the value would reach the step log or a ticket.
+    secrets_allowed: bool,
 }
 
 impl<'a> Validator<'a> {
@@ -155,6 +159,7 @@ impl<'a> Validator<'a> {
             earlier: Vec::new(),
             loop_variables: Vec::new(),
             seen: HashMap::new(),
+            secrets_allowed: false,
         }
     }
 
@@ -330,9 +335,11 @@ impl<'a> Validator<'a> {
                 }
             }
         }
+        self.secrets_allowed = op.is_connector();
         for (key, value) in &action.input {
             self.templates(value, &field_path(&input_path, key));
         }
+        self.secrets_allowed = false;
         self.literal_inputs(action, &input_path);
     }
 
@@ -732,7 +739,9 @@ impl<'a> Validator<'a> {
             };
         }
         if first == "secrets" {
-            return if name.len() > "secrets.".len() {
+            return if !self.secrets_allowed {
+                Err("secrets can be used only in the input of a connector step (http/request, mcp/call-tool): anywhere else their value would reach the run's log".to_owned())
+            } else if name.len() > "secrets.".len() && !name["secrets.".len()..].contains('.') {
                 Ok(())
             } else {
                 Err("name the secret: {{secrets.<name>}}".to_owned())
@@ -995,6 +1004,26 @@ mod tests {
         );
         let found = timed(json!({"type": "poll", "source": "mail"}), "{{_schedule.x}}");
         assert_eq!(found.len(), 1, "a poll has no _schedule: {found:#?}");
+    }
+
+    #[test]
+    fn secrets_are_refused_outside_connector_inputs() {
+        let found = problems_of(webhook(json!([
+            log("leak", "token {{secrets.shop}}"),
+            {"name": "check", "type": "condition",
+             "rules": [{"field": "secrets.shop", "operator": "isNotEmpty"}], "then": []},
+            {"name": "call", "op": "http/request", "input": {"url": "https://shop.test/{{secrets.a.b}}"}}
+        ])));
+        let outside = "secrets can be used only in the input of a connector step (http/request, mcp/call-tool): anywhere else their value would reach the run's log";
+        assert_eq!(
+            found,
+            vec![
+                format!("steps[0].input.message: {{{{secrets.shop}}}} names nothing: {outside}"),
+                format!("steps[1].rules[0].field: \"secrets.shop\" names nothing: {outside}"),
+                "steps[2].input.url: {{secrets.a.b}} names nothing: name the secret: {{secrets.<name>}}".to_owned(),
+            ],
+            "a secret only in a connector's input, and named by one word"
+        );
     }
 
     #[test]

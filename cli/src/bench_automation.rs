@@ -61,6 +61,8 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
         desk: desk.clone(),
         automations: automations.clone(),
         clock: Arc::new(SystemClock),
+        connectors: None,
+        secrets: None,
     });
     let mut registry = Registry::new();
     executor::register(&mut registry, runtime, Duration::from_secs(300))?;

@@ -15,6 +15,7 @@ mod demo_engine;
 mod duration;
 mod http_client;
 mod kinds;
+mod outside;
 mod serve;
 
 use std::path::PathBuf;
@@ -225,6 +226,14 @@ impl Store {
         }
     }
 
+    /// The secrets port on this database.
+    pub(crate) fn secrets(&self) -> Arc<dyn fronta_automation::secrets::SecretStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     pub(crate) fn set_ticket_event_sink(&self, sink: fronta_automation::store::TicketEventSink) {
         match self {
             Store::Sqlite(store) => store.set_ticket_event_sink(sink),
@@ -284,12 +293,14 @@ fn sqlite_path(url: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// What every process that runs work registers: the built-in kinds and the automation
-/// executor; the ticket event sink is installed on `store`, so ticket writes made here
-/// (by automation steps or people) start the automations listening to them.
+/// executor with the connectors and secrets of `outside`; the ticket event sink is
+/// installed on `store`, so ticket writes made here (by automation steps or people) start
+/// the automations listening to them.
 pub(crate) fn runtime_registry(
     store: &Store,
     settings: &kinds::BuiltinSettings,
     lease: Duration,
+    outside: &outside::Outside,
 ) -> anyhow::Result<(Arc<Registry>, Dispatcher)> {
     let (runs, desk, automations) = store.ports();
     let mut registry = Registry::new();
@@ -298,6 +309,11 @@ pub(crate) fn runtime_registry(
         desk,
         automations,
         clock: Arc::new(fronta_engine::SystemClock),
+        connectors: Some(outside.connectors.clone()),
+        secrets: Some(fronta_automation::secrets::SecretVault {
+            store: store.secrets(),
+            cipher: outside.cipher.clone(),
+        }),
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);
@@ -435,7 +451,8 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         sleep_lease: args.lease,
         sleep_step: args.sleep_step,
     };
-    let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease)?;
+    let outside = outside::from_env()?;
+    let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease, &outside)?;
     let config = WorkerConfig {
         name: format!("worker-{}", std::process::id()),
         max_in_flight: args.concurrency,

@@ -202,14 +202,17 @@ pub(crate) fn server_parts(
         sleep_lease: worker_config.default_lease,
         sleep_step: Duration::from_secs(1),
     };
+    let outside = crate::outside::from_env()?;
     let (registry, dispatcher) =
-        crate::runtime_registry(store, &settings, worker_config.default_lease)?;
+        crate::runtime_registry(store, &settings, worker_config.default_lease, &outside)?;
     let app = App::new(
         config,
         Ports {
             runs: runs.clone(),
             desk,
             automations,
+            secrets: store.secrets(),
+            secret_cipher: outside.cipher.clone(),
         },
         dispatcher,
     )

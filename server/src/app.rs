@@ -11,6 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use fronta_automation::secrets::{SecretCipher, SecretStore};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::DeskStore;
 use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
@@ -26,6 +27,11 @@ pub struct Ports {
     pub runs: Arc<dyn RunStore>,
     pub desk: Arc<dyn DeskStore>,
     pub automations: Arc<dyn AutomationStore>,
+    /// Per-tenant sealed secrets (`/api/secrets`).
+    pub secrets: Arc<dyn SecretStore>,
+    /// Seals secret values; `None` when no key is configured (`PUT /api/secrets/…`
+    /// then answers 409 `secrets_not_configured`).
+    pub secret_cipher: Option<Arc<dyn SecretCipher>>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -123,5 +129,13 @@ impl App {
 
     pub(crate) fn automations(&self) -> &dyn AutomationStore {
         self.inner.ports.automations.as_ref()
+    }
+
+    pub(crate) fn secrets(&self) -> &dyn SecretStore {
+        self.inner.ports.secrets.as_ref()
+    }
+
+    pub(crate) fn secret_cipher(&self) -> Option<&dyn SecretCipher> {
+        self.inner.ports.secret_cipher.as_deref()
     }
 }

@@ -3,11 +3,12 @@
 //! [`App`].
 //!
 //! This is the only crate with axum and wire types; it knows no SQL and no store crate.
-//! Whoever starts it hands it the three ports (`RunStore`, `DeskStore`,
-//! `AutomationStore`) and a `Dispatcher` that knows the automation kind:
+//! Whoever starts it hands it the ports (`RunStore`, `DeskStore`, `AutomationStore`,
+//! `SecretStore` and the secret cipher, if a key is configured) and a `Dispatcher` that
+//! knows the automation kind:
 //!
 //! ```text
-//! let app = App::new(ServerConfig::default(), Ports { runs, desk, automations }, dispatcher)?;
+//! let app = App::new(ServerConfig::default(), Ports { runs, desk, automations, secrets, secret_cipher }, dispatcher)?;
 //! fronta_server::serve(Listener::bind(address).await?, app, shutdown).await?;
 //! ```
 //!

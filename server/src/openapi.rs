@@ -216,6 +216,11 @@ fn schemas() -> Value {
         "NewTenant": object(&["name"], json!({"name": text})),
         "Tenant": object(&["id", "name"], json!({"id": text, "name": text, "token": text})),
         "Group": object(&["name"], json!({"id": text, "name": text})),
+        "SecretValue": object(&["value"], json!({"value": text})),
+        "SecretList": object(&["items"], json!({"items": {"type": "array", "items": object(
+            &["name", "keyVersion", "updatedAt"],
+            json!({"name": text, "keyVersion": {"type": "integer"}, "updatedAt": time}))},
+            "nextCursor": {"type": "null"}})),
         "Member": object(&["name"], json!({"id": text, "name": text, "email": {"type": ["string", "null"]},
             "capacity": {"type": "integer"}})),
         "TicketType": object(&["name", "statuses"], json!({"id": text, "name": text, "statuses": texts,

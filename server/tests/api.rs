@@ -84,6 +84,8 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
             runs: broken.clone(),
             desk: Arc::new(harness.store.clone()),
             automations: Arc::new(harness.store.clone()),
+            secrets: Arc::new(harness.store.clone()),
+            secret_cipher: None,
         },
         Dispatcher::from_registry(broken, &harness.registry),
     )
@@ -1382,7 +1384,9 @@ fn routes_with_ids(ids: &BTreeMap<&str, String>) -> Vec<(Method, String, Option<
         id("run"),
         id("incident"),
     );
+    let s = id("secret");
     vec![
+        (Method::DELETE, format!("/api/secrets/{s}"), None),
         (Method::GET, format!("/api/groups/{g}"), None),
         (
             Method::PATCH,
@@ -1491,7 +1495,22 @@ async fn another_tenants_ids_answer_404_byte_identical_to_unknown_ids() {
         ("ticket", ticket(&harness, owner, "order-1").await),
         ("run", run),
         ("incident", incident(&harness, owner, "c").await),
+        ("secret", "shop-token".to_owned()),
     ]);
+    let stored = harness
+        .call(
+            Method::PUT,
+            "/api/secrets/shop-token",
+            Some(&owner_token),
+            Some(json!({"value": "owner-secret-value"})),
+        )
+        .await;
+    assert_eq!(
+        stored.status,
+        StatusCode::NO_CONTENT,
+        "the owner's secret: {}",
+        stored.json
+    );
     let unknown: BTreeMap<&str, String> = foreign
         .keys()
         .map(|key| (*key, uuid::Uuid::now_v7().to_string()))
@@ -1573,6 +1592,15 @@ async fn another_tenants_ids_answer_404_byte_identical_to_unknown_ids() {
     assert!(
         items(&harness.get("/api/incidents", &intruder).await).is_empty(),
         "no incidents of others"
+    );
+    assert!(
+        items(&harness.get("/api/secrets", &intruder).await).is_empty(),
+        "no secrets of others"
+    );
+    assert_eq!(
+        items(&harness.get("/api/secrets", &owner_token).await)[0]["name"],
+        "shop-token",
+        "the owner's secret is intact"
     );
 }
 

@@ -30,6 +30,7 @@ pub mod listener;
 mod retry;
 pub mod runs;
 pub mod schema;
+pub mod secrets;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -7,8 +7,8 @@
 //! it. Left out: down-migrations and a CLI (`fronta migrate` calls [`migrate`]).
 //!
 //! The versions and names follow the SQLite store's (`fronta_store_sqlite::schema`): 1
-//! runs, 2 desk, 3 automations, 4 member open counts, so one number means the same
-//! tables on both.
+//! runs, 2 desk, 3 automations, 4 member open counts, 6 secrets, so one number means the
+//! same tables on both. Versions increase along the list but need not be consecutive.
 
 use sqlx::PgPool;
 
@@ -27,7 +27,22 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "automations", AUTOMATIONS_V3),
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
+    (6, "secrets", SECRETS_V6),
 ];
+
+/// Per-tenant secrets (the `SecretStore` port), like SQLite's migration 6: sealed values
+/// only, never plain text; `key_version` says which configured key opens the row.
+pub const SECRETS_V6: &str = r#"
+CREATE TABLE secrets (
+    tenant      uuid        NOT NULL REFERENCES desk_tenants (id),
+    name        text        COLLATE "C" NOT NULL,
+    key_version integer     NOT NULL,
+    nonce       bytea       NOT NULL,
+    ciphertext  bytea       NOT NULL,
+    updated_at  timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+"#;
 
 /// The advisory lock class (two-`int4` key space) of the loop guard: one lock per
 /// (automation, ticket), the second key `hashtext` of the pair ("guar" in ASCII). See
@@ -379,12 +394,14 @@ mod tests {
     }
 
     #[test]
-    fn migrations_are_numbered_in_order_from_one() {
-        for (index, (version, _, _)) in MIGRATIONS.iter().enumerate() {
-            assert_eq!(
-                *version,
-                index as i64 + 1,
-                "migration {index} is numbered in order"
+    fn migrations_are_numbered_in_increasing_order_from_one() {
+        assert_eq!(MIGRATIONS[0].0, 1, "the first migration is 1");
+        for pair in MIGRATIONS.windows(2) {
+            assert!(
+                pair[0].0 < pair[1].0,
+                "migration {} comes before {}: versions only increase",
+                pair[0].0,
+                pair[1].0
             );
         }
     }

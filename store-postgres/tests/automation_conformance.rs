@@ -1,6 +1,6 @@
 //! The shared automation conformance suite
 //! (`fronta_store_tests::automation_conformance_suite!`) run against the Postgres store:
-//! saved automations, the loop guard and the ticket event sink. Every case gets a fresh
+//! saved automations, the loop guard, the ticket event sink and secrets. Every case gets a fresh
 //! database on the test server (see `support`), judged by the database's clock (the
 //! guard is given its `now` by the cases).
 
@@ -8,6 +8,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
+use fronta_automation::secrets::SecretStore;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
 use fronta_engine::RunStore;
@@ -61,6 +62,11 @@ impl AutomationStoreFactory for PgAutomationFactory {
             Arc::new(store.clone()),
             Arc::new(store),
         )
+    }
+
+    async fn open_secrets(&self) -> (Arc<dyn SecretStore>, Arc<dyn DeskStore>) {
+        let store = self.open().await;
+        (Arc::new(store.clone()), Arc::new(store))
     }
 }
 

@@ -25,6 +25,7 @@ pub mod automations;
 pub mod desk;
 pub mod runs;
 pub mod schema;
+pub mod secrets;
 pub mod writer;
 
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The schema, as numbered migrations embedded in the binary. A migration never changes
 //! once released; a new one is appended. `migrate` applies what is missing, each in its
-//! own `BEGIN IMMEDIATE`, so several processes starting at once agree.
+//! own `BEGIN IMMEDIATE`, so several processes starting at once agree. Versions only
+//! increase along the list but need not be consecutive: each missing one is applied.
 
 use rusqlite::Connection;
 
@@ -11,6 +12,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (3, "automations", AUTOMATIONS_V3),
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
+    (6, "secrets", SECRETS_V6),
 ];
 
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only
@@ -18,6 +20,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
 const KEY_HISTORY_V5: &str = r#"
 CREATE INDEX runs_key_history ON runs (tenant, unique_key, id)
     WHERE unique_key IS NOT NULL;
+"#;
+
+/// Per-tenant secrets (the `SecretStore` port): sealed values only, never plain text.
+/// `key_version` says which configured key opens the row, so keys can be rotated.
+const SECRETS_V6: &str = r#"
+CREATE TABLE secrets (
+    tenant      BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name        TEXT    NOT NULL,
+    key_version INTEGER NOT NULL,
+    nonce       BLOB    NOT NULL,
+    ciphertext  BLOB    NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
 "#;
 
 /// Open tickets per member, kept by triggers on every write of `desk_tickets` whatever

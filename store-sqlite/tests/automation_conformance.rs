@@ -1,10 +1,11 @@
 //! The shared automation conformance suite
 //! (`fronta_store_tests::automation_conformance_suite!`) run against the SQLite store:
-//! saved automations, the loop guard and the ticket event sink. Every case gets a fresh
+//! saved automations, the loop guard, the ticket event sink and secrets. Every case gets a fresh
 //! database file in its own temporary directory.
 
 use std::sync::{Arc, Mutex};
 
+use fronta_automation::secrets::SecretStore;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
 use fronta_engine::RunStore;
@@ -56,6 +57,11 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
             Arc::new(store.clone()),
             Arc::new(store),
         )
+    }
+
+    async fn open_secrets(&self) -> (Arc<dyn SecretStore>, Arc<dyn DeskStore>) {
+        let store = self.open();
+        (Arc::new(store.clone()), Arc::new(store))
     }
 }
 

@@ -29,6 +29,8 @@ async fn trace(automation: Value, body: Value) -> String {
         desk: desk.clone(),
         automations: automations.clone(),
         clock: Arc::new(SystemClock),
+        connectors: None,
+        secrets: None,
     });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);

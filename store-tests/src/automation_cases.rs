@@ -1692,3 +1692,140 @@ pub async fn an_event_nobody_listens_to_reaches_no_sink(factory: &dyn Automation
         "the unheard change started no run"
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Secrets (the `SecretStore` port)
+// ---------------------------------------------------------------------------------------
+
+fn sealed(version: u32, fill: u8) -> fronta_automation::secrets::SealedSecret {
+    fronta_automation::secrets::SealedSecret {
+        key_version: version,
+        nonce: vec![fill; 24],
+        // Zero bytes and high bytes: the store keeps bytes, not text.
+        ciphertext: vec![0, fill, 255, 0, 1],
+    }
+}
+
+/// Put creates or replaces, list shows names and versions only (by name), get answers
+/// the bytes as given for the names that exist, delete removes (and says when nothing).
+pub async fn secrets_are_put_listed_read_replaced_and_deleted(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let (secrets, desk) = factory.open_secrets().await;
+    let (acme, _) = desk.tenant_create("Acme").await.expect("tenant");
+    let acme = acme.id;
+    let first = secrets
+        .secret_put(acme, "shop", sealed(1, 7))
+        .await
+        .expect("put creates");
+    assert_eq!(
+        (first.name.as_str(), first.key_version),
+        ("shop", 1),
+        "the info of the new secret"
+    );
+    secrets
+        .secret_put(acme, "crm", sealed(1, 8))
+        .await
+        .expect("a second secret");
+    let names: Vec<(String, u32)> = secrets
+        .secret_list(acme)
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|info| (info.name, info.key_version))
+        .collect();
+    assert_eq!(
+        names,
+        vec![("crm".into(), 1), ("shop".into(), 1)],
+        "ordered by name"
+    );
+
+    let replaced = secrets
+        .secret_put(acme, "shop", sealed(2, 9))
+        .await
+        .expect("put replaces");
+    assert_eq!(replaced.key_version, 2, "the new key version");
+    assert!(
+        replaced.updated_at >= first.updated_at,
+        "updated_at moves forward"
+    );
+    let got = secrets
+        .secrets_get(acme, &["shop".into(), "missing".into(), "crm".into()])
+        .await
+        .expect("get");
+    assert_eq!(
+        got,
+        vec![
+            ("crm".to_string(), sealed(1, 8)),
+            ("shop".to_string(), sealed(2, 9))
+        ],
+        "the existing ones, by name, bytes exactly as given; a missing name is absent"
+    );
+
+    secrets.secret_delete(acme, "shop").await.expect("delete");
+    assert!(
+        secrets
+            .secrets_get(acme, &["shop".into()])
+            .await
+            .expect("get")
+            .is_empty(),
+        "deleted"
+    );
+    assert_not_found(
+        secrets.secret_delete(acme, "shop").await,
+        "deleting it again",
+    );
+}
+
+/// Another tenant's secret answers exactly like a missing one; a write for an unknown
+/// tenant is `NotFound`.
+pub async fn another_tenants_secret_answers_exactly_like_a_missing_one(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let (secrets, desk) = factory.open_secrets().await;
+    let (acme, _) = desk.tenant_create("Acme").await.expect("tenant");
+    let (globex, _) = desk.tenant_create("Globex").await.expect("tenant");
+    secrets
+        .secret_put(globex.id, "token", sealed(1, 3))
+        .await
+        .expect("Globex's secret");
+    assert!(
+        secrets.secret_list(acme.id).await.expect("list").is_empty(),
+        "Acme sees none"
+    );
+    assert!(
+        secrets
+            .secrets_get(acme.id, &["token".into()])
+            .await
+            .expect("get")
+            .is_empty(),
+        "Acme cannot read Globex's"
+    );
+    let theirs = expect_err(
+        secrets.secret_delete(acme.id, "token").await,
+        "their delete",
+    );
+    let unknown = expect_err(
+        secrets.secret_delete(acme.id, "never").await,
+        "unknown delete",
+    );
+    assert_eq!(
+        theirs, unknown,
+        "another tenant's answers exactly like a missing one"
+    );
+    assert_eq!(
+        secrets
+            .secrets_get(globex.id, &["token".into()])
+            .await
+            .expect("get")
+            .len(),
+        1,
+        "Globex's secret is untouched"
+    );
+    assert_not_found(
+        secrets
+            .secret_put(TenantId::new(), "token", sealed(1, 1))
+            .await,
+        "a put for an unknown tenant",
+    );
+}

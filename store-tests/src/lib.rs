@@ -17,7 +17,8 @@
 //! The automation port (`fronta_automation::store::AutomationStore`) and the ticket event
 //! sink have a third list: a store implements [`AutomationStoreFactory`] and writes
 //! `fronta_store_tests::automation_conformance_suite!(…)` in
-//! `tests/automation_conformance.rs` (cases in [`automation_cases`]).
+//! `tests/automation_conformance.rs` (cases in [`automation_cases`]); the secrets port
+//! (`fronta_automation::secrets::SecretStore`) is pinned in the same list.
 //!
 //! What it leaves out: store-specific checks (migrations, pragmas, the claim query's
 //! plan) stay in each store's own tests. Time is an input: every case hands the store a
@@ -75,6 +76,15 @@ pub trait AutomationStoreFactory: Send + Sync {
         Arc<dyn fronta_desk::DeskStore>,
         Arc<dyn RunStore>,
         Arc<dyn fronta_automation::store::AutomationStore>,
+    );
+
+    /// A fresh, empty store's secrets port; both handles are the same database (the desk
+    /// one creates the tenants).
+    async fn open_secrets(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::secrets::SecretStore>,
+        Arc<dyn fronta_desk::DeskStore>,
     );
 }
 
@@ -288,6 +298,9 @@ macro_rules! automation_conformance_suite {
             runs_of_ticket_events_wake_the_enqueue_signal,
             the_sink_gets_the_automations_listening_to_the_event,
             an_event_nobody_listens_to_reaches_no_sink,
+            // Secrets.
+            secrets_are_put_listed_read_replaced_and_deleted,
+            another_tenants_secret_answers_exactly_like_a_missing_one,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -64,6 +64,8 @@ impl Firm {
             desk: stores.desk.clone(),
             automations: stores.automations.clone(),
             clock: Arc::new(clock.clone()),
+            connectors: None,
+            secrets: None,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, LEASE).expect("automation kinds register");

@@ -21,6 +21,7 @@ pub mod automations;
 pub mod desk;
 pub mod health;
 pub mod runs;
+pub mod secrets;
 pub mod webhook;
 
 use std::str::FromStr;
@@ -263,6 +264,28 @@ fn table() -> Routes {
             "/api/incidents/{id}/resolve",
             post(desk::incident_resolve),
             [op(post_, "Resolve an incident").answers(200, "Incident")],
+        )
+        .add(
+            "/api/secrets",
+            get(secrets::secret_list),
+            [op(
+                get_,
+                "List the tenant's secrets: names, keyVersion, updatedAt; never values",
+            )
+            .answers(200, "SecretList")],
+        )
+        .add(
+            "/api/secrets/{name}",
+            axum::routing::put(secrets::secret_put).delete(secrets::secret_delete),
+            [
+                op(
+                    put_,
+                    "Store or replace a secret (sealed at rest; never answered)",
+                )
+                .body("SecretValue")
+                .answers(204, ""),
+                op(delete_, "Delete a secret").answers(204, ""),
+            ],
         )
         .add(
             "/api/apply",

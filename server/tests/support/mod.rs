@@ -22,6 +22,9 @@ use tower::ServiceExt;
 /// The admin token of every harness.
 pub const ADMIN: &str = "fa_test_admin_token";
 
+/// The secret key of every harness (secrets are sealed with it as version 1).
+pub const TEST_SECRET_KEY: [u8; 32] = [42; 32];
+
 /// One server over a fresh database.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -80,10 +83,26 @@ impl Harness {
         let runs: Arc<dyn RunStore> = Arc::new(store.clone());
         let desk: Arc<dyn DeskStore> = Arc::new(store.clone());
         let automations: Arc<dyn AutomationStore> = Arc::new(store.clone());
+        let cipher: Arc<dyn fronta_automation::secrets::SecretCipher> =
+            Arc::new(fronta_connectors::Keyring::new(1, TEST_SECRET_KEY));
+        // Connector steps may reach this machine's test servers (wiremock on 127.0.0.1)
+        // and nothing else private: the allow-list names that one address.
+        let http = fronta_connectors::HttpConnector::new(
+            fronta_connectors::AddressPolicy::new(
+                fronta_connectors::AllowList::parse("127.0.0.1").expect("an allow-list"),
+            ),
+            fronta_connectors::HttpLimits::default(),
+        )
+        .expect("an HTTP connector");
         let runtime = Arc::new(Runtime {
             desk: desk.clone(),
             automations: automations.clone(),
             clock: Arc::new(SystemClock),
+            connectors: Some(Arc::new(fronta_connectors::Connectors::new(http))),
+            secrets: Some(fronta_automation::secrets::SecretVault {
+                store: Arc::new(store.clone()),
+                cipher: Some(cipher.clone()),
+            }),
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
@@ -97,6 +116,8 @@ impl Harness {
                 runs,
                 desk,
                 automations,
+                secrets: Arc::new(store.clone()),
+                secret_cipher: Some(cipher),
             },
             dispatcher,
         )
@@ -216,6 +237,30 @@ impl Harness {
                 .expect("a request"),
         )
         .await
+    }
+
+    /// Every stored run row (payload, checkpoint, result, error) as text: what the
+    /// database holds, for tests that prove something is not in it.
+    pub async fn runs_raw(&self) -> String {
+        let path = self.dir.path().join("server-test.db");
+        let conn = rusqlite::Connection::open(path).expect("open the test database");
+        let mut stmt = conn
+            .prepare("SELECT coalesce(payload, ''), coalesce(CAST(state AS TEXT), ''), coalesce(result, ''), coalesce(last_error, '') FROM runs")
+            .expect("prepare");
+        let rows = stmt
+            .query_map([], |row| {
+                Ok(format!(
+                    "{} {} {} {}",
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?
+                ))
+            })
+            .expect("query")
+            .collect::<Result<Vec<_>, _>>()
+            .expect("rows");
+        rows.join("\n")
     }
 
     /// Run a worker with the executor until nothing is left to do.

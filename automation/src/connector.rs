@@ -1,0 +1,96 @@
+//! The port to third-party services: the executor hands a connector step's rendered
+//! input to a [`Connector`] and gets outputs or a failure described by its [`Cause`].
+//!
+//! This crate knows no HTTP: `fronta-connectors` implements the port (`http/request`
+//! today; `mcp/call-tool` beside it). A process that installs no connector answers
+//! connector steps with a fatal "not available" error. Per-(tenant, service) limits and a
+//! circuit breaker wrap a `Connector` as a decorator: every call names its tenant and its
+//! `service`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fronta_desk::TenantId;
+use serde_json::{Map, Value};
+
+use crate::catalogue::Op;
+use crate::retry::Cause;
+use crate::secrets::Revealed;
+use crate::steps::StepError;
+
+/// One connector call. (No `Debug`: the input holds secret values.)
+pub struct ConnectorCall<'a> {
+    pub op: &'a Op,
+    pub tenant: TenantId,
+    /// The step's `service` (the unit of per-(tenant, service) limits).
+    pub service: Option<&'a str>,
+    /// The rendered input, secrets included: never log it or keep it.
+    pub input: Map<String, Value>,
+    /// The secret values inside `input`: a connector scrubs them from its own log lines
+    /// and drops headers holding them on a redirect to another origin.
+    pub secrets: &'a Revealed,
+    pub run_id: &'a str,
+    pub step_name: &'a str,
+}
+
+/// What a successful call answers (the executor scrubs secrets from both).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectorReply {
+    pub outputs: Map<String, Value>,
+    /// One line for the step log.
+    pub message: String,
+}
+
+/// Why a call failed: its [`Cause`] decides retry or not (DESIGN.md §4.5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConnectorFailure {
+    pub cause: Cause,
+    pub message: String,
+    /// The other side's Retry-After (kept only when the cause is retryable).
+    pub retry_after: Option<Duration>,
+}
+
+impl ConnectorFailure {
+    pub fn new(cause: Cause, message: impl Into<String>) -> Self {
+        Self {
+            cause,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The step error the executor acts on.
+    pub fn into_step_error(self) -> StepError {
+        self.cause.step_error(self.message, self.retry_after)
+    }
+}
+
+/// Calls third-party services for connector steps.
+///
+/// # Contract
+///
+/// - `call` performs the step's op (`http/request`, `mcp/call-tool`) with the rendered
+///   input and answers its outputs (the op's catalogue outputs) or a failure whose
+///   [`Cause`] is exactly what happened: connection refused or timed out before the
+///   request was sent, the other side's status, a timeout or a broken connection after
+///   sending, bad input (including an address the SSRF guard refuses), an unusable
+///   answer, missing configuration. The executor retries by the cause's table only.
+/// - An op this connector does not serve answers [`Cause::NotConfigured`].
+/// - It never logs the input, a header value or a secret; messages it answers name the
+///   method, the address and what happened (the executor scrubs secrets from them too).
+/// - It is cancel-safe: the executor may drop the future when the run is stopped.
+#[async_trait]
+pub trait Connector: Send + Sync + 'static {
+    async fn call(&self, call: ConnectorCall<'_>) -> Result<ConnectorReply, ConnectorFailure>;
+}
+
+/// The failure of a connector step in a process without connectors.
+pub fn not_installed(op: &Op) -> ConnectorFailure {
+    ConnectorFailure::new(
+        Cause::NotConfigured,
+        format!(
+            "{} is not available in this build: connector steps are not installed",
+            op.as_str()
+        ),
+    )
+}

@@ -1,0 +1,95 @@
+//! What every working process is handed to reach the outside world: the connectors
+//! (`http/request` behind the SSRF guard) and the secret keyring, both read from the
+//! environment once at start-up. A bad setting stops the process with a clear message.
+//!
+//! | variable | default | what |
+//! |---|---|---|
+//! | `FRONTA_HTTP_ALLOW` | empty | hosts, addresses and networks connectors may reach although private |
+//! | `FRONTA_HTTP_TIMEOUT` | 30s | `timeoutSec` when a step gives none |
+//! | `FRONTA_HTTP_MAX_TIMEOUT` | 5m | the largest `timeoutSec` |
+//! | `FRONTA_HTTP_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS |
+//! | `FRONTA_HTTP_MAX_RESPONSE_BYTES` | 1048576 | the largest answer body |
+//! | `FRONTA_HTTP_MAX_REDIRECTS` | 5 | redirect hops followed |
+//! | `FRONTA_HTTP_MAX_RETRY_AFTER` | 1h | a longer `Retry-After` is cut to this |
+//! | `FRONTA_SECRET_KEY` | unset | base64 of 32 bytes; unset: secrets cannot be stored or used |
+//! | `FRONTA_SECRET_KEY_VERSION` | 1 | the version new secrets are sealed with |
+//! | `FRONTA_SECRET_OLD_KEYS` | empty | `version:base64,…`: older keys that still open values |
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use fronta_automation::connector::Connector;
+use fronta_automation::secrets::SecretCipher;
+use fronta_connectors::{AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring};
+
+/// The connectors and the cipher of this process.
+#[derive(Clone)]
+pub(crate) struct Outside {
+    pub connectors: Arc<dyn Connector>,
+    pub cipher: Option<Arc<dyn SecretCipher>>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
+}
+
+fn duration_var(name: &str, default: Duration) -> anyhow::Result<Duration> {
+    match var(name) {
+        None => Ok(default),
+        Some(text) => crate::duration::parse(&text).map_err(|err| anyhow!("{name}: {err}")),
+    }
+}
+
+fn number_var(name: &str, default: usize) -> anyhow::Result<usize> {
+    match var(name) {
+        None => Ok(default),
+        Some(text) => text
+            .trim()
+            .parse()
+            .with_context(|| format!("{name}: not a whole number: {text:?}")),
+    }
+}
+
+/// Read the settings above.
+pub(crate) fn from_env() -> anyhow::Result<Outside> {
+    let defaults = HttpLimits::default();
+    let limits = HttpLimits {
+        max_response_bytes: number_var(
+            "FRONTA_HTTP_MAX_RESPONSE_BYTES",
+            defaults.max_response_bytes,
+        )?,
+        default_timeout: duration_var("FRONTA_HTTP_TIMEOUT", defaults.default_timeout)?,
+        max_timeout: duration_var("FRONTA_HTTP_MAX_TIMEOUT", defaults.max_timeout)?,
+        connect_timeout: duration_var("FRONTA_HTTP_CONNECT_TIMEOUT", defaults.connect_timeout)?,
+        max_redirects: number_var("FRONTA_HTTP_MAX_REDIRECTS", defaults.max_redirects)?,
+        max_retry_after: duration_var("FRONTA_HTTP_MAX_RETRY_AFTER", defaults.max_retry_after)?,
+    };
+    let allow = AllowList::parse(&var("FRONTA_HTTP_ALLOW").unwrap_or_default())
+        .map_err(|err| anyhow!("FRONTA_HTTP_ALLOW: {err}"))?;
+    if !allow.is_empty() {
+        tracing::warn!(allow = %allow.describe(), "connectors may reach these private hosts and networks (FRONTA_HTTP_ALLOW)");
+    }
+    let http = HttpConnector::new(AddressPolicy::new(allow), limits)
+        .map_err(|err| anyhow!("HTTP connector: {err}"))?;
+    tracing::info!(limits = ?http.limits(), "http/request connector ready");
+    let keyring = Keyring::from_env().map_err(|err| anyhow!("{err}"))?;
+    let cipher: Option<Arc<dyn SecretCipher>> = match keyring {
+        Some(keyring) => {
+            tracing::info!(versions = ?keyring.versions(), current = keyring.current_version(), "secret keys configured");
+            Some(Arc::new(keyring))
+        }
+        None => {
+            tracing::info!(
+                "no secret key (FRONTA_SECRET_KEY): steps that use secrets will fail, and secrets cannot be stored"
+            );
+            None
+        }
+    };
+    Ok(Outside {
+        connectors: Arc::new(Connectors::new(http)),
+        cipher,
+    })
+}
