@@ -243,11 +243,9 @@ impl RunStore for MemoryStore {
                     )));
                 }
                 if let Some(key) = &run.unique_key {
-                    let holder = rows.key_holder(&run.tenant, key, None).or_else(|| {
-                        batch_keys
-                            .get(&(run.tenant.clone(), key.clone()))
-                            .copied()
-                    });
+                    let holder = rows
+                        .key_holder(&run.tenant, key, None)
+                        .or_else(|| batch_keys.get(&(run.tenant.clone(), key.clone())).copied());
                     if let Some(holder) = holder {
                         answers.push(Enqueued::Existing(holder));
                         continue;
@@ -283,9 +281,9 @@ impl RunStore for MemoryStore {
             .iter()
             .filter(|(_, run)| {
                 run.status == RunStatus::Running
-                    && run.locked_until.is_some_and(|until| {
-                        until < now || self.has(Defect::ClaimStealsLiveLeases)
-                    })
+                    && run
+                        .locked_until
+                        .is_some_and(|until| until < now || self.has(Defect::ClaimStealsLiveLeases))
             })
             .map(|(seq, run)| (run.locked_until.unwrap_or(now), *seq))
             .collect();
@@ -409,7 +407,9 @@ impl RunStore for MemoryStore {
         let now = self.now();
         let mut rows = self.lock()?;
         match rows.get_mut(params.id) {
-            Some(run) if run.status == RunStatus::Running && run.locked_by == Some(params.owner) => {
+            Some(run)
+                if run.status == RunStatus::Running && run.locked_by == Some(params.owner) =>
+            {
                 run.state = Some(params.state);
                 run.locked_until = Some(later(now, params.lease));
                 run.heartbeat_at = Some(now);
@@ -605,9 +605,10 @@ impl RunStore for MemoryStore {
     async fn run_busy(&self) -> StoreResult<bool> {
         let now = self.now();
         let rows = self.lock()?;
-        Ok(rows.runs.values().any(|run| {
-            run.status == RunStatus::Running || (is_pending(run) && run.run_at <= now)
-        }))
+        Ok(rows
+            .runs
+            .values()
+            .any(|run| run.status == RunStatus::Running || (is_pending(run) && run.run_at <= now)))
     }
 
     fn enqueue_signal(&self) -> Arc<Notify> {

@@ -39,9 +39,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use fronta_engine::machine::{self, MAX_PARKS};
 use fronta_engine::{
-    CancelReply, CheckpointParams, ClaimParams, Clock, Enqueued, Finish, FinishAction,
-    FinishReply, LeaseRenewal, ManualClock, NewRun, OwnerToken, RetryLadder, RetryReply, Run,
-    RunFilter, RunId, RunStatus, RunStore, StoreError, Trigger,
+    CancelReply, CheckpointParams, ClaimParams, Clock, Enqueued, Finish, FinishAction, FinishReply,
+    LeaseRenewal, ManualClock, NewRun, OwnerToken, RetryLadder, RetryReply, Run, RunFilter, RunId,
+    RunStatus, RunStore, StoreError, Trigger,
 };
 use uuid::Uuid;
 
@@ -378,9 +378,13 @@ struct SimWorker {
 #[derive(Debug, Clone, Copy)]
 enum HandlerEnd {
     Done,
-    Retry { after: Option<u64> },
+    Retry {
+        after: Option<u64>,
+    },
     Fail,
-    Snooze { seconds: u64 },
+    Snooze {
+        seconds: u64,
+    },
     /// No handler for the kind in this worker.
     Park,
     /// Graceful shutdown gives the run back.
@@ -846,11 +850,7 @@ impl<'a> Sim<'a> {
         let mut fresh: Vec<RunId> = Vec::new();
         for claimed in &batch.claimed {
             let id = claimed.run.id;
-            ensure!(
-                self,
-                seen.insert(id),
-                "one claim handed out run {id} twice"
-            );
+            ensure!(self, seen.insert(id), "one claim handed out run {id} twice");
             let run = self
                 .model
                 .get(&id)
@@ -929,12 +929,16 @@ impl<'a> Sim<'a> {
                 model.expired(now) && model.cancel_requested,
                 "claim cancelled run {id} that was not expired with a requested cancel"
             );
-            ensure!(self, seen.insert(*id), "run {id} answered twice by one claim");
+            ensure!(
+                self,
+                seen.insert(*id),
+                "run {id} answered twice by one claim"
+            );
         }
         // Expired runs are handled first, up to the limit.
-        let handled_expired =
-            batch.claimed.iter().filter(|c| c.reclaimed).count() + batch.crash_looped.len()
-                + batch.cancelled.len();
+        let handled_expired = batch.claimed.iter().filter(|c| c.reclaimed).count()
+            + batch.crash_looped.len()
+            + batch.cancelled.len();
         ensure!(
             self,
             handled_expired == expired.len().min(limit),
@@ -1223,11 +1227,7 @@ impl<'a> Sim<'a> {
             short(id),
             action.name()
         ));
-        ensure!(
-            self,
-            replies.len() == 1,
-            "one finish answered {replies:?}"
-        );
+        ensure!(self, replies.len() == 1, "one finish answered {replies:?}");
         let reply = replies.remove(0);
         let run = self.model_mut(id)?;
         if !run.owned_by(held.owner) {
@@ -1540,7 +1540,9 @@ impl<'a> Sim<'a> {
                     .values()
                     .filter_map(|run| match run.status {
                         RunStatus::Queued => Some(run.run_at),
-                        RunStatus::Running => run.locked_until.map(|at| later(at, Duration::from_millis(1))),
+                        RunStatus::Running => run
+                            .locked_until
+                            .map(|at| later(at, Duration::from_millis(1))),
                         _ => None,
                     })
                     .min();

@@ -69,9 +69,14 @@ fn every_planted_store_defect_is_caught() {
             None
         });
         let failure = caught.unwrap_or_else(|| {
-            panic!("the simulation ran {DEFECT_SEEDS} seeds on a store with {defect:?} and saw nothing")
+            panic!(
+                "the simulation ran {DEFECT_SEEDS} seeds on a store with {defect:?} and saw nothing"
+            )
         });
-        println!("{defect:?} caught by seed {}: {}", failure.seed, failure.message);
+        println!(
+            "{defect:?} caught by seed {}: {}",
+            failure.seed, failure.message
+        );
     }
 }
 
@@ -88,7 +93,11 @@ fn a_seed_replays_exactly_and_seeds_differ() {
         })
     };
     let first = run(42);
-    assert_eq!(first, run(42), "the same seed takes the same steps and gets the same answers");
+    assert_eq!(
+        first,
+        run(42),
+        "the same seed takes the same steps and gets the same answers"
+    );
     assert_ne!(
         first.fingerprint,
         run(43).fingerprint,
@@ -105,6 +114,12 @@ fn seed_plan_reads_its_variables_and_refuses_non_numbers() {
         assert_eq!(plan.count, 7, "the default count applies");
         assert!(!plan.replay, "no replay without FRONTA_SIM_SEED");
     }
-    let seeds: Vec<u64> = SeedPlan { first: 5, count: 3, replay: false }.seeds().collect();
+    let seeds: Vec<u64> = SeedPlan {
+        first: 5,
+        count: 3,
+        replay: false,
+    }
+    .seeds()
+    .collect();
     assert_eq!(seeds, vec![5, 6, 7], "a plan covers count seeds from first");
 }

@@ -18,7 +18,7 @@ use fronta_sim::simulation::{SeedPlan, SimConfig, run_plan};
 use crate::support::TestDb;
 
 /// Seeds per `cargo test` run.
-const QUICK_SEEDS: u64 = 12;
+const QUICK_SEEDS: u64 = 8;
 
 #[test]
 fn postgres_store_keeps_every_invariant_over_seeded_simulations() {
@@ -40,6 +40,16 @@ fn postgres_store_keeps_every_invariant_over_seeded_simulations() {
                 let old: Vec<TestDb> = std::mem::take(&mut *databases.lock().expect("lock"));
                 drop(old);
                 let database = TestDb::create().await;
+                // The simulation checks logic, not durability: no flush per commit.
+                let mut conn = database.connection().await;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "ALTER DATABASE \"{}\" SET synchronous_commit TO off",
+                    database.name
+                )))
+                .execute(&mut conn)
+                .await
+                .expect("synchronous_commit can be set on a test database");
+                drop(conn);
                 let store = database.store(Some(Arc::new(clock))).await;
                 databases.lock().expect("lock").push(database);
                 Arc::new(store) as Arc<dyn RunStore>

@@ -15,7 +15,7 @@ use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 use tempfile::TempDir;
 
 /// Seeds per `cargo test` run.
-const QUICK_SEEDS: u64 = 40;
+const QUICK_SEEDS: u64 = 30;
 
 #[test]
 fn sqlite_store_keeps_every_invariant_over_seeded_simulations() {
