@@ -31,6 +31,7 @@ use fronta_engine::{ManualClock, RunStore};
 
 pub mod automation_cases;
 pub mod desk_cases;
+pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
 mod support;
@@ -142,6 +143,7 @@ macro_rules! conformance_suite {
             store_cases::cancel_request_turns_putting_back_into_cancelled,
             store_cases::cancel_requested_run_whose_lease_expires_is_cancelled_by_the_next_claim,
             store_cases::cancel_of_a_finished_or_unknown_run_changes_nothing,
+            race_cases::cancels_racing_claims_and_finishes_never_lose_a_cancel,
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,
