@@ -576,7 +576,7 @@ impl RunStore for MemoryStore {
             })
             .filter(|run| filter.before.is_none_or(|before| run.id < before))
             .collect();
-        runs.sort_by(|a, b| b.id.cmp(&a.id));
+        runs.sort_by_key(|run| std::cmp::Reverse(run.id));
         runs.truncate(filter.page());
         Ok(runs)
     }
