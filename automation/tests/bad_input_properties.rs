@@ -127,8 +127,19 @@ fn pointers(value: &Value, at: String, found: &mut Vec<String>) {
     }
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (the full tier), else `default`.
+fn cases(default: u32) -> u32 {
+    match std::env::var("PROPTEST_CASES") {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|err| panic!("PROPTEST_CASES={text:?} is not a whole number: {err}")),
+        Err(_) => default,
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(cases(256)))]
 
     #[test]
     fn webhook_bodies_are_accepted_exactly_when_they_keep_the_contract(

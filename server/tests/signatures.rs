@@ -185,8 +185,19 @@ enum Part {
     Signature,
 }
 
+/// Cases per property: `PROPTEST_CASES` when set (the full tier), else `default`.
+fn cases(default: u32) -> u32 {
+    match std::env::var("PROPTEST_CASES") {
+        Ok(text) => text
+            .trim()
+            .parse()
+            .unwrap_or_else(|err| panic!("PROPTEST_CASES={text:?} is not a whole number: {err}")),
+        Err(_) => default,
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(48))]
+    #![proptest_config(ProptestConfig::with_cases(cases(48)))]
 
     #[test]
     fn a_flipped_bit_anywhere_answers_401_and_writes_nothing_and_replays_write_nothing(
