@@ -40,10 +40,13 @@ fn memory_store_keeps_every_invariant_over_many_seeds() {
     ));
     println!("{}", summary.line("simulation on MemoryStore"));
     assert_eq!(summary.seeds, plan.count, "every seed of the plan ran");
-    assert!(
-        summary.total.reclaims > 0 && summary.total.stale_writes_refused > 0,
-        "the seeds reached reclaims and stale writes: {summary:?}"
-    );
+    // A replayed single seed need not reach every path; a run of many must.
+    if !plan.replay && plan.count >= 100 {
+        assert!(
+            summary.total.reclaims > 0 && summary.total.stale_writes_refused > 0,
+            "the seeds reached reclaims and stale writes: {summary:?}"
+        );
+    }
 }
 
 #[test]
