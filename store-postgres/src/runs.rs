@@ -285,8 +285,9 @@ pub const FORGET_TENANTS: &str = "DELETE FROM run_tenants
       AND NOT EXISTS (SELECT 1 FROM runs
                       WHERE runs.tenant = run_tenants.tenant AND runs.status = 0)";
 
-/// Renew leases `($2 id, $3 owner, $4 lease_ms)`, owner-checked; answers the renewed ids
-/// with their `cancel_requested`.
+/// Renew leases `($2 id, $3 owner, $4 lease_ms)`, owner-checked; answers the renewed
+/// `(id, owner)` pairs with their `cancel_requested` (a batch may carry one run under a
+/// stale and a current token: each is answered by its own).
 pub const HEARTBEAT: &str = concat!(
     "UPDATE runs SET
         locked_until = ",
@@ -300,7 +301,7 @@ pub const HEARTBEAT: &str = concat!(
     "
     FROM unnest($2::uuid[], $3::uuid[], $4::int8[]) AS renewal(id, owner, lease_ms)
     WHERE runs.id = renewal.id AND runs.status = 1 AND runs.locked_by = renewal.owner
-    RETURNING runs.id, runs.cancel_requested"
+    RETURNING runs.id, renewal.owner, runs.cancel_requested"
 );
 
 /// Store `$4` as run `$2`'s state and renew its lease by `$5` ms, owner-checked (`$3`).
@@ -323,7 +324,9 @@ pub const CHECKPOINT: &str = concat!(
 /// owner-checked, in one statement. Actions: 0 complete, 1 fail, 2 retry, 3 snooze,
 /// 4 park, 5 cancel, 6 release. With `cancel_requested`, 2, 3, 4 and 6 write `cancelled`
 /// and move no counter. Runs put back to pending have their tenant noted (and
-/// `fronta_runs` notified) by the same statement. Answers id, status, later.
+/// `fronta_runs` notified) by the same statement. Answers id, owner, status, later: a
+/// batch may carry one run under a stale and a current token, and only the current one
+/// joins the row.
 pub const FINISH: &str = concat!(
     "WITH finish AS (
         SELECT * FROM unnest($2::uuid[], $3::uuid[], $4::int2[], $5::int8[], $6::text[],
@@ -371,14 +374,14 @@ pub const FINISH: &str = concat!(
     "
         FROM finish
         WHERE runs.id = finish.id AND runs.status = 1 AND runs.locked_by = finish.owner
-        RETURNING runs.id, runs.status, runs.tenant, runs.run_at > ",
+        RETURNING runs.id, finish.owner, runs.status, runs.tenant, runs.run_at > ",
     now!(),
     " AS later
     ),
     noted AS MATERIALIZED (
         SELECT fronta_note_pending(ARRAY(SELECT tenant FROM done WHERE status = 0)) AS tenants
     )
-    SELECT done.id, done.status, done.later FROM done CROSS JOIN noted"
+    SELECT done.id, done.owner, done.status, done.later FROM done CROSS JOIN noted"
 );
 
 /// Cancel run `$2` if it is pending, or flag it if it is running; answers the status it
@@ -805,7 +808,7 @@ pub(crate) async fn heartbeat(
     let owners: Vec<Uuid> = sorted.iter().map(|lease| lease.owner.0).collect();
     let lease_ms: Vec<i64> = sorted.iter().map(|lease| millis(lease.lease)).collect();
     ctx.trip();
-    let renewed: Vec<(Uuid, bool)> = sqlx::query_as(HEARTBEAT)
+    let renewed: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(HEARTBEAT)
         .bind(ctx.now)
         .bind(&ids)
         .bind(&owners)
@@ -813,10 +816,13 @@ pub(crate) async fn heartbeat(
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
-    let renewed: HashMap<Uuid, bool> = renewed.into_iter().collect();
+    let renewed: HashMap<(Uuid, Uuid), bool> = renewed
+        .into_iter()
+        .map(|(id, owner, cancel)| ((id, owner), cancel))
+        .collect();
     Ok(leases
         .iter()
-        .map(|lease| match renewed.get(&lease.id.0) {
+        .map(|lease| match renewed.get(&(lease.id.0, lease.owner.0)) {
             Some(&cancel_requested) => HeartbeatReply {
                 id: lease.id,
                 lost: false,
@@ -879,12 +885,13 @@ pub(crate) async fn finish(
     if finishes.is_empty() {
         return Ok((Vec::new(), false));
     }
-    // The first finish of an id is the one written; a repeat in the same batch finds the
-    // owner token cleared, as it would one after another.
+    // The first finish of an (id, owner) pair is the one written; a repeat in the same
+    // batch finds the owner token cleared, as it would one after another. Entries of one
+    // id under different owners all go: only the row's current owner joins it.
     let mut seen = HashSet::new();
     let mut sorted: Vec<&Finish> = finishes
         .iter()
-        .filter(|finish| seen.insert(finish.id))
+        .filter(|finish| seen.insert((finish.id, finish.owner)))
         .collect();
     sorted.sort_by_key(|finish| finish.id);
     let n = sorted.len();
@@ -904,7 +911,7 @@ pub(crate) async fn finish(
         results.push(result);
     }
     ctx.trip();
-    let written: Vec<(Uuid, i16, bool)> = sqlx::query_as(FINISH)
+    let written: Vec<(Uuid, Uuid, i16, bool)> = sqlx::query_as(FINISH)
         .bind(ctx.now)
         .bind(&ids)
         .bind(&owners)
@@ -915,20 +922,22 @@ pub(crate) async fn finish(
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
-    let put_back = written.iter().any(|(_, status, _)| *status == PENDING);
-    let mut written: HashMap<Uuid, RunStatus> = written
+    let put_back = written.iter().any(|(_, _, status, _)| *status == PENDING);
+    let mut written: HashMap<(Uuid, Uuid), RunStatus> = written
         .into_iter()
-        .map(|(id, status, later)| (id, status_of(status, later)))
+        .map(|(id, owner, status, later)| ((id, owner), status_of(status, later)))
         .collect();
     let replies = finishes
         .iter()
-        .map(|finish| match written.remove(&finish.id.0) {
-            Some(status) => FinishReply::Applied {
-                id: finish.id,
-                status,
+        .map(
+            |finish| match written.remove(&(finish.id.0, finish.owner.0)) {
+                Some(status) => FinishReply::Applied {
+                    id: finish.id,
+                    status,
+                },
+                None => FinishReply::LeaseLost { id: finish.id },
             },
-            None => FinishReply::LeaseLost { id: finish.id },
-        })
+        )
         .collect();
     Ok((replies, put_back))
 }

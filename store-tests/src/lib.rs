@@ -32,6 +32,7 @@ use fronta_engine::{ManualClock, RunStore};
 
 pub mod automation_cases;
 pub mod desk_cases;
+pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
 mod support;
@@ -146,12 +147,14 @@ macro_rules! conformance_suite {
             store_cases::checkpoint_stores_state_and_renews_the_lease,
             store_cases::finish_actions_write_what_they_say,
             store_cases::finish_of_a_run_no_longer_running_is_lease_lost,
+            store_cases::batched_writes_answer_each_entry_by_its_own_token,
             // Cancel.
             store_cases::cancel_of_a_pending_run_cancels_it_at_once,
             store_cases::cancel_of_a_running_run_is_requested_and_delivered_by_heartbeat,
             store_cases::cancel_request_turns_putting_back_into_cancelled,
             store_cases::cancel_requested_run_whose_lease_expires_is_cancelled_by_the_next_claim,
             store_cases::cancel_of_a_finished_or_unknown_run_changes_nothing,
+            race_cases::cancels_racing_claims_and_finishes_never_lose_a_cancel,
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,

@@ -1493,6 +1493,82 @@ pub async fn finish_of_a_run_no_longer_running_is_lease_lost(factory: &dyn Store
     );
 }
 
+/// A batch that carries one run twice — its former owner's stale token and its current
+/// owner's — answers each entry by its own token, in either order, as two separate calls
+/// would: the stale one is lease lost, the current one is written. (A worker that stalled
+/// past its lease and then claimed the same run again holds both tokens.)
+pub async fn batched_writes_answer_each_entry_by_its_own_token(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let (id, stale) = env.running_run().await;
+    env.advance(LEASE + MS);
+    let current = env.claim_one().await;
+    assert!(current.reclaimed, "the expired run is reclaimed");
+    let current = current.owner;
+    let renew = |owner| LeaseRenewal {
+        id,
+        owner,
+        lease: LEASE,
+    };
+    for (order, leases, lost) in [
+        (
+            "stale first",
+            vec![renew(stale), renew(current)],
+            [true, false],
+        ),
+        (
+            "current first",
+            vec![renew(current), renew(stale)],
+            [false, true],
+        ),
+    ] {
+        let replies = env
+            .store
+            .run_heartbeat_many(leases)
+            .await
+            .expect("run_heartbeat_many succeeds");
+        assert_eq!(
+            replies.iter().map(|reply| reply.lost).collect::<Vec<_>>(),
+            lost,
+            "{order}: each renewal is answered by its own token: {replies:?}"
+        );
+    }
+    let replies = env
+        .store
+        .run_finish_many(vec![
+            Finish {
+                id,
+                owner: stale,
+                action: FinishAction::Complete { result: None },
+            },
+            Finish {
+                id,
+                owner: current,
+                action: FinishAction::Snooze {
+                    delay: Duration::from_secs(5),
+                },
+            },
+        ])
+        .await
+        .expect("run_finish_many succeeds");
+    assert_eq!(
+        replies,
+        vec![
+            FinishReply::LeaseLost { id },
+            FinishReply::Applied {
+                id,
+                status: RunStatus::Scheduled
+            }
+        ],
+        "the stale completion is refused and the current owner's snooze is written"
+    );
+    let run = env.get(id).await;
+    assert_eq!(
+        (run.status, run.locked_by),
+        (RunStatus::Scheduled, None),
+        "the run is snoozed, not completed"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Cancel
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,625 @@
+//! The tenant isolation matrix: every route of the route table
+//! (`fronta_server::routes::route_docs`, the list the router is built from) has an entry
+//! here saying how its ids are filled with another tenant's objects, or why it has none.
+//! A route added to the table without an entry fails this test, and so does an entry
+//! left behind by a removed route.
+//!
+//! For every route with ids, each method is called by an intruder tenant three times: with
+//! the owner tenant's ids, with ids that never existed, and with ids that cannot parse.
+//! The three answers must be byte-identical (and 404 for tenant routes), no answer to the
+//! intruder may contain any of the owner's ids, and a snapshot of both tenants' data
+//! (every list and object through the API, and the run counters through the store port)
+//! must be the same after the call as before it. Routes that reference objects in their
+//! body (a member to assign) are also called with the owner's object in the body.
+
+mod support;
+
+use std::collections::BTreeMap;
+
+use axum::http::{Method, StatusCode};
+use fronta_desk::store::{IncidentReport, TicketUpsert};
+use fronta_desk::{Origin, TenantId};
+use serde_json::{Value, json};
+use support::{ADMIN, Harness, Reply, order_body, order_type, orders_automation, webhook_path};
+
+/// How a route is checked.
+#[derive(Debug, Clone)]
+enum Entry {
+    /// Call it with ids: each `{param}` of the path is filled with the object named
+    /// (`group`, `member`, `type`, `automation`, `ticket`, `run`, `incident`; the owner's,
+    /// or the intruder's own with an `own:` prefix); strings `"@object"` in `body` are
+    /// filled the same way. The intruder's answer must be `status` for the owner's ids,
+    /// for unknown ids and for malformed ids (in the path) alike, byte for byte.
+    Ids {
+        fill: &'static [(&'static str, &'static str)],
+        body: Option<Value>,
+        status: StatusCode,
+    },
+    /// A list of the caller's own objects: called by the intruder, it answers 200 and
+    /// shows none of the owner's ids.
+    List,
+    /// No object id in the path or the body: the reason.
+    NoIds(&'static str),
+}
+
+use Entry::{Ids, List, NoIds};
+
+const NOT_FOUND: StatusCode = StatusCode::NOT_FOUND;
+
+/// The matrix: one line per method and path of the route table.
+fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
+    let ids = |fill, body: Option<Value>| Ids {
+        fill,
+        body,
+        status: NOT_FOUND,
+    };
+    vec![
+        ("GET", "/healthz", vec![NoIds("liveness: no data")]),
+        ("GET", "/readyz", vec![NoIds("readiness: no data")]),
+        (
+            "GET",
+            "/metrics",
+            vec![NoIds("process-wide counters, no object of any tenant")],
+        ),
+        (
+            "GET",
+            "/webhook/{token}",
+            vec![NoIds(
+                "the webhook token is the credential, not an object id: whoever holds it may \
+                 read its help (server/tests/webhooks.rs pins unknown tokens)",
+            )],
+        ),
+        (
+            "POST",
+            "/webhook/{token}",
+            vec![NoIds(
+                "the webhook token is the credential, not an object id: whoever holds it may \
+                 post (server/tests/webhooks.rs pins unknown tokens)",
+            )],
+        ),
+        (
+            "GET",
+            "/api/admin/tenants",
+            vec![NoIds("the admin's list of every tenant")],
+        ),
+        (
+            "POST",
+            "/api/admin/tenants",
+            vec![NoIds("creates a tenant (admin)")],
+        ),
+        (
+            "GET",
+            "/api/admin/incidents",
+            vec![NoIds("the admin's list of every incident")],
+        ),
+        (
+            "GET",
+            "/api/admin/incidents/{id}",
+            vec![Ids {
+                fill: &[("id", "incident")],
+                body: None,
+                status: StatusCode::UNAUTHORIZED,
+            }],
+        ),
+        ("GET", "/api/groups", vec![List]),
+        ("GET", "/api/secrets", vec![List]),
+        (
+            "DELETE",
+            "/api/secrets/{name}",
+            vec![ids(&[("name", "secret")], None)],
+        ),
+        (
+            // Names are per tenant: a valid PUT with the owner's name writes the caller's
+            // own secret (server/tests/secrets.rs); here a refused PUT must read the same
+            // whoever's name it carries, and change nothing.
+            "PUT",
+            "/api/secrets/{name}",
+            vec![Ids {
+                fill: &[("name", "secret")],
+                body: Some(json!({"value": 42})),
+                status: StatusCode::BAD_REQUEST,
+            }],
+        ),
+        (
+            "POST",
+            "/api/groups",
+            vec![NoIds("creates a group in the caller's tenant, by name")],
+        ),
+        (
+            "GET",
+            "/api/groups/{id}",
+            vec![ids(&[("id", "group")], None)],
+        ),
+        (
+            "PATCH",
+            "/api/groups/{id}",
+            vec![ids(&[("id", "group")], Some(json!({"name": "taken over"})))],
+        ),
+        (
+            "DELETE",
+            "/api/groups/{id}",
+            vec![ids(&[("id", "group")], None)],
+        ),
+        (
+            "GET",
+            "/api/groups/{id}/members",
+            vec![ids(&[("id", "group")], None)],
+        ),
+        (
+            "POST",
+            "/api/groups/{id}/members",
+            vec![ids(&[("id", "group")], Some(json!({"name": "Mallory"})))],
+        ),
+        (
+            "PATCH",
+            "/api/groups/{id}/members/{member_id}",
+            vec![
+                ids(
+                    &[("id", "group"), ("member_id", "member")],
+                    Some(json!({"name": "Mallory"})),
+                ),
+                ids(
+                    &[("id", "own:group"), ("member_id", "member")],
+                    Some(json!({"name": "Mallory"})),
+                ),
+            ],
+        ),
+        (
+            "DELETE",
+            "/api/groups/{id}/members/{member_id}",
+            vec![
+                ids(&[("id", "group"), ("member_id", "member")], None),
+                ids(&[("id", "own:group"), ("member_id", "member")], None),
+            ],
+        ),
+        ("GET", "/api/ticket-types", vec![List]),
+        (
+            "POST",
+            "/api/ticket-types",
+            vec![NoIds(
+                "creates a ticket type in the caller's tenant, by name",
+            )],
+        ),
+        (
+            "GET",
+            "/api/ticket-types/{id}",
+            vec![ids(&[("id", "type")], None)],
+        ),
+        (
+            "PATCH",
+            "/api/ticket-types/{id}",
+            vec![ids(&[("id", "type")], Some(json!({"name": "taken over"})))],
+        ),
+        ("GET", "/api/automations", vec![List]),
+        (
+            "POST",
+            "/api/automations",
+            vec![NoIds(
+                "creates an automation in the caller's tenant; steps name groups and types by \
+                 name, resolved in the caller's tenant when they run",
+            )],
+        ),
+        (
+            "GET",
+            "/api/automations/{id}",
+            vec![ids(&[("id", "automation")], None)],
+        ),
+        (
+            "PUT",
+            "/api/automations/{id}",
+            vec![ids(&[("id", "automation")], Some(orders_automation()))],
+        ),
+        (
+            "DELETE",
+            "/api/automations/{id}",
+            vec![ids(&[("id", "automation")], None)],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/pause",
+            vec![ids(&[("id", "automation")], Some(json!({})))],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/resume",
+            vec![ids(&[("id", "automation")], Some(json!({})))],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/runs",
+            vec![ids(&[("id", "automation")], Some(json!({"orderId": "9"})))],
+        ),
+        ("GET", "/api/tickets", vec![List]),
+        (
+            "GET",
+            "/api/tickets/{id}",
+            vec![ids(&[("id", "ticket")], None)],
+        ),
+        (
+            "PATCH",
+            "/api/tickets/{id}",
+            vec![
+                ids(&[("id", "ticket")], Some(json!({"status": "shipped"}))),
+                // The intruder's own ticket, assigned to the owner's member.
+                Ids {
+                    fill: &[("id", "own:ticket")],
+                    body: Some(json!({"assignee": "@member"})),
+                    status: StatusCode::BAD_REQUEST,
+                },
+            ],
+        ),
+        ("GET", "/api/runs", vec![List]),
+        ("GET", "/api/dashboard/runs", vec![List]),
+        ("GET", "/api/runs/{id}", vec![ids(&[("id", "run")], None)]),
+        (
+            "POST",
+            "/api/runs/{id}/cancel",
+            vec![ids(&[("id", "run")], Some(json!({})))],
+        ),
+        (
+            "POST",
+            "/api/runs/{id}/retry",
+            vec![ids(&[("id", "run")], Some(json!({})))],
+        ),
+        ("GET", "/api/incidents", vec![List]),
+        (
+            "GET",
+            "/api/incidents/{id}",
+            vec![ids(&[("id", "incident")], None)],
+        ),
+        (
+            "POST",
+            "/api/incidents/{id}/resolve",
+            vec![ids(&[("id", "incident")], Some(json!({})))],
+        ),
+        (
+            "POST",
+            "/api/apply",
+            vec![NoIds(
+                "applies a setup in the caller's tenant, idempotent by names, never by ids",
+            )],
+        ),
+        (
+            "GET",
+            "/api/stream",
+            vec![NoIds(
+                "a per-tenant event hub keyed by the caller's token (server/tests/stream.rs \
+                 pins that one tenant never sees another's events)",
+            )],
+        ),
+        (
+            "GET",
+            "/api/openapi.json",
+            vec![NoIds("the public API document")],
+        ),
+    ]
+}
+
+async fn ticket(harness: &Harness, tenant: TenantId, external_id: &str) -> String {
+    harness
+        .desk()
+        .ticket_upsert(
+            tenant,
+            TicketUpsert {
+                external_id: external_id.into(),
+                title: Some(format!("Ticket {external_id}")),
+                ticket_type: Some("order".into()),
+                status: Some("waiting-to-pack".into()),
+                ..TicketUpsert::default()
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("a ticket")
+        .ticket
+        .id
+        .to_string()
+}
+
+async fn incident(harness: &Harness, tenant: TenantId) -> String {
+    let (incident, _) = harness
+        .desk()
+        .incident_report(
+            tenant,
+            IncidentReport {
+                cause: "isolation".into(),
+                title: "An incident of the owner".into(),
+                impact: "None.".into(),
+                detail: json!({}),
+                ticket: None,
+            },
+        )
+        .await
+        .expect("an incident");
+    incident.id.to_string()
+}
+
+/// One tenant's objects, by name.
+/// A secret of the tenant named `name`; its name (unique to the tenant) is its id.
+async fn secret(harness: &Harness, token: &str, name: &str) -> String {
+    let secret = format!("token-{}", name.to_lowercase());
+    let reply = harness
+        .call(
+            Method::PUT,
+            &format!("/api/secrets/{secret}"),
+            Some(token),
+            Some(json!({"value": format!("s3cret of {name}")})),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::NO_CONTENT,
+        "secret of {name}: {}",
+        reply.json
+    );
+    secret
+}
+
+async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static str, String>) {
+    let (tenant, token) = harness.tenant(name).await;
+    let created = |reply: Reply, what: &str| {
+        assert_eq!(
+            reply.status,
+            StatusCode::CREATED,
+            "{what} of {name}: {}",
+            reply.json
+        );
+        reply.text("id")
+    };
+    let ticket_type = created(
+        harness
+            .post("/api/ticket-types", &token, order_type())
+            .await,
+        "ticket type",
+    );
+    let group = created(
+        harness
+            .post("/api/groups", &token, json!({"name": "warehouse"}))
+            .await,
+        "group",
+    );
+    let member = created(
+        harness
+            .post(
+                &format!("/api/groups/{group}/members"),
+                &token,
+                json!({"name": "Eva"}),
+            )
+            .await,
+        "member",
+    );
+    let automation = harness.automation(&token, orders_automation()).await;
+    let run = harness
+        .webhook(&webhook_path(&automation), &order_body("1"), &[])
+        .await
+        .text("runId");
+    let objects = BTreeMap::from([
+        ("group", group),
+        ("member", member),
+        ("type", ticket_type),
+        (
+            "automation",
+            automation["id"].as_str().unwrap_or_default().to_owned(),
+        ),
+        ("ticket", ticket(harness, tenant, "order-1").await),
+        ("run", run),
+        ("incident", incident(harness, tenant).await),
+        ("secret", secret(harness, &token, name).await),
+    ]);
+    (token, objects)
+}
+
+/// Everything both tenants can see, through the API and the run port.
+async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]) -> Vec<String> {
+    let mut seen = Vec::new();
+    for (token, objects) in tenants {
+        let mut paths: Vec<String> = [
+            "/api/groups",
+            "/api/ticket-types",
+            "/api/automations",
+            "/api/tickets",
+            "/api/runs",
+            "/api/incidents",
+            "/api/secrets",
+        ]
+        .map(String::from)
+        .to_vec();
+        paths.push(format!("/api/groups/{}", objects["group"]));
+        paths.push(format!("/api/groups/{}/members", objects["group"]));
+        paths.push(format!("/api/ticket-types/{}", objects["type"]));
+        paths.push(format!("/api/automations/{}", objects["automation"]));
+        paths.push(format!("/api/tickets/{}", objects["ticket"]));
+        paths.push(format!("/api/runs/{}", objects["run"]));
+        paths.push(format!("/api/incidents/{}", objects["incident"]));
+        for path in paths {
+            let reply = harness.get(&path, token).await;
+            seen.push(format!(
+                "{path} {} {}",
+                reply.status,
+                String::from_utf8_lossy(&reply.bytes)
+            ));
+        }
+    }
+    let stats = harness
+        .runs()
+        .run_stats()
+        .await
+        .expect("run stats are read");
+    seen.push(format!("run stats {stats:?}"));
+    let tenants = harness.get("/api/admin/tenants", ADMIN).await;
+    seen.push(format!(
+        "tenants {}",
+        String::from_utf8_lossy(&tenants.bytes)
+    ));
+    seen
+}
+
+fn fill(template: &str, fill: &[(&str, &str)], pick: &dyn Fn(&str) -> String) -> String {
+    let mut path = template.to_owned();
+    for (param, object) in fill {
+        path = path.replace(&format!("{{{param}}}"), &pick(object));
+    }
+    path
+}
+
+fn fill_body(body: &Value, pick: &dyn Fn(&str) -> String) -> Value {
+    match body {
+        Value::String(text) => match text.strip_prefix('@') {
+            Some(object) => Value::String(pick(object)),
+            None => body.clone(),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(|v| fill_body(v, pick)).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), fill_body(v, pick)))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+#[tokio::test]
+async fn every_route_keeps_tenants_apart() {
+    let harness = Harness::new();
+    let (owner_token, theirs) = objects(&harness, "Owner").await;
+    let (intruder, mine) = objects(&harness, "Intruder").await;
+
+    // The matrix covers the route table exactly.
+    let table: Vec<(String, String)> = fronta_server::routes::route_docs()
+        .into_iter()
+        .flat_map(|route| {
+            route
+                .ops
+                .into_iter()
+                .map(move |op| (op.method.to_owned(), route.path.to_owned()))
+        })
+        .collect();
+    let matrix = matrix();
+    let missing: Vec<String> = table
+        .iter()
+        .filter(|(method, path)| !matrix.iter().any(|(m, p, _)| m == method && p == path))
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "routes without an entry in the tenant isolation matrix (server/tests/isolation.rs): \
+         {missing:?} — say how their ids are filled with another tenant's objects, or why they \
+         have none"
+    );
+    let stale: Vec<String> = matrix
+        .iter()
+        .filter(|(m, p, _)| !table.iter().any(|(method, path)| m == method && p == path))
+        .map(|(m, p, _)| format!("{m} {p}"))
+        .collect();
+    assert!(stale.is_empty(), "matrix entries of no route: {stale:?}");
+
+    let before = snapshot(&harness, &[(&owner_token, &theirs), (&intruder, &mine)]).await;
+    let foreign_ids: Vec<&String> = theirs.values().collect();
+    let mut calls = 0;
+    for (method, template, entries) in &matrix {
+        let method: Method = method.parse().expect("a method");
+        for entry in entries {
+            match entry {
+                NoIds(reason) => {
+                    assert!(
+                        !template.contains('{') || template.starts_with("/webhook/"),
+                        "{method} {template} has ids in its path, so it needs an Ids entry, \
+                         not NoIds({reason:?})"
+                    );
+                }
+                List => {
+                    let reply = harness
+                        .call(method.clone(), template, Some(&intruder), None)
+                        .await;
+                    calls += 1;
+                    assert_eq!(
+                        reply.status,
+                        StatusCode::OK,
+                        "{method} {template}: {}",
+                        reply.json
+                    );
+                    let text = String::from_utf8_lossy(&reply.bytes);
+                    for id in &foreign_ids {
+                        assert!(
+                            !text.contains(id.as_str()),
+                            "{method} {template} shows the owner's id {id} to the intruder"
+                        );
+                    }
+                }
+                Ids {
+                    fill: f,
+                    body,
+                    status,
+                } => {
+                    let pick_foreign = |object: &str| match object.strip_prefix("own:") {
+                        Some(own) => mine[own].clone(),
+                        None => theirs[object].clone(),
+                    };
+                    let pick_unknown = |object: &str| match object.strip_prefix("own:") {
+                        Some(own) => mine[own].clone(),
+                        None => uuid::Uuid::now_v7().to_string(),
+                    };
+                    let pick_garbage = |object: &str| match object.strip_prefix("own:") {
+                        Some(own) => mine[own].clone(),
+                        None => "not-an-id".to_owned(),
+                    };
+                    let mut answers = Vec::new();
+                    // A malformed id in a body is a shape error of its own (pinned by the
+                    // API tests); in the path it must read like any unknown id.
+                    for (label, pick, body_pick) in [
+                        (
+                            "the owner's ids",
+                            &pick_foreign as &dyn Fn(&str) -> String,
+                            &pick_foreign as &dyn Fn(&str) -> String,
+                        ),
+                        ("unknown ids", &pick_unknown, &pick_unknown),
+                        ("malformed ids", &pick_garbage, &pick_unknown),
+                    ] {
+                        let path = fill(template, f, pick);
+                        let body = body.as_ref().map(|body| fill_body(body, body_pick));
+                        let reply = harness
+                            .call(method.clone(), &path, Some(&intruder), body)
+                            .await;
+                        calls += 1;
+                        assert_eq!(
+                            reply.status, *status,
+                            "{method} {template} with {label} ({path}): {}",
+                            reply.json
+                        );
+                        let text = String::from_utf8_lossy(&reply.bytes).into_owned();
+                        for id in &foreign_ids {
+                            assert!(
+                                !text.contains(id.as_str()),
+                                "{method} {template}: the answer to the intruder names the \
+                                 owner's id {id}: {text}"
+                            );
+                        }
+                        answers.push((label, path, reply.bytes));
+                    }
+                    for (label, path, bytes) in &answers[1..] {
+                        assert_eq!(
+                            &answers[0].2, bytes,
+                            "{method} {template}: the answer with the owner's ids ({}) differs \
+                             from the one with {label} ({path})",
+                            answers[0].1
+                        );
+                    }
+                    let after =
+                        snapshot(&harness, &[(&owner_token, &theirs), (&intruder, &mine)]).await;
+                    for (was, is) in before.iter().zip(&after) {
+                        assert_eq!(
+                            was, is,
+                            "{method} {template} by the intruder changed what the tenants see"
+                        );
+                    }
+                    assert_eq!(before.len(), after.len(), "the snapshot has the same parts");
+                }
+            }
+        }
+    }
+    println!(
+        "tenant isolation matrix: {} routes of the table, {calls} intruder calls, snapshot \
+         unchanged after each",
+        table.len()
+    );
+}

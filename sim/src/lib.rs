@@ -1,0 +1,18 @@
+//! Reliability harnesses for the run engine (see `RELIABILITY.md` at the root).
+//!
+//! - [`MemoryStore`]: the `RunStore` port in memory, keeping its `# Contract` exactly; it
+//!   passes the shared conformance suite like the SQLite and Postgres stores.
+//! - [`simulation`]: a deterministic simulation of workers, crashes, stalls, cancels and
+//!   lease expiries against any `RunStore` driven by a `ManualClock`, one seeded
+//!   [`rng::SplitMix64`] choosing every step, a reference model checking every answer
+//!   and every row after every step. A failing seed is printed with the command that
+//!   replays it.
+//!
+//! What it leaves out: real processes and real crashes (the simulated crash drops a
+//! worker's memory, not a database connection), network faults, and wall-clock timing.
+
+pub mod memory;
+pub mod rng;
+pub mod simulation;
+
+pub use memory::MemoryStore;
