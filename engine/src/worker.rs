@@ -483,6 +483,17 @@ impl Worker {
         let handler = registered.handler.clone();
         // Hold the map's lock across the spawn so the task cannot finish before it is listed.
         let mut map = lock(active);
+        // This worker claimed back a run it was still executing: its lease expired
+        // without the heartbeater learning it (the store was unreachable past the
+        // lease). Two executions of one run must never overlap: stop the earlier one
+        // before the new one starts (its writes are refused anyway, its token is
+        // stale); `reap` ignores its end.
+        if let Some(earlier) = map.remove(&run.id) {
+            earlier.signal.stop(StopReason::LeaseLost);
+            earlier.abort.abort();
+            tracing::warn!(run = %run.id, kind = %run.kind,
+                "claimed back a run this worker was still executing (its lease expired unnoticed): the earlier execution is stopped");
+        }
         let abort = tasks.spawn(async move {
             match tokio::time::timeout(timeout, handler.handle(ctx)).await {
                 Ok(outcome) => Ended::Answered(outcome),
@@ -517,7 +528,19 @@ impl Worker {
             tracing::error!("invariant: a finished task with no run");
             return;
         };
-        let Some(entry) = lock(active).remove(&run_id) else {
+        let entry = {
+            let mut map = lock(active);
+            match map.get(&run_id) {
+                // A superseded execution (see `start_one`): the run's entry belongs to
+                // the newer one, and nothing of the old one is written.
+                Some(current) if current.abort.id() != task_id => {
+                    tracing::debug!(run = %run_id, "a superseded execution ended; nothing written");
+                    return;
+                }
+                _ => map.remove(&run_id),
+            }
+        };
+        let Some(entry) = entry else {
             tracing::error!(run = %run_id, "invariant: a finished run missing from the active set");
             return;
         };

@@ -1,0 +1,199 @@
+//! A worker that claims back a run it is still executing never runs the two executions
+//! side by side.
+//!
+//! How it happens: the store stops answering heartbeats (an outage) for longer than the
+//! lease, so the lease expires while the handler goes on; the worker's next claim round
+//! finds the expired run and reclaims it — into the same worker. The earlier execution
+//! must be stopped before the new one starts, and its end must write nothing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fronta_engine::store::{
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, StoreResult,
+};
+use fronta_engine::{
+    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, NewRun, Outcome, Registry, Run,
+    RunContext, RunId, RunStatus, RunStore, StoreError, Worker, WorkerConfig,
+};
+use fronta_sim::memory::MemoryStore;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// `MemoryStore`, with heartbeats failing while `outage` is set.
+struct Outage {
+    inner: MemoryStore,
+    outage: AtomicBool,
+}
+
+#[async_trait]
+impl RunStore for Outage {
+    async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        self.inner.run_enqueue_many(runs).await
+    }
+    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        self.inner.run_claim(params).await
+    }
+    async fn run_heartbeat_many(
+        &self,
+        renewals: Vec<LeaseRenewal>,
+    ) -> StoreResult<Vec<HeartbeatReply>> {
+        if self.outage.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("heartbeats are cut".into()));
+        }
+        self.inner.run_heartbeat_many(renewals).await
+    }
+    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
+        self.inner.run_checkpoint(params).await
+    }
+    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
+        self.inner.run_finish_many(finishes).await
+    }
+    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
+        self.inner.run_request_cancel(id).await
+    }
+    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
+        self.inner.run_retry(id).await
+    }
+    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
+        self.inner.run_get(id).await
+    }
+    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
+        self.inner.run_find_by_key(tenant, key).await
+    }
+    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
+        self.inner.run_list(filter).await
+    }
+    async fn run_stats(&self) -> StoreResult<RunStats> {
+        self.inner.run_stats().await
+    }
+    async fn run_busy(&self) -> StoreResult<bool> {
+        self.inner.run_busy().await
+    }
+    fn enqueue_signal(&self) -> Arc<Notify> {
+        self.inner.enqueue_signal()
+    }
+}
+
+/// Counts executions and how many are live; each waits for `release` (or its
+/// stop signal).
+#[derive(Default)]
+struct Probe {
+    started: AtomicUsize,
+    live: AtomicUsize,
+    release: Notify,
+    first_started: Notify,
+}
+
+struct Live<'a>(&'a Probe);
+
+impl Drop for Live<'_> {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+struct Slow(Arc<Probe>);
+
+#[async_trait]
+impl Handler for Slow {
+    async fn handle(&self, ctx: RunContext) -> Outcome {
+        let probe = &self.0;
+        probe.live.fetch_add(1, Ordering::SeqCst);
+        let _live = Live(probe);
+        if probe.started.fetch_add(1, Ordering::SeqCst) == 0 {
+            probe.first_started.notify_one();
+        }
+        tokio::select! {
+            _ = probe.release.notified() => Outcome::Done(None),
+            _ = ctx.signal.stopped() => Outcome::Done(None),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
+    let clock = ManualClock::at_fixed_start();
+    let store = Arc::new(Outage {
+        inner: MemoryStore::new(Arc::new(clock.clone())),
+        outage: AtomicBool::new(false),
+    });
+    let probe = Arc::new(Probe::default());
+    let mut registry = Registry::new();
+    registry
+        .register(
+            "slow",
+            KindConfig::durable(Duration::from_secs(2), Duration::from_secs(600)),
+            Slow(probe.clone()),
+        )
+        .expect("the kind registers");
+    let registry = Arc::new(registry);
+    let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
+    let id = dispatcher
+        .enqueue(EnqueueRequest::new("slow", serde_json::json!({}), 3))
+        .await
+        .expect("enqueued")
+        .id();
+
+    let worker = Worker::new(
+        store.clone(),
+        registry,
+        WorkerConfig {
+            name: "self-reclaim".into(),
+            max_in_flight: 2,
+            poll_interval: Duration::from_millis(10),
+            heartbeat_every: Some(Duration::from_millis(10)),
+            ..WorkerConfig::default()
+        },
+    )
+    .expect("a worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+
+    tokio::time::timeout(Duration::from_secs(10), probe.first_started.notified())
+        .await
+        .expect("the first execution started");
+    // The outage: heartbeats fail, and the lease runs out on the store's clock.
+    store.outage.store(true, Ordering::SeqCst);
+    clock.advance(Duration::from_secs(3));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while probe.started.load(Ordering::SeqCst) < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker claimed the expired run back within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store.outage.store(false, Ordering::SeqCst);
+    // Give a superseded execution every chance to be seen running beside the new one.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        probe.live.load(Ordering::SeqCst),
+        1,
+        "only the new execution is live"
+    );
+    probe.release.notify_waiters();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let run = store.run_get(id).await.expect("read").expect("the run");
+        if run.status == RunStatus::Completed {
+            assert_eq!(run.reclaims, 1, "one reclaim counted");
+            assert_eq!(run.attempts, 0, "no attempt spent");
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new execution completed the run: {run:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    shutdown.cancel();
+    running
+        .await
+        .expect("the worker task")
+        .expect("the worker ends cleanly");
+    assert_eq!(probe.started.load(Ordering::SeqCst), 2, "two executions");
+}
