@@ -373,6 +373,9 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     }
     caps.set_binary(&chromium.to_string_lossy())
         .expect("the Chromium binary");
+    // In a workspace build thirtyfour's HTTP client shares reqwest with the connectors,
+    // whose rustls needs a crypto provider chosen: ring, as everywhere in fronta.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
         .await
         .expect("a Chromium session");
