@@ -456,7 +456,10 @@ async fn desk_migrations_upgrade_a_database_that_holds_runs() {
             .expect("versions");
     assert_eq!(
         versions,
-        vec![1, 2, 3, 4, 6],
-        "the desk migrations were applied"
+        fronta_store_postgres::schema::MIGRATIONS
+            .iter()
+            .map(|(version, _, _)| *version)
+            .collect::<Vec<i64>>(),
+        "every migration was applied"
     );
 }
