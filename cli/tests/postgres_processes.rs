@@ -368,3 +368,90 @@ async fn killed_leader_and_cut_connections_lose_nothing_and_leadership_moves() {
         }
     }
 }
+
+/// Two worker processes on one Postgres database, both able to schedule: only the leader
+/// does. A cron with seconds ticks every two seconds; each tick has exactly one run, and
+/// the scheduler's "next run enqueued" lines come from one process only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_schedules_and_each_tick_runs_once() {
+    use fronta_automation::Automation;
+    use fronta_automation::store::AutomationStore;
+    use fronta_desk::DeskStore;
+    use std::io::Read;
+
+    let db = support::TestDb::create().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("probes.log");
+    let store = db.store(None).await;
+    let (tenant, _) = store.tenant_create("Acme").await.expect("a tenant");
+    let automation = Automation::from_value(&serde_json::json!({
+        "name": "Every two seconds",
+        "trigger": {"type": "schedule", "cron": "*/2 * * * * *"},
+        "steps": [{"name": "note", "op": "flow/log", "input": {"message": "tick"}}]
+    }))
+    .expect("the automation parses");
+    let stored = store
+        .automation_create(tenant.id, automation, None)
+        .await
+        .expect("saved");
+    let args = ["--poll", "50ms", "--leader-retry", "200ms"];
+    let mut workers: Vec<Child> = (0..2)
+        .map(|_| {
+            fronta(&db.url)
+                .arg("worker")
+                .args(args)
+                .env("FRONTA_PROBE_LOG", &log)
+                .env("FRONTA_SCHEDULER_TICK", "1s")
+                .env("RUST_LOG", "warn,fronta_automation::scheduler=info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("start a worker process")
+        })
+        .collect();
+    let mut conn = PgConnection::connect(&db.url).await.expect("connect");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM runs WHERE trigger = 'schedule' AND status = 2",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+        if done >= 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "four ticks ran within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (runs, ticks): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT run_at) FROM runs WHERE unique_key = $1")
+            .bind(format!("schedule:{}", stored.id))
+            .fetch_one(&mut conn)
+            .await
+            .expect("counts");
+    assert_eq!(runs, ticks, "one run per tick, never two");
+    let mut planners = 0;
+    for mut child in workers.drain(..) {
+        let status = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "SIGTERM sent");
+        child.wait().expect("the worker exits");
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .expect("stderr")
+            .read_to_string(&mut stderr)
+            .expect("read stderr");
+        if stderr.contains("scheduler: next run enqueued") {
+            planners += 1;
+        }
+    }
+    assert_eq!(
+        planners, 1,
+        "exactly one process (the leader) planned the ticks"
+    );
+}
