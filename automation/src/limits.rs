@@ -232,7 +232,9 @@ pub enum Admission {
     /// `max_concurrent` calls are in flight.
     Full,
     /// The breaker is open until `retry_at`.
-    Open { retry_at: DateTime<Utc> },
+    Open {
+        retry_at: DateTime<Utc>,
+    },
     /// The breaker is half-open and its probe is in flight.
     ProbeBusy,
 }
@@ -412,7 +414,9 @@ impl Connector for LimitedConnector {
                 tracing::info!(%tenant, service, run = call.run_id, %retry_at, ?wait, "service limits: breaker open, run snoozed");
                 return Err(ConnectorFailure::not_now(
                     wait,
-                    format!("service {service:?} is failing (circuit open until {retry_at}): waiting"),
+                    format!(
+                        "service {service:?} is failing (circuit open until {retry_at}): waiting"
+                    ),
                 ));
             }
         };
@@ -458,11 +462,23 @@ mod tests {
     fn closed_counts_retryable_failures_and_opens_on_the_nth() {
         let mut breaker = Breaker::default();
         for n in 1..3 {
-            breaker = record(&breaker, CallResult::RetryableFailure, false, &rules(), at(n));
+            breaker = record(
+                &breaker,
+                CallResult::RetryableFailure,
+                false,
+                &rules(),
+                at(n),
+            );
             assert_eq!(breaker.state, BreakerState::Closed);
             assert_eq!(breaker.failures, n as u32);
         }
-        let opened = record(&breaker, CallResult::RetryableFailure, false, &rules(), at(5));
+        let opened = record(
+            &breaker,
+            CallResult::RetryableFailure,
+            false,
+            &rules(),
+            at(5),
+        );
         assert_eq!(opened.state, BreakerState::Open);
         assert_eq!(opened.opened_at, Some(at(5)));
         assert_eq!(opened.retry_at, Some(at(35)));
@@ -496,7 +512,10 @@ mod tests {
             &rules(),
             at(0),
         );
-        assert_eq!(gate(&open, false, at(29)).0, Gate::Open { retry_at: at(30) });
+        assert_eq!(
+            gate(&open, false, at(29)).0,
+            Gate::Open { retry_at: at(30) }
+        );
         let (passed, half) = gate(&open, false, at(30));
         assert_eq!(passed, Gate::Pass { probe: true });
         assert_eq!(half.state, BreakerState::HalfOpen);

@@ -9,8 +9,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::limits::{
-    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released,
-    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
+    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released, ServiceLimits,
+    ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
 use fronta_desk::{DeskError, TenantId};
@@ -254,12 +254,13 @@ impl ServiceLimits for PgStore {
                 entry.1 = u64::try_from(count).unwrap_or(0);
             }
         }
-        let in_flight: i64 = sqlx::query("SELECT count(*) FROM service_slots WHERE expires_at > $1")
-            .bind(now)
-            .fetch_one(db.c())
-            .await
-            .and_then(|row| row.try_get(0))
-            .map_err(sql_err)?;
+        let in_flight: i64 =
+            sqlx::query("SELECT count(*) FROM service_slots WHERE expires_at > $1")
+                .bind(now)
+                .fetch_one(db.c())
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(sql_err)?;
         Ok(ServiceTotals {
             breakers,
             in_flight: u64::try_from(in_flight).unwrap_or(0),

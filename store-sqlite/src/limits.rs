@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use fronta_automation::limits::{
-    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released,
-    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
+    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released, ServiceLimits,
+    ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
 use fronta_desk::{DeskError, TenantId};
@@ -213,18 +213,20 @@ impl ServiceLimits for SqliteStore {
                     },
                 )?;
                 rows.into_iter()
-                    .map(|(service, state, failures, opened_at, retry_at, in_flight)| {
-                        Ok(ServiceStatus {
-                            service,
-                            breaker: Breaker {
-                                state: state_of(&state)?,
-                                failures: u32::try_from(failures).unwrap_or(u32::MAX),
-                                opened_at: opened_at.map(instant),
-                                retry_at: retry_at.map(instant),
-                            },
-                            in_flight: u32::try_from(in_flight).unwrap_or(u32::MAX),
-                        })
-                    })
+                    .map(
+                        |(service, state, failures, opened_at, retry_at, in_flight)| {
+                            Ok(ServiceStatus {
+                                service,
+                                breaker: Breaker {
+                                    state: state_of(&state)?,
+                                    failures: u32::try_from(failures).unwrap_or(u32::MAX),
+                                    opened_at: opened_at.map(instant),
+                                    retry_at: retry_at.map(instant),
+                                },
+                                in_flight: u32::try_from(in_flight).unwrap_or(u32::MAX),
+                            })
+                        },
+                    )
                     .collect()
             },
             crate::desk::from_store,
