@@ -395,7 +395,7 @@ impl Connector for LimitedConnector {
                 return Err(ConnectorFailure::not_now(
                     wait,
                     format!(
-                        "service {service:?} has {} calls in flight (the cap): waiting",
+                        "service {service:?} is at its cap of {} calls in flight: waiting",
                         rules.max_concurrent
                     ),
                 ));
