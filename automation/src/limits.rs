@@ -447,7 +447,7 @@ mod tests {
     use super::*;
 
     fn at(seconds: i64) -> DateTime<Utc> {
-        DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap()
+        DateTime::from_timestamp(1_700_000_000 + seconds, 0).expect("a valid instant")
     }
 
     fn rules() -> LimitRules {
