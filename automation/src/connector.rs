@@ -48,6 +48,10 @@ pub struct ConnectorFailure {
     pub message: String,
     /// The other side's Retry-After (kept only when the cause is retryable).
     pub retry_after: Option<Duration>,
+    /// "Not now, try after this long": the call was not made (a full cap, an open
+    /// circuit; see [`crate::limits`]). The executor snoozes the run, spending no attempt
+    /// and leaving the cursor on the step; `cause` is then not acted on.
+    pub not_now: Option<Duration>,
 }
 
 impl ConnectorFailure {
@@ -56,6 +60,15 @@ impl ConnectorFailure {
             cause,
             message: message.into(),
             retry_after: None,
+            not_now: None,
+        }
+    }
+
+    /// The call was not made and should be tried again after `wait` (see `not_now`).
+    pub fn not_now(wait: Duration, message: impl Into<String>) -> Self {
+        Self {
+            not_now: Some(wait),
+            ..Self::new(Cause::Connection, message)
         }
     }
 
@@ -79,6 +92,8 @@ impl ConnectorFailure {
 /// - It never logs the input, a header value or a secret; messages it answers name the
 ///   method, the address and what happened (the executor scrubs secrets from them too).
 /// - It is cancel-safe: the executor may drop the future when the run is stopped.
+/// - A failure with `not_now` set says the call was **not** made (a limit in front of
+///   the service refused it for now): the executor snoozes the run for that long.
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
     async fn call(&self, call: ConnectorCall<'_>) -> Result<ConnectorReply, ConnectorFailure>;

@@ -16,6 +16,9 @@
 //! are revealed just before the call and layered over the context for that one render;
 //! what the connector answers is scrubbed of those values before it is published, logged
 //! or checkpointed, so a secret never enters the run's context, step log or incidents.
+//! A connector that answers "not now" ([`ConnectorFailure::not_now`]: a full
+//! per-(tenant, service) cap or an open breaker, see [`crate::limits`]) made no call: the
+//! run is snoozed at that step (logged `waiting`), spending no attempt.
 //!
 //! Left out: polling and cron.
 
@@ -196,6 +199,9 @@ enum ActionError {
     Template(String),
     /// The step ran (or tried to) and failed.
     Step(StepError),
+    /// The connector did not make the call now (a full cap, an open circuit): snooze
+    /// the run this long; no attempt is spent and the cursor stays on the step.
+    NotNow { wait: Duration, message: String },
 }
 
 impl std::fmt::Debug for Runtime {
@@ -601,6 +607,31 @@ impl Runtime {
                             });
                         }
                         Err(ActionError::Step(err)) => Err(err),
+                        Err(ActionError::NotNow { wait, message }) => {
+                            // Back up so the snoozed run resumes at this step.
+                            state.executed -= 1;
+                            if let Some(frame) = state.stack.last_mut() {
+                                frame.index -= 1;
+                            }
+                            // One "waiting" line per step, however often it waits.
+                            if state.steps.last().is_some_and(|last| {
+                                last.name == action.name && last.status == "waiting"
+                            }) {
+                                state.steps.pop();
+                            }
+                            state.steps.push(StepLog {
+                                name: action.name.clone(),
+                                op: action.op.as_str().into(),
+                                status: "waiting".into(),
+                                started_at: started,
+                                finished_at: Utc::now(),
+                                message: message.clone(),
+                                outputs: None,
+                            });
+                            tracing::info!(run = %ctx.run.id, step = %action.name, ?wait, %message, "step not run now: run snoozed");
+                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            return Ok(Some(wait));
+                        }
                     };
                     match result {
                         Ok(done) => {
@@ -763,6 +794,14 @@ impl Runtime {
                     snooze: None,
                 })
             }
+            Err(ConnectorFailure {
+                not_now: Some(wait),
+                message,
+                ..
+            }) => Err(ActionError::NotNow {
+                wait,
+                message: revealed.scrub(&message),
+            }),
             Err(failure) => Err(ActionError::Step(
                 ConnectorFailure {
                     message: revealed.scrub(&failure.message),

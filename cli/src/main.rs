@@ -234,6 +234,13 @@ impl Store {
         }
     }
 
+    pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::limits::ServiceLimits> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     pub(crate) fn set_ticket_event_sink(&self, sink: fronta_automation::store::TicketEventSink) {
         match self {
             Store::Sqlite(store) => store.set_ticket_event_sink(sink),
@@ -305,11 +312,18 @@ pub(crate) fn runtime_registry(
     let (runs, desk, automations) = store.ports();
     let mut registry = Registry::new();
     kinds::register(&mut registry, settings)?;
+    // Every connector call goes through the per-(tenant, service) cap and breaker.
+    let connectors = fronta_automation::limits::LimitedConnector::new(
+        outside.connectors.clone(),
+        store.limits(),
+        outside.limits,
+        Arc::new(fronta_engine::SystemClock),
+    );
     let runtime = Arc::new(fronta_automation::executor::Runtime {
         desk,
         automations,
         clock: Arc::new(fronta_engine::SystemClock),
-        connectors: Some(outside.connectors.clone()),
+        connectors: Some(Arc::new(connectors)),
         secrets: Some(fronta_automation::secrets::SecretVault {
             store: store.secrets(),
             cipher: outside.cipher.clone(),

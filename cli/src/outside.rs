@@ -14,12 +14,19 @@
 //! | `FRONTA_SECRET_KEY` | unset | base64 of 32 bytes; unset: secrets cannot be stored or used |
 //! | `FRONTA_SECRET_KEY_VERSION` | 1 | the version new secrets are sealed with |
 //! | `FRONTA_SECRET_OLD_KEYS` | empty | `version:base64,…`: older keys that still open values |
+//! | `FRONTA_SERVICE_MAX_CONCURRENT` | 8 | calls in flight per (tenant, service), every process |
+//! | `FRONTA_BREAKER_FAILURES` | 5 | consecutive retryable failures that open a service's breaker |
+//! | `FRONTA_BREAKER_COOLDOWN` | 30s | how long an open breaker snoozes calls before one probe |
+//! | `FRONTA_SERVICE_SLOT_LEASE` | 5m | a call's slot frees itself after this (a crashed process) |
+//! | `FRONTA_SERVICE_FULL_DELAY` | 2s | snooze of a run that met a full cap or a busy probe |
+//! | `FRONTA_SERVICE_JITTER` | 1s | the largest random delay added to every such snooze |
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use fronta_automation::connector::Connector;
+use fronta_automation::limits::{self, LimitRules, LimitsConfig};
 use fronta_automation::secrets::SecretCipher;
 use fronta_connectors::{AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring};
 
@@ -28,6 +35,8 @@ use fronta_connectors::{AddressPolicy, AllowList, Connectors, HttpConnector, Htt
 pub(crate) struct Outside {
     pub connectors: Arc<dyn Connector>,
     pub cipher: Option<Arc<dyn SecretCipher>>,
+    /// Per-(tenant, service) limits the connectors are wrapped in.
+    pub limits: LimitsConfig,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -88,8 +97,45 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
             None
         }
     };
+    let limits = limits_from_env()?;
+    tracing::info!(?limits, "per-(tenant, service) limits and breakers");
     Ok(Outside {
         connectors: Arc::new(Connectors::new(http)),
         cipher,
+        limits,
+    })
+}
+
+fn count_var(name: &str, default: u32) -> anyhow::Result<u32> {
+    let value = number_var(name, default as usize)?;
+    match u32::try_from(value) {
+        Ok(value) if value > 0 => Ok(value),
+        _ => Err(anyhow!(
+            "{name}: must be from 1 to {}, got {value}",
+            u32::MAX
+        )),
+    }
+}
+
+/// The `FRONTA_SERVICE_*` and `FRONTA_BREAKER_*` settings.
+fn limits_from_env() -> anyhow::Result<LimitsConfig> {
+    let rules = LimitRules {
+        max_concurrent: count_var(
+            "FRONTA_SERVICE_MAX_CONCURRENT",
+            limits::DEFAULT_MAX_CONCURRENT,
+        )?,
+        breaker_failures: count_var("FRONTA_BREAKER_FAILURES", limits::DEFAULT_BREAKER_FAILURES)?,
+        cooldown: duration_var("FRONTA_BREAKER_COOLDOWN", limits::DEFAULT_BREAKER_COOLDOWN)?,
+        slot_lease: duration_var("FRONTA_SERVICE_SLOT_LEASE", limits::DEFAULT_SLOT_LEASE)?,
+    };
+    if rules.slot_lease.is_zero() {
+        return Err(anyhow!(
+            "FRONTA_SERVICE_SLOT_LEASE: must be longer than zero"
+        ));
+    }
+    Ok(LimitsConfig {
+        rules,
+        full_delay: duration_var("FRONTA_SERVICE_FULL_DELAY", limits::DEFAULT_FULL_DELAY)?,
+        jitter: duration_var("FRONTA_SERVICE_JITTER", limits::DEFAULT_JITTER)?,
     })
 }

@@ -213,6 +213,7 @@ pub(crate) fn server_parts(
             automations,
             secrets: store.secrets(),
             secret_cipher: outside.cipher.clone(),
+            limits: store.limits(),
         },
         dispatcher,
     )

@@ -580,6 +580,7 @@ impl HttpConnector {
                 cause,
                 message,
                 retry_after,
+                not_now: None,
             });
         }
         let mut outputs = Map::new();

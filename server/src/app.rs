@@ -11,6 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use fronta_automation::limits::ServiceLimits;
 use fronta_automation::secrets::{SecretCipher, SecretStore};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::DeskStore;
@@ -32,6 +33,8 @@ pub struct Ports {
     /// Seals secret values; `None` when no key is configured (`PUT /api/secrets/…`
     /// then answers 409 `secrets_not_configured`).
     pub secret_cipher: Option<Arc<dyn SecretCipher>>,
+    /// Per-(tenant, service) limits and breakers (`/api/services`, `/metrics`).
+    pub limits: Arc<dyn ServiceLimits>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -133,6 +136,10 @@ impl App {
 
     pub(crate) fn secrets(&self) -> &dyn SecretStore {
         self.inner.ports.secrets.as_ref()
+    }
+
+    pub(crate) fn limits(&self) -> &dyn ServiceLimits {
+        self.inner.ports.limits.as_ref()
     }
 
     pub(crate) fn secret_cipher(&self) -> Option<&dyn SecretCipher> {

@@ -9,6 +9,11 @@
 //!   `fronta_webhook_requests_total{code}` (counter): `POST /webhook/{token}` answered
 //!   by this process, by status code;
 //! - `fronta_incidents_open` (gauge): open incidents of every tenant;
+//! - `fronta_service_breakers{state}` (gauge: per-(tenant, service) breakers by state,
+//!   `closed`, `open`, `half_open`) and `fronta_service_calls_in_flight` (gauge: calls
+//!   holding a slot), from `ServiceLimits::service_totals`: counts over every tenant,
+//!   because a series per tenant and service would be unbounded (a tenant's own
+//!   breakers are in `GET /api/services`);
 //! - `fronta_runs_by_kind{kind,status}` (gauge) and `fronta_queue_depth` (gauge: runs
 //!   due and not yet started), from the same `run_stats`;
 //! - when this process runs a worker (`App::observe_worker`): the histograms
@@ -184,6 +189,27 @@ pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         "Open incidents of every tenant.",
     );
     let _ = writeln!(out, "fronta_incidents_open {open}");
+    let services = app.limits().service_totals().await?;
+    header(
+        &mut out,
+        "fronta_service_breakers",
+        "gauge",
+        "Per-(tenant, service) circuit breakers by state, every tenant.",
+    );
+    for (state, count) in &services.breakers {
+        let _ = writeln!(
+            out,
+            "fronta_service_breakers{{state=\"{}\"}} {count}",
+            state.as_str()
+        );
+    }
+    header(
+        &mut out,
+        "fronta_service_calls_in_flight",
+        "gauge",
+        "Connector calls holding a per-(tenant, service) slot now, every tenant.",
+    );
+    let _ = writeln!(out, "fronta_service_calls_in_flight {}", services.in_flight);
     Ok((
         StatusCode::OK,
         [(

@@ -103,6 +103,7 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
         ),
         ("GET", "/api/groups", vec![List]),
         ("GET", "/api/secrets", vec![List]),
+        ("GET", "/api/services", vec![List]),
         (
             "DELETE",
             "/api/secrets/{name}",
@@ -355,6 +356,34 @@ async fn secret(harness: &Harness, token: &str, name: &str) -> String {
     secret
 }
 
+/// A service the tenant named `name` has called (one failed call through the limits
+/// port, so its breaker row exists); its name (unique to the tenant) is its id.
+async fn service(harness: &Harness, tenant: TenantId, name: &str) -> String {
+    use fronta_automation::limits::{Admission, CallResult, LimitRules, ServiceLimits};
+    let service = format!("service-of-{}", name.to_lowercase());
+    let rules = LimitRules::default();
+    let Admission::Admitted(slot) = harness
+        .store
+        .service_acquire(tenant, &service, &rules)
+        .await
+        .expect("acquire")
+    else {
+        panic!("a fresh service admits a call")
+    };
+    harness
+        .store
+        .service_release(
+            tenant,
+            &service,
+            &slot,
+            CallResult::RetryableFailure,
+            &rules,
+        )
+        .await
+        .expect("release");
+    service
+}
+
 async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static str, String>) {
     let (tenant, token) = harness.tenant(name).await;
     let created = |reply: Reply, what: &str| {
@@ -405,6 +434,7 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         ("run", run),
         ("incident", incident(harness, tenant).await),
         ("secret", secret(harness, &token, name).await),
+        ("service", service(harness, tenant, name).await),
     ]);
     (token, objects)
 }
@@ -421,6 +451,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
             "/api/runs",
             "/api/incidents",
             "/api/secrets",
+            "/api/services",
         ]
         .map(String::from)
         .to_vec();

@@ -26,6 +26,7 @@
 pub mod automations;
 pub mod desk;
 pub mod leader;
+pub mod limits;
 pub mod listener;
 mod retry;
 pub mod runs;

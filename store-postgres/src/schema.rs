@@ -28,7 +28,34 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
     (6, "secrets", SECRETS_V6),
+    (8, "service limits", SERVICE_LIMITS_V8),
 ];
+
+/// Per-(tenant, service) limits (the `ServiceLimits` port), like SQLite's migration 8: a
+/// breaker row per (tenant, service), locked by every acquire and release of it, and a
+/// row per in-flight call (a slot) with its lease's expiry, so a crashed process's slots
+/// free themselves. `probe_slot` names the half-open breaker's probe.
+pub const SERVICE_LIMITS_V8: &str = r#"
+CREATE TABLE service_breakers (
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    service    text        COLLATE "C" NOT NULL,
+    state      text        NOT NULL CHECK (state IN ('closed', 'open', 'half_open')),
+    failures   integer     NOT NULL,
+    opened_at  timestamptz,
+    retry_at   timestamptz,
+    probe_slot uuid,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, service)
+);
+CREATE TABLE service_slots (
+    id         uuid        PRIMARY KEY,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    service    text        COLLATE "C" NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX service_slots_by_service ON service_slots (tenant, service, expires_at);
+CREATE INDEX service_slots_by_expiry ON service_slots (expires_at);
+"#;
 
 /// Per-tenant secrets (the `SecretStore` port), like SQLite's migration 6: sealed values
 /// only, never plain text; `key_version` says which configured key opens the row.

@@ -8,10 +8,11 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
+use fronta_automation::limits::ServiceLimits;
 use fronta_automation::secrets::SecretStore;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
-use fronta_engine::RunStore;
+use fronta_engine::{ManualClock, RunStore};
 use fronta_store_postgres::PgStore;
 use fronta_store_tests::AutomationStoreFactory;
 
@@ -66,6 +67,19 @@ impl AutomationStoreFactory for PgAutomationFactory {
 
     async fn open_secrets(&self) -> (Arc<dyn SecretStore>, Arc<dyn DeskStore>) {
         let store = self.open().await;
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
+    async fn open_limits(
+        &self,
+        clock: ManualClock,
+    ) -> (Arc<dyn ServiceLimits>, Arc<dyn DeskStore>) {
+        let database = TestDb::create().await;
+        let store = database.store(Some(Arc::new(clock))).await;
+        self.databases
+            .lock()
+            .expect("databases lock")
+            .push(database);
         (Arc::new(store.clone()), Arc::new(store))
     }
 }

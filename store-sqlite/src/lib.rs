@@ -23,6 +23,7 @@
 
 pub mod automations;
 pub mod desk;
+pub mod limits;
 pub mod runs;
 pub mod schema;
 pub mod secrets;

@@ -13,7 +13,33 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
     (6, "secrets", SECRETS_V6),
+    (8, "service limits", SERVICE_LIMITS_V8),
 ];
+
+/// Per-(tenant, service) limits (the `ServiceLimits` port): a breaker row per (tenant,
+/// service), and a row per in-flight call (a slot) with its lease's expiry, so a crashed
+/// process's slots free themselves. `probe_slot` names the half-open breaker's probe.
+const SERVICE_LIMITS_V8: &str = r#"
+CREATE TABLE service_breakers (
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    service    TEXT    NOT NULL,
+    state      TEXT    NOT NULL CHECK (state IN ('closed', 'open', 'half_open')),
+    failures   INTEGER NOT NULL,
+    opened_at  INTEGER,
+    retry_at   INTEGER,
+    probe_slot TEXT,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, service)
+) WITHOUT ROWID;
+CREATE TABLE service_slots (
+    id         TEXT    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    service    TEXT    NOT NULL,
+    expires_at INTEGER NOT NULL
+);
+CREATE INDEX service_slots_by_service ON service_slots (tenant, service, expires_at);
+CREATE INDEX service_slots_by_expiry ON service_slots (expires_at);
+"#;
 
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only
 /// (a finished run frees its key); this one keeps every keyed run findable.

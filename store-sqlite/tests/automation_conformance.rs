@@ -5,10 +5,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use fronta_automation::limits::ServiceLimits;
 use fronta_automation::secrets::SecretStore;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
-use fronta_engine::RunStore;
+use fronta_engine::{ManualClock, RunStore};
 use fronta_store_sqlite::{SqliteConfig, SqliteStore};
 use fronta_store_tests::AutomationStoreFactory;
 use tempfile::TempDir;
@@ -61,6 +62,18 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
 
     async fn open_secrets(&self) -> (Arc<dyn SecretStore>, Arc<dyn DeskStore>) {
         let store = self.open();
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
+    async fn open_limits(
+        &self,
+        clock: ManualClock,
+    ) -> (Arc<dyn ServiceLimits>, Arc<dyn DeskStore>) {
+        let dir = TempDir::new().expect("a temporary directory");
+        let mut config = SqliteConfig::new(dir.path().join("fronta.db"));
+        config.clock = Arc::new(clock);
+        let store = SqliteStore::open(config).expect("a fresh SQLite store opens");
+        self.dirs.lock().expect("dirs lock").push(dir);
         (Arc::new(store.clone()), Arc::new(store))
     }
 }

@@ -1829,3 +1829,6 @@ pub async fn another_tenants_secret_answers_exactly_like_a_missing_one(
         "a put for an unknown tenant",
     );
 }
+
+// The service limits cases live in their own module and run in this suite.
+pub use crate::limits_cases::*;

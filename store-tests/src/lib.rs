@@ -32,6 +32,7 @@ use fronta_engine::{ManualClock, RunStore};
 
 pub mod automation_cases;
 pub mod desk_cases;
+pub mod limits_cases;
 pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
@@ -85,6 +86,16 @@ pub trait AutomationStoreFactory: Send + Sync {
         &self,
     ) -> (
         Arc<dyn fronta_automation::secrets::SecretStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
+
+    /// A fresh, empty store's service limits port whose clock is `clock` (slot leases and
+    /// cool-downs are judged by it); both handles are the same database.
+    async fn open_limits(
+        &self,
+        clock: ManualClock,
+    ) -> (
+        Arc<dyn fronta_automation::limits::ServiceLimits>,
         Arc<dyn fronta_desk::DeskStore>,
     );
 }
@@ -304,6 +315,13 @@ macro_rules! automation_conformance_suite {
             // Secrets.
             secrets_are_put_listed_read_replaced_and_deleted,
             another_tenants_secret_answers_exactly_like_a_missing_one,
+            // Service limits.
+            limits_cap_admits_up_to_the_limit_and_a_release_frees_a_slot,
+            limits_two_concurrent_acquirers_for_the_last_slot_admit_exactly_one,
+            limits_expired_slot_frees_itself,
+            limits_breaker_opens_snoozes_probes_once_and_closes,
+            limits_failed_probe_reopens_and_fatal_failures_do_not_count,
+            limits_are_isolated_per_tenant_and_totals_count_by_state,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -22,6 +22,7 @@ pub mod desk;
 pub mod health;
 pub mod runs;
 pub mod secrets;
+pub mod services;
 pub mod webhook;
 
 use std::str::FromStr;
@@ -273,6 +274,15 @@ fn table() -> Routes {
                 "List the tenant's secrets: names, keyVersion, updatedAt; never values",
             )
             .answers(200, "SecretList")],
+        )
+        .add(
+            "/api/services",
+            get(services::service_list),
+            [op(
+                get_,
+                "List the tenant's services: breaker state, failures, calls in flight, retryAt",
+            )
+            .answers(200, "ServiceList")],
         )
         .add(
             "/api/secrets/{name}",

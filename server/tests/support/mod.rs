@@ -10,9 +10,12 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use fronta_automation::executor::{self, Runtime};
+use fronta_automation::limits::{LimitedConnector, LimitsConfig};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::{DeskStore, TenantId};
-use fronta_engine::{Dispatcher, Registry, RunStore, SystemClock, Worker, WorkerConfig};
+use fronta_engine::{
+    Clock, Dispatcher, ManualClock, Registry, RunStore, SystemClock, Worker, WorkerConfig,
+};
 use fronta_server::{App, Ports, ServerConfig};
 use fronta_store_sqlite::{SqliteConfig, SqliteStore, Synchronous};
 use serde_json::{Value, json};
@@ -76,9 +79,24 @@ impl Harness {
     }
 
     pub fn with_config(config: ServerConfig) -> Self {
+        Self::build(config, LimitsConfig::default(), None)
+    }
+
+    /// A harness whose store, executor and limits run on `clock` (moved by the test),
+    /// with connector calls limited by `limits`.
+    pub fn with_limits(limits: LimitsConfig, clock: ManualClock) -> Self {
+        Self::build(test_config(), limits, Some(clock))
+    }
+
+    fn build(config: ServerConfig, limits: LimitsConfig, clock: Option<ManualClock>) -> Self {
+        let clock: Arc<dyn Clock> = match clock {
+            Some(clock) => Arc::new(clock),
+            None => Arc::new(SystemClock),
+        };
         let dir = tempfile::tempdir().expect("a temp dir");
         let mut sqlite = SqliteConfig::new(dir.path().join("server-test.db"));
         sqlite.synchronous = Synchronous::Normal;
+        sqlite.clock = clock.clone();
         let store = SqliteStore::open(sqlite).expect("the store opens");
         let runs: Arc<dyn RunStore> = Arc::new(store.clone());
         let desk: Arc<dyn DeskStore> = Arc::new(store.clone());
@@ -97,8 +115,13 @@ impl Harness {
         let runtime = Arc::new(Runtime {
             desk: desk.clone(),
             automations: automations.clone(),
-            clock: Arc::new(SystemClock),
-            connectors: Some(Arc::new(fronta_connectors::Connectors::new(http))),
+            clock: clock.clone(),
+            connectors: Some(Arc::new(LimitedConnector::new(
+                Arc::new(fronta_connectors::Connectors::new(http)),
+                Arc::new(store.clone()),
+                limits,
+                clock,
+            ))),
             secrets: Some(fronta_automation::secrets::SecretVault {
                 store: Arc::new(store.clone()),
                 cipher: Some(cipher.clone()),
@@ -118,6 +141,7 @@ impl Harness {
                 automations,
                 secrets: Arc::new(store.clone()),
                 secret_cipher: Some(cipher),
+                limits: Arc::new(store.clone()),
             },
             dispatcher,
         )
