@@ -52,6 +52,7 @@ pub mod context;
 pub mod contract;
 pub mod executor;
 pub mod instant;
+pub mod mcp;
 pub mod model;
 pub mod problem;
 pub mod retry;
