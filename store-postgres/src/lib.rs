@@ -27,6 +27,7 @@ pub mod automations;
 pub mod desk;
 pub mod leader;
 pub mod listener;
+pub mod mcp_servers;
 mod retry;
 pub mod runs;
 pub mod schema;

@@ -23,6 +23,7 @@
 
 pub mod automations;
 pub mod desk;
+pub mod mcp_servers;
 pub mod runs;
 pub mod schema;
 pub mod secrets;

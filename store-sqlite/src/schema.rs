@@ -13,7 +13,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
     (6, "secrets", SECRETS_V6),
+    (7, "mcp servers", MCP_SERVERS_V7),
 ];
+
+/// Per-tenant MCP servers (the `McpServerStore` port): the configuration as JSON (a
+/// header value holds secret references, never values).
+const MCP_SERVERS_V7: &str = r#"
+CREATE TABLE mcp_servers (
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name       TEXT    NOT NULL,
+    config     TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
+"#;
 
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only
 /// (a finished run frees its key); this one keeps every keyed run findable.

@@ -87,6 +87,15 @@ pub trait AutomationStoreFactory: Send + Sync {
         Arc<dyn fronta_automation::secrets::SecretStore>,
         Arc<dyn fronta_desk::DeskStore>,
     );
+
+    /// A fresh, empty store's MCP servers port; both handles are the same database (the
+    /// desk one creates the tenants).
+    async fn open_mcp_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
 }
 
 /// Not public API: what [`conformance_suite!`] expands to needs.
@@ -304,6 +313,9 @@ macro_rules! automation_conformance_suite {
             // Secrets.
             secrets_are_put_listed_read_replaced_and_deleted,
             another_tenants_secret_answers_exactly_like_a_missing_one,
+            // MCP servers.
+            mcp_servers_are_put_listed_read_replaced_and_deleted,
+            another_tenants_mcp_server_answers_exactly_like_a_missing_one,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
