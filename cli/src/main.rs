@@ -226,6 +226,14 @@ impl Store {
         }
     }
 
+    /// The MCP servers port on this database.
+    pub(crate) fn mcp_servers(&self) -> Arc<dyn fronta_automation::mcp::McpServerStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     /// The secrets port on this database.
     pub(crate) fn secrets(&self) -> Arc<dyn fronta_automation::secrets::SecretStore> {
         match self {
@@ -305,15 +313,16 @@ pub(crate) fn runtime_registry(
     let (runs, desk, automations) = store.ports();
     let mut registry = Registry::new();
     kinds::register(&mut registry, settings)?;
+    let vault = fronta_automation::secrets::SecretVault {
+        store: store.secrets(),
+        cipher: outside.cipher.clone(),
+    };
     let runtime = Arc::new(fronta_automation::executor::Runtime {
         desk,
         automations,
         clock: Arc::new(fronta_engine::SystemClock),
-        connectors: Some(outside.connectors.clone()),
-        secrets: Some(fronta_automation::secrets::SecretVault {
-            store: store.secrets(),
-            cipher: outside.cipher.clone(),
-        }),
+        connectors: Some(outside.connectors(store.mcp_servers(), vault.clone())?),
+        secrets: Some(vault),
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

@@ -213,6 +213,7 @@ pub(crate) fn server_parts(
             automations,
             secrets: store.secrets(),
             secret_cipher: outside.cipher.clone(),
+            mcp_servers: store.mcp_servers(),
         },
         dispatcher,
     )

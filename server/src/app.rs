@@ -11,6 +11,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use fronta_automation::mcp::McpServerStore;
 use fronta_automation::secrets::{SecretCipher, SecretStore};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::DeskStore;
@@ -32,6 +33,8 @@ pub struct Ports {
     /// Seals secret values; `None` when no key is configured (`PUT /api/secrets/…`
     /// then answers 409 `secrets_not_configured`).
     pub secret_cipher: Option<Arc<dyn SecretCipher>>,
+    /// Per-tenant MCP servers (`/api/mcp-servers`).
+    pub mcp_servers: Arc<dyn McpServerStore>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -133,6 +136,10 @@ impl App {
 
     pub(crate) fn secrets(&self) -> &dyn SecretStore {
         self.inner.ports.secrets.as_ref()
+    }
+
+    pub(crate) fn mcp_servers(&self) -> &dyn McpServerStore {
+        self.inner.ports.mcp_servers.as_ref()
     }
 
     pub(crate) fn secret_cipher(&self) -> Option<&dyn SecretCipher> {

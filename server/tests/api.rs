@@ -85,6 +85,7 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
             automations: Arc::new(harness.store.clone()),
             secrets: Arc::new(harness.store.clone()),
             secret_cipher: None,
+            mcp_servers: Arc::new(harness.store.clone()),
         },
         Dispatcher::from_registry(broken, &harness.registry),
     )

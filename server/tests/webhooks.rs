@@ -621,6 +621,7 @@ fn harness_ports(harness: &Harness) -> fronta_server::Ports {
         automations: Arc::new(harness.store.clone()),
         secrets: Arc::new(harness.store.clone()),
         secret_cipher: None,
+        mcp_servers: Arc::new(harness.store.clone()),
     }
 }
 
