@@ -157,7 +157,7 @@ async fn desk_migration_upgrades_a_database_that_holds_runs() {
         .expect("rows");
     assert_eq!(
         versions,
-        vec![1, 2, 3, 4, 6, 7],
+        vec![1, 2, 3, 4, 5, 6, 7],
         "migrations 2 (desk) and 3 (automations) were applied on open"
     );
 }
