@@ -166,7 +166,7 @@ impl McpConnector {
             Some(_) => return Err(bad_input("input \"arguments\" must be an object")),
         };
         let server = self.server(call.tenant, &server_name).await?;
-        let outcome = match &server.transport {
+        match &server.transport {
             McpTransport::Http { url, headers } => {
                 let (url, headers) = self.http_target(call.tenant, &server, url, headers).await?;
                 let shown = describe(&url);
@@ -217,8 +217,7 @@ impl McpConnector {
                 );
                 outcome
             }
-        };
-        outcome
+        }
     }
 
     async fn server(&self, tenant: TenantId, name: &str) -> Result<McpServer, ConnectorFailure> {

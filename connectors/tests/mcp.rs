@@ -121,7 +121,7 @@ impl McpServerStore for Servers {
         servers
             .remove(&(tenant, name.to_owned()))
             .map(|_| ())
-            .ok_or_else(|| DeskError::NotFound("MCP server"))
+            .ok_or(DeskError::NotFound("MCP server"))
     }
 }
 
