@@ -53,6 +53,7 @@ pub mod contract;
 pub mod executor;
 pub mod instant;
 pub mod limits;
+pub mod mcp;
 pub mod model;
 pub mod problem;
 pub mod retry;

@@ -226,6 +226,14 @@ impl Store {
         }
     }
 
+    /// The MCP servers port on this database.
+    pub(crate) fn mcp_servers(&self) -> Arc<dyn fronta_automation::mcp::McpServerStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     /// The secrets port on this database.
     pub(crate) fn secrets(&self) -> Arc<dyn fronta_automation::secrets::SecretStore> {
         match self {
@@ -312,9 +320,13 @@ pub(crate) fn runtime_registry(
     let (runs, desk, automations) = store.ports();
     let mut registry = Registry::new();
     kinds::register(&mut registry, settings)?;
+    let vault = fronta_automation::secrets::SecretVault {
+        store: store.secrets(),
+        cipher: outside.cipher.clone(),
+    };
     // Every connector call goes through the per-(tenant, service) cap and breaker.
     let connectors = fronta_automation::limits::LimitedConnector::new(
-        outside.connectors.clone(),
+        outside.connectors(store.mcp_servers(), vault.clone())?,
         store.limits(),
         outside.limits,
         Arc::new(fronta_engine::SystemClock),
@@ -324,10 +336,7 @@ pub(crate) fn runtime_registry(
         automations,
         clock: Arc::new(fronta_engine::SystemClock),
         connectors: Some(Arc::new(connectors)),
-        secrets: Some(fronta_automation::secrets::SecretVault {
-            store: store.secrets(),
-            cipher: outside.cipher.clone(),
-        }),
+        secrets: Some(vault),
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

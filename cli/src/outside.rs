@@ -1,6 +1,7 @@
 //! What every working process is handed to reach the outside world: the connectors
-//! (`http/request` behind the SSRF guard) and the secret keyring, both read from the
-//! environment once at start-up. A bad setting stops the process with a clear message.
+//! (`http/request` and `mcp/call-tool`, both behind the SSRF guard) and the secret
+//! keyring, read from the environment once at start-up. A bad setting stops the process
+//! with a clear message.
 //!
 //! | variable | default | what |
 //! |---|---|---|
@@ -11,6 +12,9 @@
 //! | `FRONTA_HTTP_MAX_RESPONSE_BYTES` | 1048576 | the largest answer body |
 //! | `FRONTA_HTTP_MAX_REDIRECTS` | 5 | redirect hops followed |
 //! | `FRONTA_HTTP_MAX_RETRY_AFTER` | 1h | a longer `Retry-After` is cut to this |
+//! | `FRONTA_MCP_STDIO` | 0 | `1`: tenants' `stdio` MCP servers may run local commands on this host |
+//! | `FRONTA_MCP_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS of an MCP server |
+//! | `FRONTA_MCP_MAX_RESULT_BYTES` | 1048576 | the largest JSON answer of an MCP server |
 //! | `FRONTA_SECRET_KEY` | unset | base64 of 32 bytes; unset: secrets cannot be stored or used |
 //! | `FRONTA_SECRET_KEY_VERSION` | 1 | the version new secrets are sealed with |
 //! | `FRONTA_SECRET_OLD_KEYS` | empty | `version:base64,…`: older keys that still open values |
@@ -27,16 +31,44 @@ use std::time::Duration;
 use anyhow::{Context, anyhow};
 use fronta_automation::connector::Connector;
 use fronta_automation::limits::{self, LimitRules, LimitsConfig};
-use fronta_automation::secrets::SecretCipher;
-use fronta_connectors::{AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring};
+use fronta_automation::mcp::McpServerStore;
+use fronta_automation::secrets::{SecretCipher, SecretVault};
+use fronta_connectors::{
+    AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, McpConnector,
+    McpLimits,
+};
 
-/// The connectors and the cipher of this process.
+/// The connectors' settings and the cipher of this process.
 #[derive(Clone)]
 pub(crate) struct Outside {
-    pub connectors: Arc<dyn Connector>,
+    http: HttpConnector,
+    policy: AddressPolicy,
+    mcp: McpLimits,
     pub cipher: Option<Arc<dyn SecretCipher>>,
     /// Per-(tenant, service) limits the connectors are wrapped in.
     pub limits: LimitsConfig,
+}
+
+impl Outside {
+    /// The connectors, reading MCP servers from `servers` and revealing their header
+    /// secrets through `vault`.
+    pub(crate) fn connectors(
+        &self,
+        servers: Arc<dyn McpServerStore>,
+        vault: SecretVault,
+    ) -> anyhow::Result<Arc<dyn Connector>> {
+        let mcp = McpConnector::new(servers, Some(vault), self.policy.clone(), self.mcp.clone())
+            .map_err(|err| anyhow!("MCP connector: {err}"))?;
+        Ok(Arc::new(Connectors::new(self.http.clone()).with_mcp(mcp)))
+    }
+}
+
+fn flag_var(name: &str) -> anyhow::Result<bool> {
+    match var(name).as_deref().map(str::trim) {
+        None | Some("0") | Some("false") => Ok(false),
+        Some("1") | Some("true") => Ok(true),
+        Some(other) => Err(anyhow!("{name}: expected 1 or 0, got {other:?}")),
+    }
 }
 
 fn var(name: &str) -> Option<String> {
@@ -81,7 +113,8 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
     if !allow.is_empty() {
         tracing::warn!(allow = %allow.describe(), "connectors may reach these private hosts and networks (FRONTA_HTTP_ALLOW)");
     }
-    let http = HttpConnector::new(AddressPolicy::new(allow), limits)
+    let policy = AddressPolicy::new(allow);
+    let http = HttpConnector::new(policy.clone(), limits)
         .map_err(|err| anyhow!("HTTP connector: {err}"))?;
     tracing::info!(limits = ?http.limits(), "http/request connector ready");
     let keyring = Keyring::from_env().map_err(|err| anyhow!("{err}"))?;
@@ -99,8 +132,22 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
     };
     let limits = limits_from_env()?;
     tracing::info!(?limits, "per-(tenant, service) limits and breakers");
+    let mcp_defaults = McpLimits::default();
+    let mcp = McpLimits {
+        connect_timeout: duration_var("FRONTA_MCP_CONNECT_TIMEOUT", mcp_defaults.connect_timeout)?,
+        max_result_bytes: number_var("FRONTA_MCP_MAX_RESULT_BYTES", mcp_defaults.max_result_bytes)?,
+        allow_stdio: flag_var("FRONTA_MCP_STDIO")?,
+    };
+    if mcp.allow_stdio {
+        tracing::warn!(
+            "stdio MCP servers are on (FRONTA_MCP_STDIO): tenants' servers may run local commands on this host"
+        );
+    }
+    tracing::info!(limits = ?mcp, "mcp/call-tool connector ready");
     Ok(Outside {
-        connectors: Arc::new(Connectors::new(http)),
+        http,
+        policy,
+        mcp,
         cipher,
         limits,
     })

@@ -214,6 +214,7 @@ pub(crate) fn server_parts(
             secrets: store.secrets(),
             secret_cipher: outside.cipher.clone(),
             limits: store.limits(),
+            mcp_servers: store.mcp_servers(),
         },
         dispatcher,
     )

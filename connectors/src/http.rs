@@ -153,6 +153,37 @@ fn scalar_text(value: &Value) -> Option<String> {
     }
 }
 
+/// The outbound HTTP client behind the SSRF guard (shared by `http/request` and the MCP
+/// client): ring TLS with the web's roots, names resolved through the guard, no redirects
+/// followed, no retries, no proxy.
+pub(crate) fn guarded_client(
+    policy: Arc<AddressPolicy>,
+    lookup: Arc<dyn NameLookup>,
+    connect_timeout: Duration,
+) -> Result<reqwest::Client, String> {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|err| format!("TLS configuration: {err}"))?
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let resolver = GuardedResolver { policy, lookup };
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .dns_resolver(Arc::new(resolver))
+        .redirect(reqwest::redirect::Policy::none())
+        .retry(reqwest::retry::never())
+        .no_proxy()
+        .connect_timeout(connect_timeout)
+        .user_agent(concat!("fronta/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|err| format!("the HTTP client cannot be built: {err}"))
+}
+
 impl HttpConnector {
     /// A connector resolving names with the system's resolver.
     pub fn new(policy: AddressPolicy, limits: HttpLimits) -> Result<Self, String> {
@@ -175,30 +206,7 @@ impl HttpConnector {
             ));
         }
         let policy = Arc::new(policy);
-        let roots = rustls::RootCertStore {
-            roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
-        };
-        let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|err| format!("TLS configuration: {err}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-        let resolver = GuardedResolver {
-            policy: policy.clone(),
-            lookup,
-        };
-        let client = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .dns_resolver(Arc::new(resolver))
-            .redirect(reqwest::redirect::Policy::none())
-            .retry(reqwest::retry::never())
-            .no_proxy()
-            .connect_timeout(limits.connect_timeout)
-            .user_agent(concat!("fronta/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|err| format!("the HTTP client cannot be built: {err}"))?;
+        let client = guarded_client(policy.clone(), lookup, limits.connect_timeout)?;
         Ok(Self {
             client,
             policy,

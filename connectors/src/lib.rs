@@ -1,14 +1,17 @@
 //! The outside world for fronta's automations: the `http/request` connector step
-//! ([`http`]) behind an SSRF guard ([`ssrf`]), and the cipher that seals per-tenant
-//! secrets at rest ([`keyring`]). [`Connectors`] implements the automation runtime's
-//! `Connector` port and dispatches by op, so `mcp/call-tool` can be added beside
-//! `http/request`.
+//! ([`http`]) behind an SSRF guard ([`ssrf`]), the `mcp/call-tool` step ([`mcp`], the
+//! official `rmcp` client over streamable HTTP through the same guard, or stdio when the
+//! operator allows it), and the cipher that seals per-tenant secrets at rest
+//! ([`keyring`]). [`Connectors`] implements the automation runtime's `Connector` port and
+//! dispatches by op.
 //!
 //! Left out: the circuit breaker and per-(tenant, service) caps (a decorator around the
-//! port), MCP, storage of secrets (the stores implement `SecretStore`).
+//! port), storage of secrets and MCP servers (the stores implement `SecretStore` and
+//! `McpServerStore`).
 
 pub mod http;
 pub mod keyring;
+pub mod mcp;
 pub mod ssrf;
 
 use async_trait::async_trait;
@@ -19,26 +22,36 @@ use fronta_automation::connector::{
 
 pub use http::{HttpConnector, HttpLimits};
 pub use keyring::{Keyring, KeyringError};
+pub use mcp::{McpConnector, McpLimits};
 pub use ssrf::{AddressPolicy, AllowList};
 
 /// Every connector this build has, dispatched by op.
 #[derive(Debug, Clone)]
 pub struct Connectors {
     pub http: HttpConnector,
+    /// `None`: `mcp/call-tool` answers `NotConfigured` (no MCP server directory).
+    pub mcp: Option<McpConnector>,
 }
 
 impl Connectors {
     pub fn new(http: HttpConnector) -> Self {
-        Self { http }
+        Self { http, mcp: None }
+    }
+
+    /// Adds `mcp/call-tool`.
+    pub fn with_mcp(mut self, mcp: McpConnector) -> Self {
+        self.mcp = Some(mcp);
+        self
     }
 }
 
 #[async_trait]
 impl Connector for Connectors {
     async fn call(&self, call: ConnectorCall<'_>) -> Result<ConnectorReply, ConnectorFailure> {
-        match call.op {
-            Op::HttpRequest => self.http.call(call).await,
-            other => {
+        match (call.op, &self.mcp) {
+            (Op::HttpRequest, _) => self.http.call(call).await,
+            (Op::McpCallTool, Some(mcp)) => mcp.call(call).await,
+            (other, _) => {
                 tracing::warn!(
                     op = other.as_str(),
                     step = call.step_name,

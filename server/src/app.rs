@@ -12,6 +12,7 @@
 use std::sync::{Arc, OnceLock};
 
 use fronta_automation::limits::ServiceLimits;
+use fronta_automation::mcp::McpServerStore;
 use fronta_automation::secrets::{SecretCipher, SecretStore};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::DeskStore;
@@ -35,6 +36,8 @@ pub struct Ports {
     pub secret_cipher: Option<Arc<dyn SecretCipher>>,
     /// Per-(tenant, service) limits and breakers (`/api/services`, `/metrics`).
     pub limits: Arc<dyn ServiceLimits>,
+    /// Per-tenant MCP servers (`/api/mcp-servers`).
+    pub mcp_servers: Arc<dyn McpServerStore>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -140,6 +143,10 @@ impl App {
 
     pub(crate) fn limits(&self) -> &dyn ServiceLimits {
         self.inner.ports.limits.as_ref()
+    }
+
+    pub(crate) fn mcp_servers(&self) -> &dyn McpServerStore {
+        self.inner.ports.mcp_servers.as_ref()
     }
 
     pub(crate) fn secret_cipher(&self) -> Option<&dyn SecretCipher> {

@@ -86,6 +86,7 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
             secrets: Arc::new(harness.store.clone()),
             secret_cipher: None,
             limits: Arc::new(harness.store.clone()),
+            mcp_servers: Arc::new(harness.store.clone()),
         },
         Dispatcher::from_registry(broken, &harness.registry),
     )

@@ -121,6 +121,36 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
                 status: StatusCode::BAD_REQUEST,
             }],
         ),
+        ("GET", "/api/mcp-servers", vec![List]),
+        (
+            "POST",
+            "/api/mcp-servers",
+            vec![NoIds(
+                "creates an MCP server in the caller's tenant, by name",
+            )],
+        ),
+        (
+            "GET",
+            "/api/mcp-servers/{name}",
+            vec![ids(&[("name", "mcp")], None)],
+        ),
+        (
+            "DELETE",
+            "/api/mcp-servers/{name}",
+            vec![ids(&[("name", "mcp")], None)],
+        ),
+        (
+            // Names are per tenant: a valid PUT with the owner's name writes the caller's
+            // own server; here a refused PUT must read the same whoever's name it
+            // carries, and change nothing.
+            "PUT",
+            "/api/mcp-servers/{name}",
+            vec![Ids {
+                fill: &[("name", "mcp")],
+                body: Some(json!({"transport": 42})),
+                status: StatusCode::BAD_REQUEST,
+            }],
+        ),
         (
             "POST",
             "/api/groups",
@@ -384,6 +414,27 @@ async fn service(harness: &Harness, tenant: TenantId, name: &str) -> String {
     service
 }
 
+/// An MCP server of the tenant named `name`; its name (unique to the tenant) is its id.
+async fn mcp_server(harness: &Harness, token: &str, name: &str) -> String {
+    let server = format!("crm-{}", name.to_lowercase());
+    let reply = harness
+        .call(
+            Method::PUT,
+            &format!("/api/mcp-servers/{server}"),
+            Some(token),
+            Some(json!({"transport": {"type": "http",
+                "url": format!("https://mcp.{}.test/mcp", name.to_lowercase())}})),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "MCP server of {name}: {}",
+        reply.json
+    );
+    server
+}
+
 async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static str, String>) {
     let (tenant, token) = harness.tenant(name).await;
     let created = |reply: Reply, what: &str| {
@@ -435,6 +486,7 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         ("incident", incident(harness, tenant).await),
         ("secret", secret(harness, &token, name).await),
         ("service", service(harness, tenant, name).await),
+        ("mcp", mcp_server(harness, &token, name).await),
     ]);
     (token, objects)
 }
@@ -452,6 +504,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
             "/api/incidents",
             "/api/secrets",
             "/api/services",
+            "/api/mcp-servers",
         ]
         .map(String::from)
         .to_vec();
@@ -462,6 +515,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
         paths.push(format!("/api/tickets/{}", objects["ticket"]));
         paths.push(format!("/api/runs/{}", objects["run"]));
         paths.push(format!("/api/incidents/{}", objects["incident"]));
+        paths.push(format!("/api/mcp-servers/{}", objects["mcp"]));
         for path in paths {
             let reply = harness.get(&path, token).await;
             seen.push(format!(

@@ -622,6 +622,7 @@ fn harness_ports(harness: &Harness) -> fronta_server::Ports {
         secrets: Arc::new(harness.store.clone()),
         secret_cipher: None,
         limits: Arc::new(harness.store.clone()),
+        mcp_servers: Arc::new(harness.store.clone()),
     }
 }
 

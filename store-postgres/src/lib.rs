@@ -28,6 +28,7 @@ pub mod desk;
 pub mod leader;
 pub mod limits;
 pub mod listener;
+pub mod mcp_servers;
 mod retry;
 pub mod runs;
 pub mod schema;

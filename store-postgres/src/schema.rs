@@ -7,7 +7,7 @@
 //! it. Left out: down-migrations and a CLI (`fronta migrate` calls [`migrate`]).
 //!
 //! The versions and names follow the SQLite store's (`fronta_store_sqlite::schema`): 1
-//! runs, 2 desk, 3 automations, 4 member open counts, 6 secrets, so one number means the
+//! runs, 2 desk, 3 automations, 4 member open counts, 6 secrets, 7 mcp servers, so one number means the
 //! same tables on both. Versions increase along the list but need not be consecutive.
 
 use sqlx::PgPool;
@@ -28,6 +28,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
     (6, "secrets", SECRETS_V6),
+    (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
 ];
 
@@ -55,6 +56,18 @@ CREATE TABLE service_slots (
 );
 CREATE INDEX service_slots_by_service ON service_slots (tenant, service, expires_at);
 CREATE INDEX service_slots_by_expiry ON service_slots (expires_at);
+"#;
+
+/// Per-tenant MCP servers (the `McpServerStore` port), like SQLite's migration 7: the
+/// configuration as JSON (a header value holds secret references, never values).
+pub const MCP_SERVERS_V7: &str = r#"
+CREATE TABLE mcp_servers (
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    name       text        COLLATE "C" NOT NULL,
+    config     jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
 "#;
 
 /// Per-tenant secrets (the `SecretStore` port), like SQLite's migration 6: sealed values

@@ -82,6 +82,16 @@ impl AutomationStoreFactory for PgAutomationFactory {
             .push(database);
         (Arc::new(store.clone()), Arc::new(store))
     }
+
+    async fn open_mcp_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open().await;
+        (Arc::new(store.clone()), Arc::new(store))
+    }
 }
 
 fronta_store_tests::automation_conformance_suite!(PgAutomationFactory::new());

@@ -24,6 +24,7 @@
 pub mod automations;
 pub mod desk;
 pub mod limits;
+pub mod mcp_servers;
 pub mod runs;
 pub mod schema;
 pub mod secrets;

@@ -13,6 +13,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (4, "member open counts", MEMBER_OPEN_V4),
     (5, "runs by unique key, finished too", KEY_HISTORY_V5),
     (6, "secrets", SECRETS_V6),
+    (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
 ];
 
@@ -39,6 +40,18 @@ CREATE TABLE service_slots (
 );
 CREATE INDEX service_slots_by_service ON service_slots (tenant, service, expires_at);
 CREATE INDEX service_slots_by_expiry ON service_slots (expires_at);
+"#;
+
+/// Per-tenant MCP servers (the `McpServerStore` port): the configuration as JSON (a
+/// header value holds secret references, never values).
+const MCP_SERVERS_V7: &str = r#"
+CREATE TABLE mcp_servers (
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name       TEXT    NOT NULL,
+    config     TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
 "#;
 
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only

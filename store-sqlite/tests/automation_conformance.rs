@@ -76,6 +76,16 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
         self.dirs.lock().expect("dirs lock").push(dir);
         (Arc::new(store.clone()), Arc::new(store))
     }
+
+    async fn open_mcp_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open();
+        (Arc::new(store.clone()), Arc::new(store))
+    }
 }
 
 fronta_store_tests::automation_conformance_suite!(SqliteAutomationFactory::new());

@@ -1832,3 +1832,136 @@ pub async fn another_tenants_secret_answers_exactly_like_a_missing_one(
 
 // The service limits cases live in their own module and run in this suite.
 pub use crate::limits_cases::*;
+fn mcp_server(name: &str, url: &str) -> fronta_automation::mcp::McpServer {
+    fronta_automation::mcp::McpServer {
+        name: name.to_owned(),
+        transport: fronta_automation::mcp::McpTransport::Http {
+            url: url.to_owned(),
+            headers: [(
+                "Authorization".to_owned(),
+                "Bearer {{secrets.crm_token}}".to_owned(),
+            )]
+            .into_iter()
+            .collect(),
+        },
+        timeout_sec: 12,
+    }
+}
+
+/// Put creates or replaces whole, get answers it exactly as given, list orders by name,
+/// delete removes (and says when nothing).
+pub async fn mcp_servers_are_put_listed_read_replaced_and_deleted(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let (servers, desk) = factory.open_mcp_servers().await;
+    let (acme, _) = desk.tenant_create("Acme").await.expect("tenant");
+    let acme = acme.id;
+    let crm = mcp_server("crm", "https://mcp.crm.test/mcp");
+    assert_eq!(
+        servers
+            .mcp_server_put(acme, crm.clone())
+            .await
+            .expect("put"),
+        crm,
+        "put answers the server"
+    );
+    let local = fronta_automation::mcp::McpServer {
+        name: "billing".into(),
+        transport: fronta_automation::mcp::McpTransport::Stdio {
+            command: "billing-mcp".into(),
+            args: vec!["--quiet".into()],
+        },
+        timeout_sec: 5,
+    };
+    servers
+        .mcp_server_put(acme, local.clone())
+        .await
+        .expect("a second server");
+    assert_eq!(
+        servers.mcp_server_get(acme, "crm").await.expect("get"),
+        Some(crm.clone()),
+        "exactly as given"
+    );
+    assert_eq!(
+        servers.mcp_server_list(acme).await.expect("list"),
+        vec![local.clone(), crm],
+        "ordered by name"
+    );
+    let replaced = mcp_server("crm", "https://other.crm.test/mcp");
+    servers
+        .mcp_server_put(acme, replaced.clone())
+        .await
+        .expect("put replaces");
+    assert_eq!(
+        servers.mcp_server_get(acme, "crm").await.expect("get"),
+        Some(replaced),
+        "replaced whole"
+    );
+    servers
+        .mcp_server_delete(acme, "crm")
+        .await
+        .expect("delete");
+    assert_eq!(
+        servers.mcp_server_get(acme, "crm").await.expect("get"),
+        None,
+        "deleted"
+    );
+    assert_not_found(
+        servers.mcp_server_delete(acme, "crm").await,
+        "deleting it again",
+    );
+    assert_eq!(
+        servers.mcp_server_list(acme).await.expect("list"),
+        vec![local],
+        "the other one stays"
+    );
+}
+
+/// Another tenant's MCP server answers exactly like a missing one; a write for an
+/// unknown tenant is `NotFound`.
+pub async fn another_tenants_mcp_server_answers_exactly_like_a_missing_one(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let (servers, desk) = factory.open_mcp_servers().await;
+    let (acme, _) = desk.tenant_create("Acme").await.expect("tenant");
+    let (globex, _) = desk.tenant_create("Globex").await.expect("tenant");
+    servers
+        .mcp_server_put(globex.id, mcp_server("crm", "https://mcp.crm.test/mcp"))
+        .await
+        .expect("Globex's server");
+    assert!(
+        servers
+            .mcp_server_list(acme.id)
+            .await
+            .expect("list")
+            .is_empty(),
+        "Acme sees none"
+    );
+    assert_eq!(
+        servers.mcp_server_get(acme.id, "crm").await.expect("get"),
+        None,
+        "Acme cannot read it"
+    );
+    assert_not_found(
+        servers.mcp_server_delete(acme.id, "crm").await,
+        "Acme cannot delete it",
+    );
+    assert!(
+        servers
+            .mcp_server_get(globex.id, "crm")
+            .await
+            .expect("get")
+            .is_some(),
+        "Globex still has it"
+    );
+    assert_not_found(
+        servers
+            .mcp_server_put(
+                fronta_desk::TenantId::new(),
+                mcp_server("crm", "https://mcp.crm.test/mcp"),
+            )
+            .await
+            .map(|_| ()),
+        "a write for an unknown tenant",
+    );
+}

@@ -98,6 +98,15 @@ pub trait AutomationStoreFactory: Send + Sync {
         Arc<dyn fronta_automation::limits::ServiceLimits>,
         Arc<dyn fronta_desk::DeskStore>,
     );
+
+    /// A fresh, empty store's MCP servers port; both handles are the same database (the
+    /// desk one creates the tenants).
+    async fn open_mcp_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
 }
 
 /// Not public API: what [`conformance_suite!`] expands to needs.
@@ -322,6 +331,9 @@ macro_rules! automation_conformance_suite {
             limits_breaker_opens_snoozes_probes_once_and_closes,
             limits_failed_probe_reopens_and_fatal_failures_do_not_count,
             limits_are_isolated_per_tenant_and_totals_count_by_state,
+            // MCP servers.
+            mcp_servers_are_put_listed_read_replaced_and_deleted,
+            another_tenants_mcp_server_answers_exactly_like_a_missing_one,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -20,6 +20,7 @@ pub mod apply;
 pub mod automations;
 pub mod desk;
 pub mod health;
+pub mod mcp_servers;
 pub mod runs;
 pub mod secrets;
 pub mod services;
@@ -295,6 +296,29 @@ fn table() -> Routes {
                 .body("SecretValue")
                 .answers(204, ""),
                 op(delete_, "Delete a secret").answers(204, ""),
+            ],
+        )
+        .add(
+            "/api/mcp-servers",
+            get(mcp_servers::mcp_server_list).post(mcp_servers::mcp_server_create),
+            [
+                op(get_, "List the tenant's MCP servers").answers(200, "McpServerList"),
+                op(post_, "Add an MCP server (409 when the name is taken)")
+                    .body("McpServer")
+                    .answers(201, "McpServer"),
+            ],
+        )
+        .add(
+            "/api/mcp-servers/{name}",
+            get(mcp_servers::mcp_server_get)
+                .put(mcp_servers::mcp_server_put)
+                .delete(mcp_servers::mcp_server_delete),
+            [
+                op(get_, "Read an MCP server").answers(200, "McpServer"),
+                op(put_, "Create or replace an MCP server whole")
+                    .body("McpServer")
+                    .answers(200, "McpServer"),
+                op(delete_, "Delete an MCP server").answers(204, ""),
             ],
         )
         .add(

@@ -112,20 +112,30 @@ impl Harness {
             fronta_connectors::HttpLimits::default(),
         )
         .expect("an HTTP connector");
+        let vault = fronta_automation::secrets::SecretVault {
+            store: Arc::new(store.clone()),
+            cipher: Some(cipher.clone()),
+        };
+        let mcp = fronta_connectors::McpConnector::new(
+            Arc::new(store.clone()),
+            Some(vault.clone()),
+            fronta_connectors::AddressPolicy::new(
+                fronta_connectors::AllowList::parse("127.0.0.1").expect("an allow-list"),
+            ),
+            fronta_connectors::McpLimits::default(),
+        )
+        .expect("an MCP connector");
         let runtime = Arc::new(Runtime {
             desk: desk.clone(),
             automations: automations.clone(),
             clock: clock.clone(),
             connectors: Some(Arc::new(LimitedConnector::new(
-                Arc::new(fronta_connectors::Connectors::new(http)),
+                Arc::new(fronta_connectors::Connectors::new(http).with_mcp(mcp)),
                 Arc::new(store.clone()),
                 limits,
                 clock,
             ))),
-            secrets: Some(fronta_automation::secrets::SecretVault {
-                store: Arc::new(store.clone()),
-                cipher: Some(cipher.clone()),
-            }),
+            secrets: Some(vault),
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
@@ -142,6 +152,7 @@ impl Harness {
                 secrets: Arc::new(store.clone()),
                 secret_cipher: Some(cipher),
                 limits: Arc::new(store.clone()),
+                mcp_servers: Arc::new(store.clone()),
             },
             dispatcher,
         )
