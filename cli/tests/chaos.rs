@@ -413,3 +413,55 @@ async fn postgres_worker_kills_and_cut_connections_lose_no_run() {
     let db = pg::TestDb::create().await;
     chaos(Db::Postgres(db), plan(true)).await;
 }
+
+// The checker itself can fail: each planted log breaks one of its rules.
+
+#[test]
+fn the_checker_passes_a_crash_that_repeats_an_uncommitted_step() {
+    let log = support::lines(&[
+        ("step", 0, 1),
+        ("saved", 0, 1),
+        ("step", 1, 1),
+        ("step", 1, 2),
+        ("saved", 1, 2),
+        ("done", 2, 2),
+    ]);
+    let (figures, done_by) = support::check_step_lines("r", &log);
+    assert_eq!(
+        (figures.owners, figures.repeated_steps, done_by),
+        (2, 1, Some(2))
+    );
+}
+
+#[test]
+#[should_panic(expected = "ran again after its checkpoint")]
+fn the_checker_catches_a_step_run_again_after_its_checkpoint() {
+    let log = support::lines(&[("step", 0, 1), ("saved", 0, 1), ("step", 0, 2)]);
+    support::check_step_lines("r", &log);
+}
+
+#[test]
+#[should_panic(expected = "acts again after")]
+fn the_checker_catches_interleaved_owners() {
+    let log = support::lines(&[
+        ("step", 0, 1),
+        ("step", 0, 2),
+        ("saved", 0, 2),
+        ("step", 1, 1),
+    ]);
+    support::check_step_lines("r", &log);
+}
+
+#[test]
+#[should_panic(expected = "committed out of order or twice")]
+fn the_checker_catches_a_step_committed_twice() {
+    let log = support::lines(&[("step", 0, 1), ("saved", 0, 1), ("saved", 0, 1)]);
+    support::check_step_lines("r", &log);
+}
+
+#[test]
+#[should_panic(expected = "a step after done")]
+fn the_checker_catches_a_step_after_done() {
+    let log = support::lines(&[("done", 0, 1), ("step", 0, 2)]);
+    support::check_step_lines("r", &log);
+}

@@ -172,6 +172,30 @@ pub struct StepsFigures {
 /// - the row is completed with its checkpoint at `total`.
 pub fn check_steps(run: &Run, lines: &[StepLine], total: u64) -> StepsFigures {
     let id = run.id;
+    let (figures, done_by) = check_step_lines(&id.to_string(), lines);
+    assert_eq!(
+        run.status,
+        fronta_engine::RunStatus::Completed,
+        "run {id} completed: {:?}",
+        run.last_error
+    );
+    assert_eq!(
+        checkpoint_of(&run.state),
+        total,
+        "run {id}: checkpoint at the end"
+    );
+    let result = run.result.as_ref().expect("a steps run has a result");
+    assert_eq!(result["steps"], total, "run {id}: {result}");
+    assert_eq!(
+        result["by"].as_u64(),
+        done_by.map(u64::from),
+        "run {id}: the completion came from the last process that finished it: {result}"
+    );
+    figures
+}
+
+/// The log half of [`check_steps`]: the figures and the pid of the last `done` line.
+pub fn check_step_lines(id: &str, lines: &[StepLine]) -> (StepsFigures, Option<u32>) {
     let mut figures = StepsFigures::default();
     let mut saved: BTreeMap<u64, u32> = BTreeMap::new();
     let mut last_saved: Option<u64> = None;
@@ -224,23 +248,19 @@ pub fn check_steps(run: &Run, lines: &[StepLine], total: u64) -> StepsFigures {
         }
     }
     figures.owners = owners.len();
-    assert_eq!(
-        run.status,
-        fronta_engine::RunStatus::Completed,
-        "run {id} completed: {:?}",
-        run.last_error
-    );
-    assert_eq!(
-        checkpoint_of(&run.state),
-        total,
-        "run {id}: checkpoint at the end"
-    );
-    let result = run.result.as_ref().expect("a steps run has a result");
-    assert_eq!(result["steps"], total, "run {id}: {result}");
-    assert_eq!(
-        result["by"].as_u64(),
-        done_by.map(u64::from),
-        "run {id}: the completion came from the last process that finished it: {result}"
-    );
-    figures
+    (figures, done_by)
+}
+
+/// Log lines from `(event, step, pid)` triples, for the checker's own tests.
+pub fn lines(events: &[(&str, u64, u32)]) -> Vec<StepLine> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(at, (event, step, pid))| StepLine {
+            event: (*event).to_owned(),
+            step: *step,
+            pid: *pid,
+            at: at as u128,
+        })
+        .collect()
 }
