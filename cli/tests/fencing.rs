@@ -61,7 +61,7 @@ async fn a_frozen_worker_s_writes_are_all_refused_after_another_took_over() {
         "--concurrency",
         "2",
         "--lease",
-        "1s",
+        "2s",
         "--poll",
         "50ms",
         "--until-idle",
