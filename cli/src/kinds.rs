@@ -6,6 +6,20 @@
 //! - `probe` (fire-and-forget, for the multi-process tests): payload `{"ms": N}`; appends
 //!   `start|end <run> <pid> <unix-nanos>` lines to the file named by `FRONTA_PROBE_LOG`
 //!   around an N-millisecond sleep, so a checker can prove no two owners overlapped.
+//!
+//! Test kinds, registered only when `FRONTA_TEST_KINDS=1` (the reliability harnesses,
+//! `cli/tests/chaos.rs`, `fencing.rs`, `poison.rs`; never in production):
+//! - `steps` (durable): payload `{"steps": N, "ms": M}`; step k (from the checkpoint on)
+//!   appends `step <run> <k> <pid> <nanos>`, sleeps M ms, checkpoints `{"done": k+1}` and
+//!   appends `saved <run> <k> <pid> <nanos>` once the checkpoint is committed, or
+//!   `refused <run> <k> <pid> <nanos>` when the store refused it (lease lost), or
+//!   `stopped <run> <k> <pid> <nanos>` when its stop signal fired. At the end it appends
+//!   `done <run> <N> <pid> <nanos>` and answers `{"steps": N, "resumedFrom": k, "by": pid}`.
+//!   A checker reads from the log that no step ran again after its checkpoint and that
+//!   the owners of a run's committed steps follow each other without interleaving.
+//! - `abort` (fire-and-forget): payload `{"ms": N}`; after N ms calls
+//!   `std::process::abort()` — kills its own worker process every time it runs (the
+//!   poison run of the crash-loop harness).
 
 use std::time::Duration;
 
@@ -43,7 +57,31 @@ pub fn register(registry: &mut Registry, settings: &BuiltinSettings) -> anyhow::
         .with_payload_check(check_sleep),
         move |ctx: RunContext| sleep(ctx, step),
     )?;
+    if test_kinds_enabled() {
+        let step_lease = settings.sleep_lease;
+        registry.register(
+            "steps",
+            KindConfig::durable(step_lease, Duration::from_secs(MAX_SLEEP_SECONDS)),
+            |ctx: RunContext| steps(ctx),
+        )?;
+        registry.register(
+            "abort",
+            KindConfig::fire_and_forget(Duration::from_secs(60)),
+            |ctx: RunContext| abort(ctx),
+        )?;
+    }
     Ok(())
+}
+
+/// The environment variable that registers the test kinds (`steps`, `abort`) when `1`.
+pub const TEST_KINDS_ENV: &str = "FRONTA_TEST_KINDS";
+
+fn test_kinds_enabled() -> bool {
+    let enabled = std::env::var(TEST_KINDS_ENV).is_ok_and(|value| value == "1");
+    if enabled {
+        tracing::warn!("{TEST_KINDS_ENV}=1: the test kinds `steps` and `abort` are registered");
+    }
+    enabled
 }
 
 fn check_sleep(payload: &Value) -> Result<(), String> {
@@ -130,4 +168,73 @@ async fn probe(ctx: RunContext) -> Outcome {
         return Outcome::Fail(format!("probe log: {err}"));
     }
     Outcome::done()
+}
+
+fn now_nanos() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0)
+}
+
+fn steps_line(event: &str, run: fronta_engine::RunId, step: u64) -> String {
+    format!(
+        "{event} {run} {step} {} {}\n",
+        std::process::id(),
+        now_nanos()
+    )
+}
+
+async fn steps(ctx: RunContext) -> Outcome {
+    let payload = &ctx.run.payload;
+    let total = payload.get("steps").and_then(Value::as_u64).unwrap_or(0);
+    let ms = payload.get("ms").and_then(Value::as_u64).unwrap_or(0);
+    let resumed_from = ctx
+        .run
+        .state
+        .as_deref()
+        .and_then(|bytes| serde_json::from_slice::<Value>(bytes).ok())
+        .and_then(|state| state.get("done").and_then(Value::as_u64))
+        .unwrap_or(0);
+    let log = |event: &str, step: u64| probe_append(&steps_line(event, ctx.run.id, step));
+    for step in resumed_from..total {
+        if let Err(err) = log("step", step) {
+            return Outcome::Fail(format!("probe log: {err}"));
+        }
+        tokio::select! {
+            _ = ctx.signal.stopped() => {
+                let _ = log("stopped", step);
+                return Outcome::Fail("stopped".into());
+            }
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+        }
+        let state = json!({ "done": step + 1 }).to_string().into_bytes();
+        if ctx.checkpointer.save(state).await.is_err() {
+            let _ = log("refused", step);
+            return Outcome::Fail("lease lost".into());
+        }
+        if let Err(err) = log("saved", step) {
+            return Outcome::Fail(format!("probe log: {err}"));
+        }
+    }
+    if let Err(err) = log("done", total) {
+        return Outcome::Fail(format!("probe log: {err}"));
+    }
+    Outcome::Done(Some(json!({
+        "steps": total,
+        "resumedFrom": resumed_from,
+        "by": std::process::id(),
+    })))
+}
+
+async fn abort(ctx: RunContext) -> Outcome {
+    let ms = ctx
+        .run
+        .payload
+        .get("ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    tracing::error!(run = %ctx.run.id, "abort: the test kind kills its own process now");
+    std::process::abort()
 }

@@ -92,7 +92,7 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct EnqueueArgs {
-    /// The kind (built in: noop, sleep).
+    /// The kind (built in: noop, sleep, probe; with FRONTA_TEST_KINDS=1 also steps, abort).
     kind: String,
     /// The payload, as JSON.
     #[arg(long, default_value = "{}")]

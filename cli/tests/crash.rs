@@ -3,28 +3,14 @@
 //! from its last checkpoint (not from zero) and finishes them: nothing lost, `reclaims`
 //! counted, `attempts` untouched. The lease is short by configuration, not by waiting.
 
-use std::path::Path;
-use std::process::{Command, Stdio};
+mod support;
+
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use fronta_engine::{RunFilter, RunStatus, RunStore};
 use fronta_store_sqlite::{SqliteConfig, SqliteStore};
-
-const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
-
-fn fronta(db: &Path) -> Command {
-    let mut command = Command::new(FRONTA);
-    command.arg("--database").arg(db).env("RUST_LOG", "warn");
-    command
-}
-
-fn checkpoint_of(state: &Option<Vec<u8>>) -> u64 {
-    state
-        .as_deref()
-        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(bytes).ok())
-        .and_then(|value| value.get("done").and_then(serde_json::Value::as_u64))
-        .unwrap_or(0)
-}
+use support::{checkpoint_of, fronta};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_worker_s_durable_runs_resume_from_their_checkpoints_in_another_process() {

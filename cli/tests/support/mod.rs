@@ -1,0 +1,266 @@
+//! Helpers shared by the process-level harnesses (`crash.rs`, `chaos.rs`, `fencing.rs`,
+//! `poison.rs`): the real `fronta` binary with the test kinds registered, reading every
+//! run back through the store crates, and the checker of the `steps` kind's log.
+
+#![allow(dead_code)] // each test binary uses a different part
+
+#[path = "../../../store-postgres/tests/support/mod.rs"]
+pub mod pg;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use fronta_engine::{Run, RunFilter, RunStore};
+
+pub const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
+
+/// `fronta --database <db>` with warnings only and the test kinds (`steps`, `abort`).
+pub fn fronta(db: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = Command::new(FRONTA);
+    command
+        .arg("--database")
+        .arg(db)
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_TEST_KINDS", "1");
+    command
+}
+
+/// `fronta enqueue <args>` on `db`; panics with its stderr when it fails.
+pub fn enqueue(db: impl AsRef<std::ffi::OsStr>, args: &[&str]) {
+    let output = fronta(db)
+        .arg("enqueue")
+        .args(args)
+        .output()
+        .expect("run fronta enqueue");
+    assert!(
+        output.status.success(),
+        "enqueue {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A `fronta worker` writing probe lines to `log` and its stderr to `stderr`.
+pub fn worker(db: impl AsRef<std::ffi::OsStr>, log: &Path, stderr: &Path, args: &[&str]) -> Child {
+    let err = std::fs::File::create(stderr).expect("create the worker's stderr file");
+    fronta(db)
+        .arg("worker")
+        .args(args)
+        .env("FRONTA_PROBE_LOG", log)
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("start a worker process")
+}
+
+/// Send `signal` (`KILL`, `STOP`, `CONT`, `TERM`) to `pid` with kill(1).
+pub fn signal(pid: u32, signal: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// The `done` counter of a `sleep`/`steps` checkpoint (0 without one).
+pub fn checkpoint_of(state: &Option<Vec<u8>>) -> u64 {
+    state
+        .as_deref()
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(bytes).ok())
+        .and_then(|value| value.get("done").and_then(serde_json::Value::as_u64))
+        .unwrap_or(0)
+}
+
+/// Every run in the store, page by page (newest first).
+pub async fn all_runs(store: &dyn RunStore) -> Vec<Run> {
+    let mut runs = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .run_list(RunFilter {
+                before,
+                limit: RunFilter::MAX_PAGE,
+                ..RunFilter::default()
+            })
+            .await
+            .expect("list runs");
+        let Some(last) = page.last() else { break };
+        before = Some(last.id);
+        let full = page.len() == RunFilter::MAX_PAGE;
+        runs.extend(page);
+        if !full {
+            break;
+        }
+    }
+    runs
+}
+
+/// A SplitMix64 generator: kill gaps and victims, reproducible from the printed seed.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..=high`.
+    pub fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low + 1)
+    }
+}
+
+/// One line of the `steps` kind's log.
+#[derive(Debug, Clone)]
+pub struct StepLine {
+    pub event: String,
+    pub step: u64,
+    pub pid: u32,
+    pub at: u128,
+}
+
+/// The `steps` lines of each run, in the order they were appended (one `write` each
+/// with `O_APPEND`, so file order is the order of the writes). `probe` lines are
+/// returned apart as (run → pids of its `start` lines).
+pub fn read_log(log: &Path) -> (HashMap<String, Vec<StepLine>>, HashMap<String, Vec<u32>>) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut steps: HashMap<String, Vec<StepLine>> = HashMap::new();
+    let mut probes: HashMap<String, Vec<u32>> = HashMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        match parts.as_slice() {
+            ["start", run, pid, _] => probes
+                .entry((*run).to_owned())
+                .or_default()
+                .push(pid.parse().expect("pid")),
+            ["end", _, _, _] => {}
+            [event, run, step, pid, at] => {
+                steps.entry((*run).to_owned()).or_default().push(StepLine {
+                    event: (*event).to_owned(),
+                    step: step.parse().expect("step"),
+                    pid: pid.parse().expect("pid"),
+                    at: at.parse().expect("nanos"),
+                })
+            }
+            _ => panic!("a torn or unknown log line: {line:?}"),
+        }
+    }
+    (steps, probes)
+}
+
+/// What [`check_steps`] found for one run.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StepsFigures {
+    /// Processes that executed the run (each claim that got as far as its first line).
+    pub owners: usize,
+    /// Steps started again after a crash (before their checkpoint was committed).
+    pub repeated_steps: usize,
+    /// Checkpoint writes of a stale owner refused by the store.
+    pub refused: usize,
+}
+
+/// The `steps` checker for one run whose final row is `run` (`total` steps):
+/// - no step starts again once its checkpoint was committed (`saved`);
+/// - committed steps come in strictly increasing order, each at most once;
+/// - owners follow each other: once a later process has committed a step or started one,
+///   an earlier process never commits again (a monotonic record of owners, no overlap);
+/// - after a `done` line no step starts; the result's `by` is the last `done` line's pid;
+/// - the row is completed with its checkpoint at `total`.
+pub fn check_steps(run: &Run, lines: &[StepLine], total: u64) -> StepsFigures {
+    let id = run.id;
+    let (figures, done_by) = check_step_lines(&id.to_string(), lines);
+    assert_eq!(
+        run.status,
+        fronta_engine::RunStatus::Completed,
+        "run {id} completed: {:?}",
+        run.last_error
+    );
+    assert_eq!(
+        checkpoint_of(&run.state),
+        total,
+        "run {id}: checkpoint at the end"
+    );
+    let result = run.result.as_ref().expect("a steps run has a result");
+    assert_eq!(result["steps"], total, "run {id}: {result}");
+    assert_eq!(
+        result["by"].as_u64(),
+        done_by.map(u64::from),
+        "run {id}: the completion came from the last process that finished it: {result}"
+    );
+    figures
+}
+
+/// The log half of [`check_steps`]: the figures and the pid of the last `done` line.
+pub fn check_step_lines(id: &str, lines: &[StepLine]) -> (StepsFigures, Option<u32>) {
+    let mut figures = StepsFigures::default();
+    let mut saved: BTreeMap<u64, u32> = BTreeMap::new();
+    let mut last_saved: Option<u64> = None;
+    let mut owners: Vec<u32> = Vec::new();
+    let mut started: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut done_by: Option<u32> = None;
+    for line in lines {
+        let current = owners.last().copied();
+        if current != Some(line.pid) && line.event != "refused" && line.event != "stopped" {
+            assert!(
+                !owners.contains(&line.pid),
+                "run {id}: process {} acts again after {current:?} took over: {lines:?}",
+                line.pid
+            );
+            owners.push(line.pid);
+        }
+        match line.event.as_str() {
+            "step" => {
+                assert!(
+                    !saved.contains_key(&line.step),
+                    "run {id}: step {} ran again after its checkpoint: {lines:?}",
+                    line.step
+                );
+                assert!(done_by.is_none(), "run {id}: a step after done: {lines:?}");
+                let count = started.entry(line.step).or_default();
+                *count += 1;
+                if *count > 1 {
+                    figures.repeated_steps += 1;
+                }
+            }
+            "saved" => {
+                assert!(
+                    last_saved.is_none_or(|last| line.step > last),
+                    "run {id}: step {} committed out of order or twice: {lines:?}",
+                    line.step
+                );
+                assert_eq!(
+                    owners.last(),
+                    Some(&line.pid),
+                    "run {id}: a commit by a process that is not the latest owner: {lines:?}"
+                );
+                last_saved = Some(line.step);
+                saved.insert(line.step, line.pid);
+            }
+            // A stale owner's refused checkpoint, or a handler stopped (lease lost,
+            // shutdown): they wrote nothing; the fencing harness checks them closely.
+            "refused" | "stopped" => figures.refused += usize::from(line.event == "refused"),
+            "done" => done_by = Some(line.pid),
+            other => panic!("run {id}: unknown steps event {other:?}"),
+        }
+    }
+    figures.owners = owners.len();
+    (figures, done_by)
+}
+
+/// Log lines from `(event, step, pid)` triples, for the checker's own tests.
+pub fn lines(events: &[(&str, u64, u32)]) -> Vec<StepLine> {
+    events
+        .iter()
+        .enumerate()
+        .map(|(at, (event, step, pid))| StepLine {
+            event: (*event).to_owned(),
+            step: *step,
+            pid: *pid,
+            at: at as u128,
+        })
+        .collect()
+}
