@@ -55,7 +55,7 @@ pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
 pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(30);
 /// Default lease of one in-flight slot (`FRONTA_SERVICE_SLOT_LEASE`): longer than any
 /// connector call may take, so only a crashed process's slot ever expires.
-pub const DEFAULT_SLOT_LEASE: Duration = Duration::from_secs(300);
+pub const DEFAULT_SLOT_LEASE: Duration = Duration::from_secs(600);
 /// Default snooze of a run that met a full cap or a busy probe (`FRONTA_SERVICE_FULL_DELAY`).
 pub const DEFAULT_FULL_DELAY: Duration = Duration::from_secs(2);
 /// Default upper bound of the random jitter added to every limit snooze

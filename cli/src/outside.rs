@@ -21,7 +21,7 @@
 //! | `FRONTA_SERVICE_MAX_CONCURRENT` | 8 | calls in flight per (tenant, service), every process |
 //! | `FRONTA_BREAKER_FAILURES` | 5 | consecutive retryable failures that open a service's breaker |
 //! | `FRONTA_BREAKER_COOLDOWN` | 30s | how long an open breaker snoozes calls before one probe |
-//! | `FRONTA_SERVICE_SLOT_LEASE` | 5m | a call's slot frees itself after this (a crashed process) |
+//! | `FRONTA_SERVICE_SLOT_LEASE` | 10m | a call's slot frees itself after this (a crashed process) |
 //! | `FRONTA_SERVICE_FULL_DELAY` | 2s | snooze of a run that met a full cap or a busy probe |
 //! | `FRONTA_SERVICE_JITTER` | 1s | the largest random delay added to every such snooze |
 
@@ -131,6 +131,16 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
         }
     };
     let limits = limits_from_env()?;
+    // A slot must outlive the longest call, or a live call's slot could expire and the
+    // cap be exceeded.
+    let longest = http.limits().connect_timeout + http.limits().max_timeout;
+    if limits.rules.slot_lease <= longest {
+        return Err(anyhow!(
+            "FRONTA_SERVICE_SLOT_LEASE ({:?}) must be longer than the longest HTTP call \
+             (FRONTA_HTTP_CONNECT_TIMEOUT + FRONTA_HTTP_MAX_TIMEOUT = {longest:?})",
+            limits.rules.slot_lease
+        ));
+    }
     tracing::info!(?limits, "per-(tenant, service) limits and breakers");
     let mcp_defaults = McpLimits::default();
     let mcp = McpLimits {
