@@ -14,7 +14,9 @@
 //! When chromedriver or chromium is missing the test fails, naming the apt packages;
 //! `FRONTA_SKIP_BROWSER=1` skips it explicitly (and says so loudly).
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod support;
+
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -115,22 +117,7 @@ fn serve(db: &Path) -> (Process, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("fronta serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("fronta serve printed its address before it ended")
-            .expect("a line");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
+    let address = support::listening_address(&mut child);
     (Process(child), address)
 }
 

@@ -4,10 +4,8 @@
 //! people, a converter error to IT with an incident, the refusals, metrics, OpenAPI)
 //! against it, and every check passes; then the server stops cleanly on SIGTERM.
 
-#[path = "../../store-postgres/tests/support/mod.rs"]
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
@@ -24,22 +22,7 @@ fn serve(database: &str) -> (Child, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("fronta serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("fronta serve printed its address before it ended")
-            .expect("a line");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
+    let address = support::listening_address(&mut child);
     (child, address)
 }
 
@@ -86,7 +69,7 @@ fn the_seed_scenario_passes_against_fronta_serve_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_seed_scenario_passes_against_fronta_serve_on_postgres() {
-    let db = support::TestDb::create().await;
+    let db = support::pg::TestDb::create().await;
     let url = db.url.clone();
     tokio::task::spawn_blocking(move || {
         let (child, address) = serve(&url);

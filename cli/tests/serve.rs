@@ -4,6 +4,8 @@
 //! stops it cleanly; a second start prints no token and the first one still works;
 //! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken over a plain `TcpStream`.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -36,23 +38,7 @@ fn start(db: &Path, admin_token: Option<&str>) -> Server {
         command.env("FRONTA_ADMIN_TOKEN", token);
     }
     let mut child = command.spawn().expect("fronta serve starts");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("fronta serve printed its address before it ended")
-            .expect("a line");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let address = support::listening_address(&mut child);
     let stdout_lines = Vec::new();
     Server {
         child,

@@ -15,6 +15,29 @@ use fronta_engine::{Run, RunFilter, RunStore};
 
 pub const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
 
+/// The address a starting `fronta serve` (stderr piped) prints as "listening on
+/// http://ADDR"; stderr is drained afterwards so the server never blocks on a full pipe.
+pub fn listening_address(child: &mut Child) -> String {
+    use std::io::{BufRead, BufReader};
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("fronta serve printed its address before it ended")
+            .expect("a line");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+        }
+    };
+    std::thread::spawn(move || lines.for_each(drop));
+    address
+}
+
 /// `fronta --database <db>` with warnings only and the test kinds (`steps`, `abort`).
 pub fn fronta(db: impl AsRef<std::ffi::OsStr>) -> Command {
     let mut command = Command::new(FRONTA);
