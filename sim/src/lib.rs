@@ -7,6 +7,9 @@
 //!   [`rng::SplitMix64`] choosing every step, a reference model checking every answer
 //!   and every row after every step. A failing seed is printed with the command that
 //!   replays it.
+//! - [`workers`]: the engine's real `Worker`s against one store on tokio's paused
+//!   clock, with crashes, storage storms (failed calls and lost answers), stalls past
+//!   the lease and cancels drawn from a seed, and the promises checked at the end.
 //!
 //! What it leaves out: real processes and real crashes (the simulated crash drops a
 //! worker's memory, not a database connection), network faults, and wall-clock timing.
@@ -14,5 +17,6 @@
 pub mod memory;
 pub mod rng;
 pub mod simulation;
+pub mod workers;
 
 pub use memory::MemoryStore;
