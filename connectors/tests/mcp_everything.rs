@@ -2,9 +2,10 @@
 //! (`@modelcontextprotocol/server-everything`, pinned in `tests/everything/package.json`),
 //! run by Node.js as a child process, the way an operator's local tool runs.
 //!
-//! The server is installed from the npm registry by `.ci/run`
-//! (`npm ci --prefix connectors/tests/everything`). Without it these tests fail and say
-//! that command; `FRONTA_SKIP_NPM=1` skips them explicitly, saying so.
+//! The server comes from the npm registry: `.ci/run` installs it
+//! (`npm ci --prefix connectors/tests/everything`), and these tests do the same on first
+//! use when it is missing. Without Node.js, npm or the registry they fail and say so;
+//! `FRONTA_SKIP_NPM=1` skips them explicitly, saying so.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -21,17 +22,37 @@ use fronta_connectors::{AddressPolicy, AllowList, McpConnector, McpLimits};
 use fronta_desk::{DeskError, TenantId};
 use serde_json::{Value, json};
 
-/// The server's entry point, or `None` when the tests are skipped on purpose.
+/// The server's entry point, or `None` when the tests are skipped on purpose. Installs
+/// the pinned server with `npm ci` on first use when it is missing (once per test
+/// binary), so the README's test command needs no step of its own.
 fn everything() -> Option<PathBuf> {
-    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/everything");
-    let entry = folder.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     if std::env::var_os("FRONTA_SKIP_NPM").is_some_and(|value| value == "1") {
         eprintln!("FRONTA_SKIP_NPM=1: the MCP \"everything\" server tests are skipped");
         return None;
     }
+    let folder = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/everything");
+    let entry = folder.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let _installing = INSTALL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !entry.is_file() {
+        eprintln!(
+            "installing the MCP \"everything\" server: npm ci --prefix {}",
+            folder.display()
+        );
+        let installed = std::process::Command::new("npm")
+            .args(["ci", "--no-audit", "--no-fund", "--prefix"])
+            .arg(&folder)
+            .status();
+        assert!(
+            installed.as_ref().is_ok_and(|status| status.success()),
+            "`npm ci --prefix connectors/tests/everything` failed ({installed:?}): the MCP \"everything\" server tests need Node.js, npm and the npm registry; set FRONTA_SKIP_NPM=1 to skip them"
+        );
+    }
     assert!(
         entry.is_file(),
-        "the MCP \"everything\" server is not installed at {}: run `npm ci --prefix connectors/tests/everything` (needs Node.js and the npm registry), or set FRONTA_SKIP_NPM=1 to skip these tests",
+        "the MCP \"everything\" server is not at {} after npm ci",
         entry.display()
     );
     let node = std::process::Command::new("node").arg("--version").output();
