@@ -215,7 +215,8 @@ pub const CLAIM_FIRSTS: &str = concat!(
     now!(),
     "
     FROM picked
-    WHERE runs.id = picked.id
+    WHERE runs.id = ANY(ARRAY(SELECT id FROM picked))
+      AND runs.id = picked.id
     RETURNING ",
     columns!(),
     ", picked.expired, picked.turn"
@@ -300,7 +301,8 @@ pub const HEARTBEAT: &str = concat!(
     now!(),
     "
     FROM unnest($2::uuid[], $3::uuid[], $4::int8[]) AS renewal(id, owner, lease_ms)
-    WHERE runs.id = renewal.id AND runs.status = 1 AND runs.locked_by = renewal.owner
+    WHERE runs.id = ANY($2::uuid[])
+      AND runs.id = renewal.id AND runs.status = 1 AND runs.locked_by = renewal.owner
     RETURNING runs.id, renewal.owner, runs.cancel_requested"
 );
 
@@ -373,7 +375,8 @@ pub const FINISH: &str = concat!(
     now!(),
     "
         FROM finish
-        WHERE runs.id = finish.id AND runs.status = 1 AND runs.locked_by = finish.owner
+        WHERE runs.id = ANY($2::uuid[])
+          AND runs.id = finish.id AND runs.status = 1 AND runs.locked_by = finish.owner
         RETURNING runs.id, finish.owner, runs.status, runs.tenant, runs.run_at > ",
     now!(),
     " AS later
