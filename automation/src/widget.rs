@@ -19,6 +19,9 @@
 //!
 //! # Serving ([`WidgetService::read`])
 //!
+//! A read that is not forced first looks at the widget (no write): fresh, or being
+//! refreshed by another reader, it is answered at once. Otherwise:
+//!
 //! ```text
 //!  read(widget, force) ──► store: widget_claim ──┬─ Fresh  (last attempt < ttlSec ago) ──► the cache, no call
 //!                                                ├─ Busy   (another reader holds the lease) ─► the cache, refreshing: true
@@ -483,6 +486,22 @@ impl WidgetService {
     /// The widget, refreshed first when it is stale (or `force`) and no other reader is
     /// refreshing it. `NotFound` when there is no such widget for this tenant.
     pub async fn read(&self, tenant: TenantId, id: Uuid, force: bool) -> StoreResult<Reading> {
+        // A plain read first: a fresh widget (the common case) costs no write.
+        if !force {
+            let view = self
+                .store
+                .widget_get(tenant, id)
+                .await?
+                .ok_or(fronta_desk::DeskError::NotFound("widget"))?;
+            if view.fresh() || view.refreshing {
+                tracing::debug!(%tenant, widget = %id, refreshing = view.refreshing, "widget served from its cache");
+                return Ok(Reading {
+                    view,
+                    called: false,
+                    not_now: None,
+                });
+            }
+        }
         let claim = self
             .store
             .widget_claim(tenant, id, force, self.limits.lease)
