@@ -4,7 +4,8 @@
 //! context ([`context`]) and conditions ([`condition`]).
 //!
 //! Also the ports the executor is handed: [`connector::Connector`] (third-party calls)
-//! and [`secrets::SecretStore`] / [`secrets::SecretCipher`] (per-tenant secrets).
+//! and [`secrets::SecretStore`] / [`secrets::SecretCipher`] (per-tenant secrets); [`widget`]
+//! is dashboard widgets over connector data, with their [`widget::WidgetStore`] port.
 //!
 //! Deliberately left out: storage, HTTP (connectors implement the port elsewhere) and the
 //! scheduler. Everything here is a function of its inputs — no clock, no I/O — so the
@@ -64,6 +65,7 @@ pub mod steps;
 pub mod store;
 pub mod template;
 pub mod validate;
+pub mod widget;
 
 pub use catalogue::Op;
 pub use condition::{ConditionOutcome, RuleOutcome};

@@ -92,6 +92,35 @@ pub fn validate(automation: &Automation, context: &ValidationContext) -> Vec<Pro
     validator.problems
 }
 
+/// The problems of a lone connector call, as a dashboard widget makes one: the op must
+/// be a connector (`http/request`, `mcp/call-tool`), its inputs are checked exactly as a
+/// connector step's (required and unknown inputs, literal values), and templates may
+/// name only `{{secrets.<name>}}`. Paths are `op`, `service`, `input.<key>`….
+pub fn connector_call(action: &ActionStep) -> Vec<Problem> {
+    let empty = Automation {
+        name: String::new(),
+        enabled: true,
+        trigger: Trigger::Manual,
+        steps: Vec::new(),
+    };
+    let context = ValidationContext::default();
+    let mut validator = Validator::new(&empty, &context);
+    validator.body_available = false;
+    validator.lone_call = true;
+    if action.op.is_known() && !action.op.is_connector() {
+        validator.report(
+            "op",
+            format!(
+                "a widget calls a connector: op must be http/request or mcp/call-tool, found {}",
+                action.op
+            ),
+        );
+        return validator.problems;
+    }
+    validator.action(action, "");
+    validator.problems
+}
+
 const OPERATOR_NAMES: &str =
     "eq, neq, gt, gte, lt, lte, contains, notContains, isEmpty, isNotEmpty";
 const HTTP_METHODS: [&str; 7] = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"];
@@ -131,6 +160,9 @@ struct Validator<'a> {
     /// which is rendered at call time and never logged. Anywhere else (conditions,
     /// `forEach` items, built-in steps) the value would reach the step log or a ticket.
     secrets_allowed: bool,
+    /// A lone connector call (a dashboard widget): nothing but `{{secrets.<name>}}` can
+    /// be named, there is no trigger, step or loop to provide anything else.
+    lone_call: bool,
 }
 
 impl<'a> Validator<'a> {
@@ -160,6 +192,7 @@ impl<'a> Validator<'a> {
             loop_variables: Vec::new(),
             seen: HashMap::new(),
             secrets_allowed: false,
+            lone_call: false,
         }
     }
 
@@ -746,6 +779,12 @@ impl<'a> Validator<'a> {
             } else {
                 Err("name the secret: {{secrets.<name>}}".to_owned())
             };
+        }
+        if self.lone_call {
+            return Err(
+                "a widget's input may use only {{secrets.<name>}} (there is no trigger or step to provide anything else)"
+                    .to_owned(),
+            );
         }
         if self.params.iter().any(|param| under(param)) {
             return Ok(());

@@ -242,6 +242,14 @@ impl Store {
         }
     }
 
+    /// The dashboard widgets port on this database.
+    pub(crate) fn widgets(&self) -> Arc<dyn fronta_automation::widget::WidgetStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::limits::ServiceLimits> {
         match self {
             Store::Sqlite(store) => Arc::new(store.clone()),
@@ -324,18 +332,11 @@ pub(crate) fn runtime_registry(
         store: store.secrets(),
         cipher: outside.cipher.clone(),
     };
-    // Every connector call goes through the per-(tenant, service) cap and breaker.
-    let connectors = fronta_automation::limits::LimitedConnector::new(
-        outside.connectors(store.mcp_servers(), vault.clone())?,
-        store.limits(),
-        outside.limits,
-        Arc::new(fronta_engine::SystemClock),
-    );
     let runtime = Arc::new(fronta_automation::executor::Runtime {
         desk,
         automations,
         clock: Arc::new(fronta_engine::SystemClock),
-        connectors: Some(Arc::new(connectors)),
+        connectors: Some(limited_connectors(store, outside)?),
         secrets: Some(vault),
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
@@ -343,6 +344,24 @@ pub(crate) fn runtime_registry(
     let dispatcher = Dispatcher::from_registry(runs, &registry);
     store.set_ticket_event_sink(fronta_automation::executor::event_sink(dispatcher.clone()));
     Ok((registry, dispatcher))
+}
+
+/// The connectors of this process behind the per-(tenant, service) cap and breaker:
+/// every connector call, a step's or a dashboard widget's, goes through them.
+pub(crate) fn limited_connectors(
+    store: &Store,
+    outside: &outside::Outside,
+) -> anyhow::Result<Arc<dyn fronta_automation::connector::Connector>> {
+    let vault = fronta_automation::secrets::SecretVault {
+        store: store.secrets(),
+        cipher: outside.cipher.clone(),
+    };
+    Ok(Arc::new(fronta_automation::limits::LimitedConnector::new(
+        outside.connectors(store.mcp_servers(), vault)?,
+        store.limits(),
+        outside.limits,
+        Arc::new(fronta_engine::SystemClock),
+    )))
 }
 
 fn registry(args: &WorkerArgs) -> anyhow::Result<Registry> {

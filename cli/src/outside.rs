@@ -50,6 +50,12 @@ pub(crate) struct Outside {
 }
 
 impl Outside {
+    /// The longest an HTTP connector call may take (connecting, then the largest
+    /// `timeoutSec`): a lease held over a call must be longer.
+    pub(crate) fn longest_call(&self) -> Duration {
+        self.http.limits().connect_timeout + self.http.limits().max_timeout
+    }
+
     /// The connectors, reading MCP servers from `servers` and revealing their header
     /// secrets through `vault`.
     pub(crate) fn connectors(

@@ -78,6 +78,21 @@ pub struct ServeArgs {
     /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// The shortest `ttlSec` a dashboard widget may have.
+    #[arg(long, env = "FRONTA_WIDGET_MIN_TTL", default_value = "10s", value_parser = duration::parse)]
+    widget_min_ttl: Duration,
+    /// The longest `ttlSec` a dashboard widget may have.
+    #[arg(long, env = "FRONTA_WIDGET_MAX_TTL", default_value = "24h", value_parser = duration::parse)]
+    widget_max_ttl: Duration,
+    /// The most dashboard widgets a tenant may have.
+    #[arg(long, env = "FRONTA_WIDGET_MAX_PER_TENANT", default_value_t = fronta_automation::widget::DEFAULT_MAX_PER_TENANT)]
+    widget_max_per_tenant: usize,
+    /// The largest data a widget keeps in its cache, in bytes of JSON.
+    #[arg(long, env = "FRONTA_WIDGET_MAX_DATA_BYTES", default_value_t = fronta_automation::widget::DEFAULT_MAX_DATA_BYTES)]
+    widget_max_data_bytes: usize,
+    /// A widget refresh's lease: a reader that died mid-call holds its widget this long.
+    #[arg(long, env = "FRONTA_WIDGET_LEASE", default_value = "10m", value_parser = duration::parse)]
+    widget_lease: Duration,
     #[command(flatten)]
     lead: LeadArgs,
 }
@@ -121,8 +136,16 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         webhook_rate_per_token: limit(args.webhook_rate, defaults.webhook_rate_per_token),
         webhook_rate_per_tenant: limit(args.tenant_webhook_rate, defaults.webhook_rate_per_tenant),
         api_rate_per_tenant: limit(args.api_rate, defaults.api_rate_per_tenant),
+        widgets: fronta_automation::widget::WidgetLimits {
+            min_ttl: args.widget_min_ttl,
+            max_ttl: args.widget_max_ttl,
+            max_per_tenant: args.widget_max_per_tenant,
+            max_data_bytes: args.widget_max_data_bytes,
+            lease: args.widget_lease,
+        },
         ..defaults
     };
+    tracing::info!(widgets = ?config.widgets, "dashboard widget limits");
     let worker_config = WorkerConfig {
         name: format!("serve-{}", std::process::id()),
         max_in_flight: args.concurrency,
@@ -203,6 +226,15 @@ pub(crate) fn server_parts(
         sleep_step: Duration::from_secs(1),
     };
     let outside = crate::outside::from_env()?;
+    // A widget's refresh lease must outlive its call, or a second reader could call too.
+    if config.widgets.lease <= outside.longest_call() {
+        bail!(
+            "FRONTA_WIDGET_LEASE ({:?}) must be longer than the longest HTTP call \
+             (FRONTA_HTTP_CONNECT_TIMEOUT + FRONTA_HTTP_MAX_TIMEOUT = {:?})",
+            config.widgets.lease,
+            outside.longest_call()
+        );
+    }
     let (registry, dispatcher) =
         crate::runtime_registry(store, &settings, worker_config.default_lease, &outside)?;
     let app = App::new(
@@ -215,6 +247,8 @@ pub(crate) fn server_parts(
             secret_cipher: outside.cipher.clone(),
             limits: store.limits(),
             mcp_servers: store.mcp_servers(),
+            widgets: store.widgets(),
+            connectors: Some(crate::limited_connectors(store, &outside)?),
         },
         dispatcher,
     )

@@ -113,6 +113,8 @@ fn serve(db: &Path) -> (Process, String) {
         .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
         .env("RUST_LOG", "warn")
         .env("FRONTA_ADMIN_TOKEN", ADMIN)
+        // The widget's outside service is a local server (`Outside`).
+        .env("FRONTA_HTTP_ALLOW", "127.0.0.1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -159,6 +161,48 @@ fn call(
         .and_then(|(_, body)| serde_json::from_str(body).ok())
         .unwrap_or(Value::Null);
     (status, json)
+}
+
+/// A tiny outside service for a connector widget: every request is counted and answered
+/// `{"count": 40 + n}` (n: this request's number), so the data changes with each call.
+struct Outside {
+    address: String,
+    seen: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Outside {
+    fn start() -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let address = listener.local_addr().expect("an address").to_string();
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = seen.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(read) => request.extend_from_slice(&chunk[..read]),
+                    }
+                }
+                let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                let body = json!({"count": 40 + n}).to_string();
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            }
+        });
+        Self { address, seen }
+    }
+
+    fn requests(&self) -> usize {
+        self.seen.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// chromedriver on a free local port, answering `/status`.
@@ -344,6 +388,21 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     assert_eq!(status, 200, "the setup applies: {applied}");
     let (status, automations) = call(&address, "GET", "/api/automations", Some(&token), None);
     assert_eq!(status, 200, "automations listed");
+    // A connector widget over a local service, cached an hour (only the first read and
+    // the Reload button may call it).
+    let outside = Outside::start();
+    let (status, widget) = call(
+        &address,
+        "POST",
+        "/api/widgets",
+        Some(&token),
+        Some(
+            json!({"name": "Open invoices", "op": "http/request", "service": "billing",
+                    "input": {"url": format!("http://{}/count", outside.address)},
+                    "path": "body.count", "ttlSec": 3600}),
+        ),
+    );
+    assert_eq!(status, 201, "a widget: {widget}");
     let webhook_url = automations["items"][0]["webhookUrl"]
         .as_str()
         .expect("a webhook URL")
@@ -613,6 +672,46 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         .clone();
     assert_eq!(same, json!(true), "the tiles were redrawn without a reload");
     browser.shot("09b-overview-live").await;
+
+    // 5d. A connector widget: its data and age on a tile, from the server's cache; Reload
+    // calls the outside service again and the age starts over.
+    let tile = ".widget-list .widget";
+    let shown = browser
+        .text_of("the widget's data", &format!("{tile} .count"))
+        .await;
+    assert_eq!(shown, "41", "the first call's data");
+    assert_eq!(
+        outside.requests(),
+        1,
+        "opening the overview twice called the service once (the cache answered)"
+    );
+    let age_script = format!(
+        "return document.querySelector(\"{tile} .age time\")?.getAttribute('datetime') ?? null"
+    );
+    let fetched = browser
+        .until("the data's age on the tile", &age_script)
+        .await;
+    let age_text = browser.text_of("the age", &format!("{tile} .age")).await;
+    assert!(
+        age_text.starts_with("fetched "),
+        "the age is said: {age_text}"
+    );
+    browser.shot("09c-widget").await;
+    browser
+        .click(&format!("{tile} button[aria-label='Reload Open invoices']"))
+        .await;
+    browser
+        .until(
+            "the reloaded data",
+            &format!(
+                "return document.querySelector(\"{tile} .count\")?.innerText === '42' || null"
+            ),
+        )
+        .await;
+    assert_eq!(outside.requests(), 2, "Reload called the service");
+    let refetched = browser.until("the new age", &age_script).await;
+    assert_ne!(refetched, fetched, "the data's time moved to the reload");
+    browser.shot("09d-widget-reloaded").await;
 
     // 6. Automations: the full webhook URL, copied to the clipboard; the help of GET.
     browser

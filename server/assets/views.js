@@ -170,10 +170,16 @@ function overviewView(ctx) {
       return "Reloaded.";
     }, status);
     reload.setAttribute("aria-label", `Reload ${widget.name}`);
-    return h("article", { class: "tile widget", dataset: { key: `widget-${widget.id}` } },
+    // The server answers its cache: the data's age, whether it is older than ttlSec
+    // (the last call failed or is running elsewhere), and the last call's error.
+    const notes = [];
+    if (widget.stale && fetchedAt) notes.push("older than its ttlSec");
+    if (widget.refreshing) notes.push("being refreshed");
+    return h("article", { class: "tile widget", dataset: { key: `widget-${widget.id}`, stale: String(Boolean(widget.stale)) } },
       h("h3", {}, widget.name ?? widget.id),
-      widgetData(widget.data),
-      h("p", { class: "muted age" }, "data from ", when(fetchedAt)),
+      widget.data === null && !fetchedAt ? h("p", { class: "muted" }, "No data yet.") : widgetData(widget.data),
+      h("p", { class: "muted age" }, "fetched ", when(fetchedAt), notes.length ? ` (${notes.join(", ")})` : ""),
+      widget.error ? h("p", { class: "widget-error error", role: "status" }, `Last call failed: ${widget.error}`) : null,
       h("p", {}, reload, " ", status));
   }
 

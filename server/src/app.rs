@@ -11,10 +11,12 @@
 
 use std::sync::{Arc, OnceLock};
 
+use fronta_automation::connector::Connector;
 use fronta_automation::limits::ServiceLimits;
 use fronta_automation::mcp::McpServerStore;
-use fronta_automation::secrets::{SecretCipher, SecretStore};
+use fronta_automation::secrets::{SecretCipher, SecretStore, SecretVault};
 use fronta_automation::store::AutomationStore;
+use fronta_automation::widget::{WidgetService, WidgetStore};
 use fronta_desk::DeskStore;
 use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
 
@@ -38,6 +40,11 @@ pub struct Ports {
     pub limits: Arc<dyn ServiceLimits>,
     /// Per-tenant MCP servers (`/api/mcp-servers`).
     pub mcp_servers: Arc<dyn McpServerStore>,
+    /// Dashboard widgets and their cached data (`/api/widgets`).
+    pub widgets: Arc<dyn WidgetStore>,
+    /// The guarded connectors widgets call (the same SSRF guard, caps and breaker as the
+    /// executor's); `None`: a widget refresh fails with "not available".
+    pub connectors: Option<Arc<dyn Connector>>,
 }
 
 impl std::fmt::Debug for Ports {
@@ -68,6 +75,8 @@ pub(crate) struct Inner {
     pub webhook_metrics: WebhookMetrics,
     /// What `GET /metrics` tells of the worker in this process, when there is one.
     pub worker_metrics: OnceLock<Arc<WorkerMetrics>>,
+    /// Serves widgets from their cache and refreshes them.
+    pub widgets: WidgetService,
 }
 
 impl App {
@@ -87,7 +96,17 @@ impl App {
         let limiter = |limit: Option<crate::config::RateLimit>| {
             limit.map(|limit| Limiter::new(limit, config.rate_limit_max_keys))
         };
+        let widgets = WidgetService {
+            store: ports.widgets.clone(),
+            connectors: ports.connectors.clone(),
+            vault: SecretVault {
+                store: ports.secrets.clone(),
+                cipher: ports.secret_cipher.clone(),
+            },
+            limits: config.widgets,
+        };
         let inner = Inner {
+            widgets,
             webhook_per_token: limiter(config.webhook_rate_per_token),
             webhook_per_tenant: limiter(config.webhook_rate_per_tenant),
             api_per_tenant: limiter(config.api_rate_per_tenant),
@@ -147,6 +166,10 @@ impl App {
 
     pub(crate) fn mcp_servers(&self) -> &dyn McpServerStore {
         self.inner.ports.mcp_servers.as_ref()
+    }
+
+    pub(crate) fn widgets(&self) -> &WidgetService {
+        &self.inner.widgets
     }
 
     pub(crate) fn secret_cipher(&self) -> Option<&dyn SecretCipher> {

@@ -58,6 +58,9 @@ pub struct ServerConfig {
     pub stream_poll_interval: Duration,
     /// A keep-alive comment on an idle stream this often.
     pub stream_keep_alive: Duration,
+    /// Dashboard widgets: `ttlSec` bounds, how many per tenant, the largest cached data,
+    /// the refresh lease.
+    pub widgets: fronta_automation::widget::WidgetLimits,
 }
 
 impl Default for ServerConfig {
@@ -78,6 +81,7 @@ impl Default for ServerConfig {
             ready_timeout: Duration::from_secs(2),
             stream_poll_interval: Duration::from_millis(500),
             stream_keep_alive: Duration::from_secs(15),
+            widgets: fronta_automation::widget::WidgetLimits::default(),
         }
     }
 }
@@ -101,6 +105,7 @@ impl ServerConfig {
         if self.stream_poll_interval.is_zero() || self.stream_keep_alive.is_zero() {
             return Err("the stream's poll interval and keep-alive must be above 0".into());
         }
+        self.widgets.check()?;
         if self.body_limit == 0 {
             return Err("the body limit must be at least 1 byte".into());
         }

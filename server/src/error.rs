@@ -42,6 +42,12 @@ pub enum ApiError {
     InvalidSetup(Vec<Problem>),
     /// 429 with `Retry-After` (whole seconds, at least 1).
     RateLimited { retry_after: Duration },
+    /// 503 `service_waiting` with `Retry-After`: a limit in front of a third-party
+    /// service (a full cap, an open circuit) refused the call for now; it was not made.
+    ServiceWaiting {
+        retry_after: Duration,
+        message: String,
+    },
     /// 503: the database did not answer; the request may be repeated.
     Unavailable,
     /// 500: a bug or an unexpected storage error; the detail is in the log only.
@@ -99,7 +105,9 @@ impl ApiError {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Unavailable | ApiError::ServiceWaiting { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -155,6 +163,13 @@ impl ApiError {
                 error.insert("retryAfter".into(), json!(retry_after_secs(*retry_after)));
                 ("rate_limited", "too many requests; slow down".into())
             }
+            ApiError::ServiceWaiting {
+                retry_after,
+                message,
+            } => {
+                error.insert("retryAfter".into(), json!(retry_after_secs(*retry_after)));
+                ("service_waiting", message.clone())
+            }
             ApiError::Unavailable => (
                 "unavailable",
                 "the database is not answering; try again shortly".into(),
@@ -176,7 +191,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = (status, axum::Json(self.body())).into_response();
-        if let ApiError::RateLimited { retry_after } = self {
+        if let ApiError::RateLimited { retry_after }
+        | ApiError::ServiceWaiting { retry_after, .. } = self
+        {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(retry_after_secs(retry_after)),

@@ -202,7 +202,7 @@ fn schemas() -> Value {
     let time = json!({"type": "string", "format": "date-time"});
     let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
     let named = json!({"type": ["object", "null"], "properties": {"id": text, "name": text}});
-    json!({
+    let mut all = json!({
         "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({
             "code": text, "message": text}))})),
         "RunAccepted": object(&["runId", "status"], json!({
@@ -281,6 +281,35 @@ fn schemas() -> Value {
             "groups": {"type": "array", "items": {"type": "object"}},
             "ticketTypes": {"type": "array", "items": {"type": "object"}},
             "automations": {"type": "array", "items": {"type": "object"}}})),
+    });
+    if let (Value::Object(all), Value::Object(widgets)) = (&mut all, widget_schemas()) {
+        all.extend(widgets);
+    }
+    all
+}
+
+/// The schemas of `/api/widgets` (apart: one `json!` of every schema is too deep).
+fn widget_schemas() -> Value {
+    let text = json!({"type": "string"});
+    let time = json!({"type": "string", "format": "date-time"});
+    let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
+    json!({
+        "WidgetDefinition": object(&["name", "op", "input", "ttlSec"], json!({"name": text,
+            "op": {"enum": ["http/request", "mcp/call-tool"]},
+            "service": {"type": ["string", "null"], "description": "the unit of per-(tenant, service) caps and breaker"},
+            "input": {"type": "object", "description": "the op's step input; templates may name only {{secrets.<name>}}"},
+            "path": {"type": ["string", "null"], "description": "dot path into the call's outputs, e.g. body.count"},
+            "ttlSec": {"type": "integer", "description": "seconds the data is served from the cache"}})),
+        "Widget": object(&["id", "name", "data", "fetchedAt", "ageSec", "stale", "refreshing", "error"], json!({
+            "id": text, "name": text, "op": text, "service": {"type": ["string", "null"]},
+            "input": {"type": "object"}, "path": {"type": ["string", "null"]},
+            "ttlSec": {"type": "integer"}, "data": {"description": "the cached data (any JSON), null before the first success"},
+            "fetchedAt": optional_time, "ageSec": {"type": ["integer", "null"]},
+            "stale": {"type": "boolean"}, "refreshing": {"type": "boolean"},
+            "checkedAt": optional_time, "error": {"type": ["string", "null"]}, "errorAt": optional_time,
+            "createdAt": time, "updatedAt": time})),
+        "WidgetList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/Widget"}},
+            "nextCursor": {"type": "null"}})),
     })
 }
 

@@ -87,6 +87,8 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
             secret_cipher: None,
             limits: Arc::new(harness.store.clone()),
             mcp_servers: Arc::new(harness.store.clone()),
+            widgets: Arc::new(harness.store.clone()),
+            connectors: None,
         },
         Dispatcher::from_registry(broken, &harness.registry),
     )

@@ -151,6 +151,35 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
                 status: StatusCode::BAD_REQUEST,
             }],
         ),
+        ("GET", "/api/widgets", vec![List]),
+        (
+            "POST",
+            "/api/widgets",
+            vec![NoIds("creates a widget in the caller's tenant")],
+        ),
+        (
+            "GET",
+            "/api/widgets/{id}",
+            vec![ids(&[("id", "widget")], None)],
+        ),
+        (
+            "PATCH",
+            "/api/widgets/{id}",
+            vec![ids(
+                &[("id", "widget")],
+                Some(json!({"name": "taken over"})),
+            )],
+        ),
+        (
+            "DELETE",
+            "/api/widgets/{id}",
+            vec![ids(&[("id", "widget")], None)],
+        ),
+        (
+            "POST",
+            "/api/widgets/{id}/refresh",
+            vec![ids(&[("id", "widget")], None)],
+        ),
         (
             "POST",
             "/api/groups",
@@ -435,6 +464,44 @@ async fn mcp_server(harness: &Harness, token: &str, name: &str) -> String {
     server
 }
 
+/// A widget of the tenant whose cache is filled and fresh for a day, so reading it
+/// (the snapshot, the intruder's own list) never calls out; its id.
+async fn widget(harness: &Harness, tenant: TenantId, token: &str, name: &str) -> String {
+    use fronta_automation::widget::{Claim, Fetched, WidgetStore};
+    let reply = harness
+        .post(
+            "/api/widgets",
+            token,
+            json!({"name": format!("Invoices of {name}"), "op": "http/request",
+                   "input": {"url": format!("https://billing.{}.test/count", name.to_lowercase())},
+                   "ttlSec": 86_400}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::CREATED,
+        "widget of {name}: {}",
+        reply.json
+    );
+    let id = reply.text("id");
+    let uuid = id.parse().expect("a widget id");
+    let Claim::Claimed { token: lease, .. } = harness
+        .store
+        .widget_claim(tenant, uuid, true, std::time::Duration::from_secs(60))
+        .await
+        .expect("claim")
+    else {
+        panic!("a new widget is claimed")
+    };
+    harness
+        .store
+        .widget_settle(tenant, uuid, &lease, Fetched::Data(json!({"count": 3})))
+        .await
+        .expect("settle")
+        .expect("the lease holds");
+    id
+}
+
 async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static str, String>) {
     let (tenant, token) = harness.tenant(name).await;
     let created = |reply: Reply, what: &str| {
@@ -487,6 +554,8 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         ("secret", secret(harness, &token, name).await),
         ("service", service(harness, tenant, name).await),
         ("mcp", mcp_server(harness, &token, name).await),
+        ("widget", widget(harness, tenant, &token, name).await),
+        ("tenant", tenant.to_string()),
     ]);
     (token, objects)
 }
@@ -516,6 +585,18 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
         paths.push(format!("/api/runs/{}", objects["run"]));
         paths.push(format!("/api/incidents/{}", objects["incident"]));
         paths.push(format!("/api/mcp-servers/{}", objects["mcp"]));
+        // Widgets through the port, not the API: an answer carries the data's age, which
+        // moves with the wall clock between two snapshots.
+        {
+            use fronta_automation::widget::WidgetStore;
+            let tenant: TenantId = objects["tenant"].parse().expect("a tenant id");
+            for view in harness.store.widget_list(tenant).await.expect("widgets") {
+                seen.push(format!(
+                    "widget {:?} {:?} {}",
+                    view.widget, view.cache, view.refreshing
+                ));
+            }
+        }
         for path in paths {
             let reply = harness.get(&path, token).await;
             seen.push(format!(

@@ -216,3 +216,54 @@ async fn a_run_calls_the_tool_and_the_next_step_reads_its_text() {
     let stored = harness.runs_raw().await;
     assert!(!stored.contains(TOKEN), "the secret is not kept: {stored}");
 }
+
+/// A dashboard widget over an MCP tool: the same connector, the server's header secret
+/// revealed at connect time, the first text of the result picked by `path`, and the
+/// cache answering the next read.
+#[tokio::test]
+async fn a_widget_calls_the_tool_and_keeps_its_text() {
+    let url = crm_server().await;
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    let secret = harness
+        .call(
+            Method::PUT,
+            "/api/secrets/crm_token",
+            Some(&token),
+            Some(json!({"value": TOKEN})),
+        )
+        .await;
+    assert_eq!(secret.status, StatusCode::NO_CONTENT, "{}", secret.json);
+    let server = harness
+        .post(
+            "/api/mcp-servers",
+            &token,
+            json!({"name": "crm", "transport": {"type": "http", "url": url,
+                "headers": {"Authorization": "Bearer {{secrets.crm_token}}"}}}),
+        )
+        .await;
+    assert_eq!(server.status, StatusCode::CREATED, "{}", server.json);
+    let widget = harness
+        .post(
+            "/api/widgets",
+            &token,
+            json!({"name": "VIP check", "op": "mcp/call-tool", "service": "crm",
+                   "input": {"server": "crm", "tool": "lookup", "arguments": {"customer": "42"}},
+                   "path": "content.0.text", "ttlSec": 60}),
+        )
+        .await;
+    assert_eq!(widget.status, StatusCode::CREATED, "{}", widget.json);
+    let id = widget.text("id");
+    let read = harness.get(&format!("/api/widgets/{id}"), &token).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.json);
+    assert_eq!(
+        read.json["data"],
+        json!("customer 42 is vip"),
+        "{}",
+        read.json
+    );
+    assert_eq!(read.json["error"], Value::Null);
+    let again = harness.get("/api/widgets", &token).await;
+    assert_eq!(again.json["items"][0]["fetchedAt"], read.json["fetchedAt"]);
+    assert!(!String::from_utf8_lossy(&again.bytes).contains(TOKEN));
+}

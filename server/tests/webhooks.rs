@@ -623,6 +623,8 @@ fn harness_ports(harness: &Harness) -> fronta_server::Ports {
         secret_cipher: None,
         limits: Arc::new(harness.store.clone()),
         mcp_servers: Arc::new(harness.store.clone()),
+        widgets: Arc::new(harness.store.clone()),
+        connectors: None,
     }
 }
 

@@ -33,6 +33,7 @@ mod retry;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
+pub mod widgets;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};

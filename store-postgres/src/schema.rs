@@ -7,8 +7,8 @@
 //! it. Left out: down-migrations and a CLI (`fronta migrate` calls [`migrate`]).
 //!
 //! The versions and names follow the SQLite store's (`fronta_store_sqlite::schema`): 1
-//! runs, 2 desk, 3 automations, 4 member open counts, 6 secrets, 7 mcp servers, so one number means the
-//! same tables on both. Versions increase along the list but need not be consecutive.
+//! runs, 2 desk, 3 automations, 4 member open counts, 6 secrets, 7 mcp servers, 8 service
+//! limits, 9 widgets, so one number means the same tables on both. Versions increase along the list but need not be consecutive.
 
 use sqlx::PgPool;
 
@@ -30,7 +30,31 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "secrets", SECRETS_V6),
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
+    (9, "widgets", WIDGETS_V9),
 ];
+
+/// Dashboard widgets (the `WidgetStore` port), like SQLite's migration 9: the definition
+/// as JSON beside its cache (data, when fetched, when last tried, the last error) and the
+/// refresh lease (`lease_token`, `lease_until`) that keeps one call per widget at a time
+/// across processes; claims lock the row (`FOR UPDATE`).
+pub const WIDGETS_V9: &str = r#"
+CREATE TABLE widgets (
+    id          uuid        PRIMARY KEY,
+    tenant      uuid        NOT NULL REFERENCES desk_tenants (id),
+    name        text        COLLATE "C" NOT NULL,
+    config      jsonb       NOT NULL,
+    data        jsonb,
+    fetched_at  timestamptz,
+    checked_at  timestamptz,
+    error       text,
+    error_at    timestamptz,
+    lease_token uuid,
+    lease_until timestamptz,
+    created_at  timestamptz NOT NULL,
+    updated_at  timestamptz NOT NULL
+);
+CREATE INDEX widgets_by_tenant ON widgets (tenant, name, id);
+"#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port), like SQLite's migration 8: a
 /// breaker row per (tenant, service), locked by every acquire and release of it, and a

@@ -92,6 +92,22 @@ impl AutomationStoreFactory for PgAutomationFactory {
         let store = self.open().await;
         (Arc::new(store.clone()), Arc::new(store))
     }
+
+    async fn open_widgets(
+        &self,
+        clock: ManualClock,
+    ) -> (
+        Arc<dyn fronta_automation::widget::WidgetStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let database = TestDb::create().await;
+        let store = database.store(Some(Arc::new(clock))).await;
+        self.databases
+            .lock()
+            .expect("databases lock")
+            .push(database);
+        (Arc::new(store.clone()), Arc::new(store))
+    }
 }
 
 fronta_store_tests::automation_conformance_suite!(PgAutomationFactory::new());

@@ -28,6 +28,7 @@ pub mod mcp_servers;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
+pub mod widgets;
 pub mod writer;
 
 use std::path::PathBuf;

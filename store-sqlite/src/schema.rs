@@ -15,7 +15,31 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "secrets", SECRETS_V6),
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
+    (9, "widgets", WIDGETS_V9),
 ];
+
+/// Dashboard widgets (the `WidgetStore` port): the definition as JSON beside its cache —
+/// the data (JSON text), when it was fetched, when the last call ended, the last error —
+/// and the refresh lease (`lease_token`, `lease_until`) that keeps one call per widget at
+/// a time across processes.
+const WIDGETS_V9: &str = r#"
+CREATE TABLE widgets (
+    id          BLOB    PRIMARY KEY,
+    tenant      BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name        TEXT    NOT NULL,
+    config      TEXT    NOT NULL,
+    data        TEXT,
+    fetched_at  INTEGER,
+    checked_at  INTEGER,
+    error       TEXT,
+    error_at    INTEGER,
+    lease_token TEXT,
+    lease_until INTEGER,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX widgets_by_tenant ON widgets (tenant, name, id);
+"#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port): a breaker row per (tenant,
 /// service), and a row per in-flight call (a slot) with its lease's expiry, so a crashed

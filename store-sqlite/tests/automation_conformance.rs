@@ -86,6 +86,21 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
         let store = self.open();
         (Arc::new(store.clone()), Arc::new(store))
     }
+
+    async fn open_widgets(
+        &self,
+        clock: ManualClock,
+    ) -> (
+        Arc<dyn fronta_automation::widget::WidgetStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let dir = TempDir::new().expect("a temporary directory");
+        let mut config = SqliteConfig::new(dir.path().join("fronta.db"));
+        config.clock = Arc::new(clock);
+        let store = SqliteStore::open(config).expect("a fresh SQLite store opens");
+        self.dirs.lock().expect("dirs lock").push(dir);
+        (Arc::new(store.clone()), Arc::new(store))
+    }
 }
 
 fronta_store_tests::automation_conformance_suite!(SqliteAutomationFactory::new());

@@ -37,6 +37,7 @@ pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
 mod support;
+pub mod widget_cases;
 pub mod worker_cases;
 
 /// Re-exported so a store's `tests/conformance.rs` needs no `async-trait` of its own.
@@ -105,6 +106,16 @@ pub trait AutomationStoreFactory: Send + Sync {
         &self,
     ) -> (
         Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
+
+    /// A fresh, empty store's widgets port whose clock is `clock` (freshness and leases
+    /// are judged by it); both handles are the same database.
+    async fn open_widgets(
+        &self,
+        clock: ManualClock,
+    ) -> (
+        Arc<dyn fronta_automation::widget::WidgetStore>,
         Arc<dyn fronta_desk::DeskStore>,
     );
 }
@@ -334,6 +345,12 @@ macro_rules! automation_conformance_suite {
             // MCP servers.
             mcp_servers_are_put_listed_read_replaced_and_deleted,
             another_tenants_mcp_server_answers_exactly_like_a_missing_one,
+            // Dashboard widgets.
+            widgets_are_created_listed_updated_and_deleted,
+            widget_claim_serves_fresh_data_and_claims_when_stale_or_forced,
+            widget_expired_lease_is_taken_over_and_the_late_answer_refused,
+            widget_two_concurrent_claimers_get_exactly_one_lease,
+            another_tenants_widget_answers_exactly_like_a_missing_one,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

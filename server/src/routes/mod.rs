@@ -25,6 +25,7 @@ pub mod runs;
 pub mod secrets;
 pub mod services;
 pub mod webhook;
+pub mod widgets;
 
 use std::str::FromStr;
 
@@ -320,6 +321,43 @@ fn table() -> Routes {
                     .answers(200, "McpServer"),
                 op(delete_, "Delete an MCP server").answers(204, ""),
             ],
+        )
+        .add(
+            "/api/widgets",
+            get(widgets::widget_list).post(widgets::widget_create),
+            [
+                op(
+                    get_,
+                    "List the dashboard widgets with their data (stale ones are refreshed first)",
+                )
+                .answers(200, "WidgetList"),
+                op(post_, "Add a widget: a connector call whose data is cached ttlSec")
+                    .body("WidgetDefinition")
+                    .answers(201, "Widget"),
+            ],
+        )
+        .add(
+            "/api/widgets/{id}",
+            get(widgets::widget_get)
+                .patch(widgets::widget_patch)
+                .delete(widgets::widget_delete),
+            [
+                op(get_, "A widget with its data (refreshed first when stale)")
+                    .answers(200, "Widget"),
+                op(patch_, "Change some fields of a widget (a new call empties its cache)")
+                    .body("WidgetDefinition")
+                    .answers(200, "Widget"),
+                op(delete_, "Delete a widget and its cached data").answers(204, ""),
+            ],
+        )
+        .add(
+            "/api/widgets/{id}/refresh",
+            post(widgets::widget_refresh),
+            [op(
+                post_,
+                "Call the widget's connector now, whatever the cache's age (503 service_waiting when its cap or breaker refuses)",
+            )
+            .answers(200, "Widget")],
         )
         .add(
             "/api/apply",

@@ -125,16 +125,18 @@ impl Harness {
             fronta_connectors::McpLimits::default(),
         )
         .expect("an MCP connector");
+        let connectors: Arc<dyn fronta_automation::connector::Connector> =
+            Arc::new(LimitedConnector::new(
+                Arc::new(fronta_connectors::Connectors::new(http).with_mcp(mcp)),
+                Arc::new(store.clone()),
+                limits,
+                clock.clone(),
+            ));
         let runtime = Arc::new(Runtime {
             desk: desk.clone(),
             automations: automations.clone(),
             clock: clock.clone(),
-            connectors: Some(Arc::new(LimitedConnector::new(
-                Arc::new(fronta_connectors::Connectors::new(http).with_mcp(mcp)),
-                Arc::new(store.clone()),
-                limits,
-                clock,
-            ))),
+            connectors: Some(connectors.clone()),
             secrets: Some(vault),
         });
         let mut registry = Registry::new();
@@ -153,6 +155,9 @@ impl Harness {
                 secret_cipher: Some(cipher),
                 limits: Arc::new(store.clone()),
                 mcp_servers: Arc::new(store.clone()),
+                widgets: Arc::new(store.clone()),
+                // Widgets call through the same guarded, limited connectors as steps.
+                connectors: Some(connectors),
             },
             dispatcher,
         )
