@@ -7,10 +7,15 @@
 //!   [`rng::SplitMix64`] choosing every step, a reference model checking every answer
 //!   and every row after every step. A failing seed is printed with the command that
 //!   replays it.
+//! - [`faults`]: [`faults::FaultProxy`], a TCP proxy between a process and its database
+//!   that cuts the database off (reset or stall) and gives it back, for the outage
+//!   harness of the `fronta` binary.
 //!
-//! What it leaves out: real processes and real crashes (the simulated crash drops a
-//! worker's memory, not a database connection), network faults, and wall-clock timing.
+//! What the simulation leaves out: real processes and real crashes (the simulated crash
+//! drops a worker's memory, not a database connection), network faults (the proxy's
+//! harness covers a whole-database outage), and wall-clock timing.
 
+pub mod faults;
 pub mod memory;
 pub mod rng;
 pub mod simulation;
