@@ -57,6 +57,10 @@ struct DbArgs {
     /// SQLite durability: full (every commit on disk before it is acknowledged) or normal.
     #[arg(long, global = true, default_value = "full", value_parser = parse_sync)]
     synchronous: Synchronous,
+    /// Postgres: how long a call waits for a pooled connection (connecting included)
+    /// before it fails as unavailable (a webhook then answers 503).
+    #[arg(long, global = true, env = "FRONTA_PG_ACQUIRE_TIMEOUT", default_value = "5s", value_parser = duration::parse)]
+    pg_acquire_timeout: Duration,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -273,7 +277,11 @@ fn is_postgres(url: &str) -> bool {
 pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store> {
     let url = db.database.as_deref().unwrap_or("fronta.db");
     if is_postgres(url) {
-        let config = PgConfig::new(with_application_name(url, name));
+        let mut config = PgConfig::new(with_application_name(url, name));
+        if db.pg_acquire_timeout.is_zero() {
+            bail!("--pg-acquire-timeout (FRONTA_PG_ACQUIRE_TIMEOUT) must be above 0");
+        }
+        config.acquire_timeout = db.pg_acquire_timeout;
         let store = PgStore::connect(config)
             .await
             .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;
@@ -337,6 +345,7 @@ pub(crate) fn runtime_registry(
         clock: Arc::new(fronta_engine::SystemClock),
         connectors: Some(Arc::new(connectors)),
         secrets: Some(vault),
+        storage_wait: outside.storage_wait,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

@@ -78,6 +78,13 @@ pub struct ServeArgs {
     /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
+    /// The `Retry-After` of a 503 (the database did not answer), in whole seconds.
+    #[arg(long, env = "FRONTA_UNAVAILABLE_RETRY_AFTER", default_value = "5s", value_parser = duration::parse)]
+    unavailable_retry_after: Duration,
+    /// How long a webhook waits for the database (finding its automation, then the
+    /// enqueue and its commit) before it answers 503.
+    #[arg(long, env = "FRONTA_WEBHOOK_STORE_DEADLINE", default_value = "10s", value_parser = duration::parse)]
+    webhook_store_deadline: Duration,
     #[command(flatten)]
     lead: LeadArgs,
 }
@@ -121,6 +128,8 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         webhook_rate_per_token: limit(args.webhook_rate, defaults.webhook_rate_per_token),
         webhook_rate_per_tenant: limit(args.tenant_webhook_rate, defaults.webhook_rate_per_tenant),
         api_rate_per_tenant: limit(args.api_rate, defaults.api_rate_per_tenant),
+        unavailable_retry_after: args.unavailable_retry_after,
+        webhook_store_deadline: args.webhook_store_deadline,
         ..defaults
     };
     let worker_config = WorkerConfig {

@@ -136,6 +136,7 @@ impl Harness {
                 clock,
             ))),
             secrets: Some(vault),
+            storage_wait: executor::DEFAULT_STORAGE_WAIT,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
