@@ -556,6 +556,20 @@ async fn outage(how: Cut) {
         "fronta serve exits 0 on SIGTERM: {status:?}\n{log}"
     );
     assert!(!log.contains("panicked"), "no panic in the server:\n{log}");
+    // Which of the process's paths met the outage (its warnings, counted).
+    let paths: Vec<String> = [
+        ("claim failed", "claims failed"),
+        ("heartbeat failed", "heartbeat rounds failed"),
+        ("completer: storage unavailable", "finish batches retried"),
+        ("no attempt spent", "automation runs snoozed"),
+        ("did not answer in time", "webhook deadlines"),
+        ("lease lost", "lease-lost notices"),
+        ("lost leadership", "leadership losses"),
+        ("leader election: ", "election retries"),
+    ]
+    .iter()
+    .map(|(needle, what)| format!("{} {what}", log.matches(needle).count()))
+    .collect();
 
     // Figures.
     let warm_from = Duration::from_secs(1).min(cut_real / 2);
@@ -592,7 +606,7 @@ async fn outage(how: Cut) {
          pre-cut {:.0} 202/s (of {} offered; 202 latency p50 {:.0} ms, p99 {:.0} ms); 503 latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; \
          throughput back to ≥ 90 % {} after the restore; \
          {} runs, all completed, attempts 0, {} reclaims, {} rows committed without a 202; drained in {:.1} s; \
-         proxy: {} connections, {} reset, {} held; leader again: {}",
+         proxy: {} connections, {} reset, {} held; leader again: {}; server log: {}",
         seen.len(),
         statuses.get(&202).copied().unwrap_or(0),
         statuses.get(&503).copied().unwrap_or(0),
@@ -618,6 +632,7 @@ async fn outage(how: Cut) {
         proxy_stats.reset,
         proxy_stats.held,
         leader.unwrap_or_default(),
+        paths.join(", "),
     );
 }
 
