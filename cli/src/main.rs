@@ -61,6 +61,15 @@ struct DbArgs {
     /// before it fails as unavailable (a webhook then answers 503).
     #[arg(long, global = true, env = "FRONTA_PG_ACQUIRE_TIMEOUT", default_value = "5s", value_parser = duration::parse)]
     pg_acquire_timeout: Duration,
+    /// Postgres: connections in this process's pool (the listener and the leader
+    /// election have one more each).
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_PG_MAX_CONNECTIONS",
+        default_value_t = 10
+    )]
+    pg_max_connections: u32,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -282,6 +291,10 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
             bail!("--pg-acquire-timeout (FRONTA_PG_ACQUIRE_TIMEOUT) must be above 0");
         }
         config.acquire_timeout = db.pg_acquire_timeout;
+        if db.pg_max_connections == 0 {
+            bail!("--pg-max-connections (FRONTA_PG_MAX_CONNECTIONS) must be at least 1");
+        }
+        config.max_connections = db.pg_max_connections;
         let store = PgStore::connect(config)
             .await
             .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;
