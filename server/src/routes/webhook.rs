@@ -159,7 +159,13 @@ pub async fn receive(
         Answer::Repeated(first, status) => Ok(repeated(first, status)),
         Answer::Inserted(id) => {
             tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
-            app.hub().run_changed(&app, stored.tenant, id).await;
+            // Committed: the answer is 202 whatever the stream's read of the run does,
+            // and it may not hold the answer longer than the deadline either.
+            let deadline = app.config().webhook_store_deadline;
+            let streamed = app.hub().run_changed(&app, stored.tenant, id);
+            if tokio::time::timeout(deadline, streamed).await.is_err() {
+                tracing::warn!(run = %id, "webhook: the stream's read of the run timed out; answering 202 (committed)");
+            }
             Ok((
                 StatusCode::ACCEPTED,
                 Json(json!({"runId": id.to_string(), "status": "queued"})),
