@@ -69,7 +69,8 @@ pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 /// The limits and switches of `mcp/call-tool`, each configurable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpLimits {
-    /// Name lookup + TCP + TLS of each HTTP request.
+    /// Name lookup + TCP + TLS of each HTTP request; also the least time a server
+    /// gets to start and answer `initialize` (its own timeout when that is longer).
     pub connect_timeout: Duration,
     /// The largest JSON answer read from an HTTP server.
     pub max_result_bytes: usize,
@@ -176,7 +177,15 @@ impl McpConnector {
                     .reinit_on_expired_session(false);
                 let transport =
                     StreamableHttpClientTransport::with_client(self.client.clone(), config);
-                let outcome = run(transport, &server, &tool, arguments, call.secrets).await;
+                let outcome = run(
+                    transport,
+                    &server,
+                    &tool,
+                    arguments,
+                    call.secrets,
+                    self.limits.connect_timeout,
+                )
+                .await;
                 log_outcome(&call, &server.name, &tool, &shown, &outcome);
                 outcome
             }
@@ -207,7 +216,15 @@ impl McpConnector {
                             ),
                         )
                     })?;
-                let outcome = run(transport, &server, &tool, arguments, call.secrets).await;
+                let outcome = run(
+                    transport,
+                    &server,
+                    &tool,
+                    arguments,
+                    call.secrets,
+                    self.limits.connect_timeout,
+                )
+                .await;
                 log_outcome(
                     &call,
                     &server.name,
@@ -348,14 +365,17 @@ fn log_outcome(
     }
 }
 
-/// Connect and initialise within the timeout, then send `tools/call` and wait for its
-/// result within the timeout again; close the connection either way.
+/// Connect and initialise within the server's timeout or `connect_timeout`, whichever
+/// is longer (a local command such as a Node.js server can take seconds to start, even
+/// when its calls are quick), then send `tools/call` and wait for its result within
+/// the server's timeout; close the connection either way.
 async fn run<T, E, A>(
     transport: T,
     server: &McpServer,
     tool: &str,
     arguments: Option<Map<String, Value>>,
     secrets: &Revealed,
+    connect_timeout: Duration,
 ) -> Result<ConnectorReply, ConnectorFailure>
 where
     T: rmcp::transport::IntoTransport<rmcp::RoleClient, E, A> + Send + 'static,
@@ -366,13 +386,14 @@ where
         ClientCapabilities::default(),
         Implementation::new("fronta", env!("CARGO_PKG_VERSION")),
     );
-    let client = match tokio::time::timeout(timeout, info.serve(transport)).await {
+    let start_timeout = timeout.max(connect_timeout);
+    let client = match tokio::time::timeout(start_timeout, info.serve(transport)).await {
         Err(_) => {
             return Err(ConnectorFailure::new(
                 Cause::McpConnection,
                 format!(
-                    "MCP server {:?}: connecting and initialising took longer than {}s (tools/call was not sent)",
-                    server.name, server.timeout_sec
+                    "MCP server {:?}: connecting and initialising took longer than {:.0?} (tools/call was not sent)",
+                    server.name, start_timeout
                 ),
             ));
         }
