@@ -191,7 +191,14 @@ pub struct Runtime {
     /// Reveals `{{secrets.<name>}}` for connector steps; `None` makes a step that uses a
     /// secret fail with "no secret key is configured".
     pub secrets: Option<SecretVault>,
+    /// How long a run is snoozed when our storage does not answer before the automation
+    /// started anything (reading the automation, the loop guard): it spends no attempt,
+    /// like a worker whose claim failed (default [`DEFAULT_STORAGE_WAIT`]).
+    pub storage_wait: Duration,
 }
+
+/// The default [`Runtime::storage_wait`].
+pub const DEFAULT_STORAGE_WAIT: Duration = Duration::from_secs(2);
 
 /// Why an action did not run to an answer.
 enum ActionError {
@@ -321,6 +328,16 @@ enum Failure {
 }
 
 impl Runtime {
+    /// Our storage did not answer before the automation did anything: snooze (no attempt
+    /// spent, nothing written by the run yet), as a worker whose claim failed waits.
+    /// Steps that meet an unavailable store are retried instead (DESIGN §4.5): they are
+    /// part of the automation's work.
+    fn storage_down(&self, ctx: &RunContext, message: &str) -> Outcome {
+        tracing::warn!(run = %ctx.run.id, wait = ?self.storage_wait, error = %message,
+            "storage unavailable before the automation started: run snoozed, no attempt spent");
+        Outcome::Snooze(self.storage_wait)
+    }
+
     async fn execute(&self, ctx: RunContext) -> Outcome {
         let payload: RunPayload = match serde_json::from_value(ctx.run.payload.clone()) {
             Ok(payload) => payload,
@@ -332,12 +349,7 @@ impl Runtime {
             .await
         {
             Ok(stored) => stored,
-            Err(DeskError::Unavailable(message)) => {
-                return Outcome::Retry {
-                    after: None,
-                    reason: format!("storage unavailable: {message}"),
-                };
-            }
+            Err(DeskError::Unavailable(message)) => return self.storage_down(&ctx, &message),
             Err(err) => {
                 let message = format!("the automation is missing: {err}");
                 self.report(&ctx, &payload, None, None, "", &message).await;
@@ -387,12 +399,7 @@ impl Runtime {
                     }
                     return Outcome::Done(Some(json!({ "suppressed": message })));
                 }
-                Err(DeskError::Unavailable(message)) => {
-                    return Outcome::Retry {
-                        after: None,
-                        reason: format!("storage unavailable: {message}"),
-                    };
-                }
+                Err(DeskError::Unavailable(message)) => return self.storage_down(&ctx, &message),
                 Err(err) => return Outcome::Fail(format!("loop guard: {err}")),
             }
         }

@@ -63,6 +63,7 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
         clock: Arc::new(SystemClock),
         connectors: None,
         secrets: None,
+        storage_wait: executor::DEFAULT_STORAGE_WAIT,
     });
     let mut registry = Registry::new();
     executor::register(&mut registry, runtime, Duration::from_secs(300))?;

@@ -57,6 +57,19 @@ struct DbArgs {
     /// SQLite durability: full (every commit on disk before it is acknowledged) or normal.
     #[arg(long, global = true, default_value = "full", value_parser = parse_sync)]
     synchronous: Synchronous,
+    /// Postgres: how long a call waits for a pooled connection (connecting included)
+    /// before it fails as unavailable (a webhook then answers 503).
+    #[arg(long, global = true, env = "FRONTA_PG_ACQUIRE_TIMEOUT", default_value = "5s", value_parser = duration::parse)]
+    pg_acquire_timeout: Duration,
+    /// Postgres: connections in this process's pool (the listener and the leader
+    /// election have one more each).
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_PG_MAX_CONNECTIONS",
+        default_value_t = 10
+    )]
+    pg_max_connections: u32,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -281,7 +294,15 @@ fn is_postgres(url: &str) -> bool {
 pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store> {
     let url = db.database.as_deref().unwrap_or("fronta.db");
     if is_postgres(url) {
-        let config = PgConfig::new(with_application_name(url, name));
+        let mut config = PgConfig::new(with_application_name(url, name));
+        if db.pg_acquire_timeout.is_zero() {
+            bail!("--pg-acquire-timeout (FRONTA_PG_ACQUIRE_TIMEOUT) must be above 0");
+        }
+        config.acquire_timeout = db.pg_acquire_timeout;
+        if db.pg_max_connections == 0 {
+            bail!("--pg-max-connections (FRONTA_PG_MAX_CONNECTIONS) must be at least 1");
+        }
+        config.max_connections = db.pg_max_connections;
         let store = PgStore::connect(config)
             .await
             .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;
@@ -338,6 +359,7 @@ pub(crate) fn runtime_registry(
         clock: Arc::new(fronta_engine::SystemClock),
         connectors: Some(limited_connectors(store, outside)?),
         secrets: Some(vault),
+        storage_wait: outside.storage_wait,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

@@ -24,6 +24,7 @@
 //! | `FRONTA_SERVICE_SLOT_LEASE` | 10m | a call's slot frees itself after this (a crashed process) |
 //! | `FRONTA_SERVICE_FULL_DELAY` | 2s | snooze of a run that met a full cap or a busy probe |
 //! | `FRONTA_SERVICE_JITTER` | 1s | the largest random delay added to every such snooze |
+//! | `FRONTA_STORAGE_WAIT` | 2s | snooze of an automation run whose first reads met an unavailable database (no attempt spent) |
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -47,6 +48,8 @@ pub(crate) struct Outside {
     pub cipher: Option<Arc<dyn SecretCipher>>,
     /// Per-(tenant, service) limits the connectors are wrapped in.
     pub limits: LimitsConfig,
+    /// `Runtime::storage_wait` of the automation executor.
+    pub storage_wait: Duration,
 }
 
 impl Outside {
@@ -160,12 +163,20 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
         );
     }
     tracing::info!(limits = ?mcp, "mcp/call-tool connector ready");
+    let storage_wait = duration_var(
+        "FRONTA_STORAGE_WAIT",
+        fronta_automation::executor::DEFAULT_STORAGE_WAIT,
+    )?;
+    if storage_wait.is_zero() {
+        return Err(anyhow!("FRONTA_STORAGE_WAIT: must be longer than zero"));
+    }
     Ok(Outside {
         http,
         policy,
         mcp,
         cipher,
         limits,
+        storage_wait,
     })
 }
 

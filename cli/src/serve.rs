@@ -93,6 +93,13 @@ pub struct ServeArgs {
     /// A widget refresh's lease: a reader that died mid-call holds its widget this long.
     #[arg(long, env = "FRONTA_WIDGET_LEASE", default_value = "10m", value_parser = duration::parse)]
     widget_lease: Duration,
+    /// The `Retry-After` of a 503 (the database did not answer), in whole seconds.
+    #[arg(long, env = "FRONTA_UNAVAILABLE_RETRY_AFTER", default_value = "5s", value_parser = duration::parse)]
+    unavailable_retry_after: Duration,
+    /// How long a webhook waits for the database (finding its automation, then the
+    /// enqueue and its commit) before it answers 503.
+    #[arg(long, env = "FRONTA_WEBHOOK_STORE_DEADLINE", default_value = "10s", value_parser = duration::parse)]
+    webhook_store_deadline: Duration,
     #[command(flatten)]
     lead: LeadArgs,
 }
@@ -143,6 +150,8 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
             max_data_bytes: args.widget_max_data_bytes,
             lease: args.widget_lease,
         },
+        unavailable_retry_after: args.unavailable_retry_after,
+        webhook_store_deadline: args.webhook_store_deadline,
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");

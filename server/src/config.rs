@@ -61,6 +61,14 @@ pub struct ServerConfig {
     /// Dashboard widgets: `ttlSec` bounds, how many per tenant, the largest cached data,
     /// the refresh lease.
     pub widgets: fronta_automation::widget::WidgetLimits,
+    /// The `Retry-After` of every 503 (the database did not answer), rounded up to whole
+    /// seconds: how long a client is asked to wait before repeating.
+    pub unavailable_retry_after: Duration,
+    /// How long a webhook request waits for the database (finding its automation; the
+    /// enqueue and its commit) before it answers 503. Bounds a request when the database
+    /// stops answering without closing its connections (a partition), where only the
+    /// pool's acquire timeout would not.
+    pub webhook_store_deadline: Duration,
 }
 
 impl Default for ServerConfig {
@@ -82,6 +90,8 @@ impl Default for ServerConfig {
             stream_poll_interval: Duration::from_millis(500),
             stream_keep_alive: Duration::from_secs(15),
             widgets: fronta_automation::widget::WidgetLimits::default(),
+            unavailable_retry_after: Duration::from_secs(5),
+            webhook_store_deadline: Duration::from_secs(10),
         }
     }
 }
@@ -106,6 +116,16 @@ impl ServerConfig {
             return Err("the stream's poll interval and keep-alive must be above 0".into());
         }
         self.widgets.check()?;
+        if self.unavailable_retry_after.is_zero() {
+            return Err(
+                "unavailable_retry_after (FRONTA_UNAVAILABLE_RETRY_AFTER) must be above 0".into(),
+            );
+        }
+        if self.webhook_store_deadline.is_zero() {
+            return Err(
+                "webhook_store_deadline (FRONTA_WEBHOOK_STORE_DEADLINE) must be above 0".into(),
+            );
+        }
         if self.body_limit == 0 {
             return Err("the body limit must be at least 1 byte".into());
         }
@@ -161,6 +181,24 @@ mod tests {
         assert!(
             bad_hash.validate().is_err(),
             "a hash that is not SHA-256 hex"
+        );
+        let no_wait = ServerConfig {
+            unavailable_retry_after: Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let refused = no_wait.validate().expect_err("a zero Retry-After");
+        assert!(
+            refused.contains("unavailable_retry_after"),
+            "named: {refused}"
+        );
+        let no_deadline = ServerConfig {
+            webhook_store_deadline: Duration::ZERO,
+            ..ServerConfig::default()
+        };
+        let refused = no_deadline.validate().expect_err("a zero deadline");
+        assert!(
+            refused.contains("webhook_store_deadline"),
+            "named: {refused}"
         );
     }
 }

@@ -6,6 +6,13 @@
 //! resource name, never from a store's message, so an id of another tenant answers
 //! byte-identically to an id that never existed.
 //!
+//! A 503 ([`ApiError::Unavailable`]: the database did not answer) always carries
+//! `Retry-After` (whole seconds) and `retryAfter` in its body: the value is the server's
+//! `unavailable_retry_after`, which an error built deep in a route does not know, so the
+//! answer is marked ([`UnavailableAnswer`]) and the router's layer
+//! ([`add_retry_after`]) writes the final answer with the configured wait. Any other 503
+//! without the header (readiness) gets the header from the same layer.
+//!
 //! Left out: what a route does to get here (each route picks the variant).
 
 use std::time::Duration;
@@ -187,10 +194,55 @@ pub fn retry_after_secs(wait: Duration) -> u64 {
     (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
+/// The mark of an [`ApiError::Unavailable`] answer, until [`add_retry_after`] replaces it
+/// with [`unavailable_response`].
+#[derive(Debug, Clone, Copy)]
+pub struct UnavailableAnswer;
+
+/// The 503 of an unanswering database: `Retry-After` and `retryAfter` both `wait` in
+/// whole seconds (rounded up, at least 1).
+pub fn unavailable_response(wait: Duration) -> Response {
+    let seconds = retry_after_secs(wait);
+    let mut body = ApiError::Unavailable.body();
+    body["error"]["retryAfter"] = json!(seconds);
+    let mut response = (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    response
+}
+
+/// The router's layer: a marked 503 becomes [`unavailable_response`] with the server's
+/// `unavailable_retry_after`; any other 503 without `Retry-After` gets the header.
+pub async fn add_retry_after(
+    axum::extract::State(app): axum::extract::State<crate::App>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let mut response = next.run(request).await;
+    if response.status() != StatusCode::SERVICE_UNAVAILABLE
+        || response.headers().contains_key(header::RETRY_AFTER)
+    {
+        return response;
+    }
+    let wait = app.config().unavailable_retry_after;
+    if response.extensions().get::<UnavailableAnswer>().is_some() {
+        return unavailable_response(wait);
+    }
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from(retry_after_secs(wait)),
+    );
+    response
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let mut response = (status, axum::Json(self.body())).into_response();
+        if let ApiError::Unavailable = self {
+            response.extensions_mut().insert(UnavailableAnswer);
+        }
         if let ApiError::RateLimited { retry_after }
         | ApiError::ServiceWaiting { retry_after, .. } = self
         {
@@ -300,6 +352,24 @@ mod tests {
                 .is_some_and(|m| m.contains("docId")),
             "a message naming it: {body}"
         );
+    }
+
+    #[test]
+    fn an_unavailable_answer_says_when_to_come_back() {
+        let response = unavailable_response(Duration::from_millis(2500));
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "503");
+        assert_eq!(
+            response.headers().get(header::RETRY_AFTER),
+            Some(&HeaderValue::from(3u64)),
+            "Retry-After in whole seconds, rounded up"
+        );
+        let marked = ApiError::Unavailable.into_response();
+        assert!(
+            marked.extensions().get::<UnavailableAnswer>().is_some(),
+            "marked for the router's layer"
+        );
+        let body = ApiError::Unavailable.body();
+        assert_eq!(body["error"]["code"], "unavailable", "code: {body}");
     }
 
     #[test]

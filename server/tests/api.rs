@@ -7,6 +7,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use axum::http::{Method, StatusCode};
@@ -76,7 +77,7 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
     let ready = harness.call(Method::GET, "/readyz", None, None).await;
     assert_eq!(ready.status, StatusCode::OK, "readyz with a working store");
 
-    let broken: Arc<dyn RunStore> = Arc::new(Broken);
+    let broken: Arc<dyn RunStore> = Arc::new(Broken { stall: false });
     let app = fronta_server::App::new(
         test_config(),
         fronta_server::Ports {
@@ -106,52 +107,150 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
         StatusCode::SERVICE_UNAVAILABLE,
         "503 when the run store does not answer"
     );
+    assert!(
+        response.headers().get("retry-after").is_some(),
+        "readiness's 503 says when to come back too"
+    );
 }
 
-/// A run store whose database is gone.
-struct Broken;
+/// The app of `harness` with a run store that is gone (`stall`: never answers).
+fn with_broken_runs(
+    harness: &Harness,
+    config: fronta_server::ServerConfig,
+    stall: bool,
+) -> axum::Router {
+    let broken: Arc<dyn RunStore> = Arc::new(Broken { stall });
+    let app = fronta_server::App::new(
+        config,
+        fronta_server::Ports {
+            runs: broken.clone(),
+            desk: Arc::new(harness.store.clone()),
+            automations: Arc::new(harness.store.clone()),
+            secrets: Arc::new(harness.store.clone()),
+            secret_cipher: None,
+            limits: Arc::new(harness.store.clone()),
+            mcp_servers: Arc::new(harness.store.clone()),
+            widgets: Arc::new(harness.store.clone()),
+            connectors: None,
+        },
+        Dispatcher::from_registry(broken, &harness.registry),
+    )
+    .expect("an app");
+    fronta_server::router(app)
+}
 
-fn gone<T>() -> StoreResult<T> {
-    Err(StoreError::Unavailable("connection refused".into()))
+#[tokio::test]
+async fn a_database_outage_answers_webhooks_503_with_retry_after_never_202() {
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    let reply = harness
+        .post("/api/ticket-types", &token, support::order_type())
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "type: {}", reply.json);
+    let path = support::webhook_path(
+        &harness
+            .automation(&token, support::orders_automation())
+            .await,
+    );
+    let config = fronta_server::ServerConfig {
+        unavailable_retry_after: Duration::from_millis(6500),
+        webhook_store_deadline: Duration::from_millis(200),
+        ..test_config()
+    };
+    for (stall, case) in [(false, "refused"), (true, "stalled")] {
+        let router = with_broken_runs(&harness, config.clone(), stall);
+        let request = axum::http::Request::post(path.as_str())
+            .header("content-type", "application/json")
+            .body(axum::body::Body::from(support::order_body("7001")))
+            .expect("a request");
+        // A guard, not a timing check: a stalled store must not hold the request forever.
+        let response = tokio::time::timeout(
+            Duration::from_secs(30),
+            tower::ServiceExt::oneshot(router, request),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{case}: the webhook answered"))
+        .expect("an answer");
+        assert_eq!(
+            response.status(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "{case}: 503, never 202 without a commit"
+        );
+        assert_eq!(
+            response
+                .headers()
+                .get("retry-after")
+                .and_then(|value| value.to_str().ok()),
+            Some("7"),
+            "{case}: Retry-After is the configured wait, rounded up"
+        );
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .expect("a body");
+        let body: Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(body["error"]["code"], "unavailable", "{case}: {body}");
+        assert_eq!(body["error"]["retryAfter"], 7, "{case}: {body}");
+        assert!(body["error"]["message"].is_string(), "{case}: {body}");
+    }
+    assert_eq!(
+        harness.runs().run_stats().await.expect("stats").queued,
+        0,
+        "nothing was enqueued anywhere"
+    );
+}
+
+/// A run store whose database is gone: every call fails as unavailable, or (`stall`)
+/// never answers, as over a partition.
+struct Broken {
+    stall: bool,
+}
+
+impl Broken {
+    async fn gone<T>(&self) -> StoreResult<T> {
+        if self.stall {
+            std::future::pending::<()>().await;
+        }
+        Err(StoreError::Unavailable("connection refused".into()))
+    }
 }
 
 #[async_trait]
 impl RunStore for Broken {
     async fn run_enqueue_many(&self, _: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
-        gone()
+        self.gone().await
     }
     async fn run_claim(&self, _: ClaimParams) -> StoreResult<ClaimBatch> {
-        gone()
+        self.gone().await
     }
     async fn run_heartbeat_many(&self, _: Vec<LeaseRenewal>) -> StoreResult<Vec<HeartbeatReply>> {
-        gone()
+        self.gone().await
     }
     async fn run_checkpoint(&self, _: CheckpointParams) -> StoreResult<()> {
-        gone()
+        self.gone().await
     }
     async fn run_finish_many(&self, _: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
-        gone()
+        self.gone().await
     }
     async fn run_request_cancel(&self, _: RunId) -> StoreResult<CancelReply> {
-        gone()
+        self.gone().await
     }
     async fn run_retry(&self, _: RunId) -> StoreResult<RetryReply> {
-        gone()
+        self.gone().await
     }
     async fn run_get(&self, _: RunId) -> StoreResult<Option<Run>> {
-        gone()
+        self.gone().await
     }
     async fn run_find_by_key(&self, _: &str, _: &str) -> StoreResult<Option<Run>> {
-        gone()
+        self.gone().await
     }
     async fn run_list(&self, _: RunFilter) -> StoreResult<Vec<Run>> {
-        gone()
+        self.gone().await
     }
     async fn run_stats(&self) -> StoreResult<RunStats> {
-        gone()
+        self.gone().await
     }
     async fn run_busy(&self) -> StoreResult<bool> {
-        gone()
+        self.gone().await
     }
     fn enqueue_signal(&self) -> Arc<Notify> {
         Arc::new(Notify::new())

@@ -10,10 +10,15 @@
 //! - [`workers`]: the engine's real `Worker`s against one store on tokio's paused
 //!   clock, with crashes, storage storms (failed calls and lost answers), stalls past
 //!   the lease and cancels drawn from a seed, and the promises checked at the end.
+//! - [`faults`]: [`faults::FaultProxy`], a TCP proxy between a process and its database
+//!   that cuts the database off (reset or stall) and gives it back, for the outage
+//!   harness of the `fronta` binary (`cli/tests/outage.rs`).
 //!
-//! What it leaves out: real processes and real crashes (the simulated crash drops a
-//! worker's memory, not a database connection), network faults, and wall-clock timing.
+//! What the simulations leave out: real processes and real crashes (the simulated crash
+//! drops a worker's memory, not a database connection), network faults (the proxy's
+//! harness covers a whole-database outage), and wall-clock timing.
 
+pub mod faults;
 pub mod memory;
 pub mod rng;
 pub mod simulation;

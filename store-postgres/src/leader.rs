@@ -31,6 +31,11 @@ pub struct LeaderConfig {
     pub retry_every: Duration,
     /// How often the leader checks its connection and runs a maintenance tick.
     pub check_every: Duration,
+    /// How long connecting, taking the lock and the leader's check may take before the
+    /// connection counts as lost. Without it a database that stops answering without
+    /// closing the connection (a partition) would hold the election for as long as TCP
+    /// retransmits, the leader still believing it leads.
+    pub io_timeout: Duration,
 }
 
 impl LeaderConfig {
@@ -40,13 +45,32 @@ impl LeaderConfig {
             name: name.into(),
             retry_every: Duration::from_secs(1),
             check_every: Duration::from_secs(1),
+            io_timeout: Duration::from_secs(5),
         }
     }
 }
 
 async fn connect(config: &LeaderConfig) -> Result<PgConnection, sqlx::Error> {
     let options: sqlx::postgres::PgConnectOptions = config.url.parse()?;
-    PgConnection::connect_with(&options.application_name(&config.name)).await
+    within(
+        config,
+        PgConnection::connect_with(&options.application_name(&config.name)),
+    )
+    .await
+}
+
+/// `work`, or an I/O timeout error after `io_timeout`.
+async fn within<T>(
+    config: &LeaderConfig,
+    work: impl Future<Output = Result<T, sqlx::Error>>,
+) -> Result<T, sqlx::Error> {
+    match tokio::time::timeout(config.io_timeout, work).await {
+        Ok(answer) => answer,
+        Err(_) => Err(sqlx::Error::Io(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no answer within {:?}", config.io_timeout),
+        ))),
+    }
 }
 
 /// Run the election until `shutdown`. `leading` tells the world whether this process
@@ -74,11 +98,14 @@ pub async fn run<F, Fut>(
         let mut leader = false;
         loop {
             if !leader {
-                match sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-                    .bind(LEADER_LOCK_KEY)
-                    .fetch_one(&mut conn)
-                    .await
-                {
+                let locked = within(
+                    &config,
+                    sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+                        .bind(LEADER_LOCK_KEY)
+                        .fetch_one(&mut conn),
+                )
+                .await;
+                match locked {
                     Ok(true) => {
                         leader = true;
                         tracing::info!(name = %config.name, "became the leader of this database");
@@ -111,7 +138,7 @@ pub async fn run<F, Fut>(
                 _ = tokio::time::sleep(wait) => {}
             }
             if leader {
-                if let Err(err) = conn.ping().await {
+                if let Err(err) = within(&config, conn.ping()).await {
                     leading.send_replace(false);
                     tracing::warn!(name = %config.name, error = %err,
                         "lost leadership: the connection holding the lock is gone; reconnecting");

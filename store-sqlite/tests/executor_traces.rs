@@ -31,6 +31,7 @@ async fn trace(automation: Value, body: Value) -> String {
         clock: Arc::new(SystemClock),
         connectors: None,
         secrets: None,
+        storage_wait: executor::DEFAULT_STORAGE_WAIT,
     });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);

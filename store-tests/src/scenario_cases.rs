@@ -66,6 +66,7 @@ impl Firm {
             clock: Arc::new(clock.clone()),
             connectors: None,
             secrets: None,
+            storage_wait: executor::DEFAULT_STORAGE_WAIT,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, LEASE).expect("automation kinds register");

@@ -7,7 +7,8 @@
 //! `DefaultBodyLimit` only bounds the reads, and `crate::extract` turns both cases
 //! (declared and streamed) into our JSON 413.
 //!
-//! Unknown routes answer 404 and wrong methods 405, both in the API's error shape.
+//! Unknown routes answer 404 and wrong methods 405, both in the API's error shape. Every
+//! 503 gets its `Retry-After` from a layer here (`crate::error::add_retry_after`).
 //!
 //! `GET /api/stream` is served by `crate::stream`, `GET /metrics` by `crate::metrics`
 //! (its middleware times `POST /webhook/{token}`).
@@ -415,6 +416,10 @@ pub fn router(app: App) -> Router {
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::error::add_retry_after,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             app.clone(),
             crate::metrics::measure_webhook,

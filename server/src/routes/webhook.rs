@@ -13,6 +13,13 @@
 //! 7. enqueue (`executor::run_request`, trigger `webhook`) and answer 202 only after the
 //!    store committed the run.
 //!
+//! The database: a store that does not answer makes 503 `unavailable` with `Retry-After`
+//! (`crate::error`). Steps 1 and 7 each wait at most `webhook_store_deadline`, then answer
+//! 503 too — a database that stops answering without closing its connections would
+//! otherwise hold the request as long as TCP does. A 503 never means "not written": the
+//! commit may land after the deadline (the client repeats with its `webhook-id` and gets
+//! the same run). A 202 always means "committed".
+//!
 //! Authentication (4) comes before the paused check (5) so that an unsigned caller
 //! learns nothing but "unsigned". A `webhook-id` (signed or not) makes the call
 //! idempotent: the run is enqueued with unique key `webhook:<automation id>:<webhook-id>`,
@@ -89,12 +96,32 @@ fn webhook_id(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
     Ok(Some(id.to_owned()))
 }
 
+/// `work` against the database, or 503 once `webhook_store_deadline` has passed.
+async fn within_deadline<T>(
+    app: &App,
+    what: &'static str,
+    work: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    let deadline = app.config().webhook_store_deadline;
+    match tokio::time::timeout(deadline, work).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            tracing::warn!(
+                ?deadline,
+                step = what,
+                "webhook: the database did not answer in time; answering 503"
+            );
+            Err(ApiError::Unavailable)
+        }
+    }
+}
+
 pub async fn receive(
     State(app): State<App>,
     Path(token): Path<String>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let (stored, params) = find(&app, &token).await?;
+    let (stored, params) = within_deadline(&app, "find", find(&app, &token)).await?;
     rate_limit(&app, &stored)?;
     if !is_json(request.headers()) {
         return Err(ApiError::UnsupportedMediaType);
@@ -127,6 +154,42 @@ pub async fn receive(
     let context = contract::extract(&params, &value).map_err(ApiError::Contract)?;
 
     let key = webhook_id.map(|id| format!("webhook:{}:{id}", stored.id));
+    let enqueued = within_deadline(&app, "enqueue", enqueue(&app, &stored, key, context)).await?;
+    match enqueued {
+        Answer::Repeated(first, status) => Ok(repeated(first, status)),
+        Answer::Inserted(id) => {
+            tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
+            // Committed: the answer is 202 whatever the stream's read of the run does,
+            // and it may not hold the answer longer than the deadline either.
+            let deadline = app.config().webhook_store_deadline;
+            let streamed = app.hub().run_changed(&app, stored.tenant, id);
+            if tokio::time::timeout(deadline, streamed).await.is_err() {
+                tracing::warn!(run = %id, "webhook: the stream's read of the run timed out; answering 202 (committed)");
+            }
+            Ok((
+                StatusCode::ACCEPTED,
+                Json(json!({"runId": id.to_string(), "status": "queued"})),
+            )
+                .into_response())
+        }
+    }
+}
+
+/// What the enqueue of a webhook run came to.
+enum Answer {
+    /// A new run, committed.
+    Inserted(RunId),
+    /// The `webhook-id` was seen: the first run and its status now.
+    Repeated(RunId, RunStatus),
+}
+
+/// Find a repeat by its key, else enqueue (committed when this answers).
+async fn enqueue(
+    app: &App,
+    stored: &StoredAutomation,
+    key: Option<String>,
+    context: serde_json::Map<String, Value>,
+) -> Result<Answer, ApiError> {
     // A repeat of a run that already finished: its key is free again, so only the
     // lookup (which sees finished runs) finds it. A repeat of a live run is also caught
     // by the enqueue's unique key, which closes the race between two repeats.
@@ -137,30 +200,21 @@ pub async fn receive(
             .await?
     {
         tracing::info!(automation = %stored.id, run = %first.id, "repeated webhook-id: answering the first run");
-        return Ok(repeated(first.id, first.status));
+        return Ok(Answer::Repeated(first.id, first.status));
     }
-    let mut enqueue = executor::run_request(&stored, RunTrigger::Webhook, context);
+    let mut enqueue = executor::run_request(stored, RunTrigger::Webhook, context);
     if let Some(key) = &key {
         enqueue = enqueue.unique_key(key.clone());
     }
-    let enqueued = app.inner().dispatcher.enqueue(enqueue).await?;
-    match enqueued {
-        Enqueued::Inserted(id) => {
-            tracing::debug!(automation = %stored.id, run = %id, "webhook run enqueued");
-            app.hub().run_changed(&app, stored.tenant, id).await;
-            Ok((
-                StatusCode::ACCEPTED,
-                Json(json!({"runId": id.to_string(), "status": "queued"})),
-            )
-                .into_response())
-        }
+    match app.inner().dispatcher.enqueue(enqueue).await? {
+        Enqueued::Inserted(id) => Ok(Answer::Inserted(id)),
         Enqueued::Existing(id) => {
             let status = match app.runs().run_get(id).await {
                 Ok(Some(run)) => run.status,
                 // Unreadable just now: its id is still the answer.
                 _ => RunStatus::Queued,
             };
-            Ok(repeated(id, status))
+            Ok(Answer::Repeated(id, status))
         }
     }
 }

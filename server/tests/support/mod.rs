@@ -138,6 +138,7 @@ impl Harness {
             clock: clock.clone(),
             connectors: Some(connectors.clone()),
             secrets: Some(vault),
+            storage_wait: executor::DEFAULT_STORAGE_WAIT,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
