@@ -252,6 +252,8 @@ def fronta_workload(system, url, workload, p, cfg):
     if workload == "enqueue":
         return fronta_cmd(system, url, ["--runs", str(p["jobs"]), "--callers", str(p["callers"]), "--batch", str(p["batch"]), "--no-drain", "--latency-runs", "0", "--json"])
     if workload == "drain":
+        if system["db"] == "sqlite" and p.get("processes", 1) > 1:
+            return None  # several processes: Postgres only, as for the peers
         extra = ["--runs", str(p["jobs"]), "--callers", "1", "--batch", "1000", "--in-flight", str(p["in_flight"]), "--latency-runs", "0", "--drain-cap", f"{p['cap']}s", "--json"]
         if p.get("processes", 1) > 1:
             extra += ["--processes", str(p["processes"])]
@@ -261,7 +263,7 @@ def fronta_workload(system, url, workload, p, cfg):
     if workload == "http":
         if system["db"] != "sqlite":
             return None
-        return [str(FRONTA), "--synchronous", system["sync"], "bench", "webhook", "--seconds", str(p["seconds"]), "--rate", str(p["rate"]), "--paced-connections", "4", "--requests", "2000", "--json"]
+        return [str(FRONTA), "--synchronous", system["sync"], "bench", "webhook", "--seconds", str(max(1, round(p["seconds"]))), "--rate", str(p["rate"]), "--paced-connections", "4", "--requests", "2000", "--json"]
     if workload == "claim":
         return fronta_cmd(system, url, ["claim", "--queued", str(p["queued"]), "--tenants", str(p["tenants"]), "--samples", str(p["samples"]), "--json"])
     if workload == "rss":
