@@ -109,7 +109,7 @@ async fn fill(store: Arc<dyn RunStore>, queued: u64, tenants: u64) -> anyhow::Re
             .collect();
         dispatcher.enqueue_many(requests).await?;
         written += n;
-        if written % 100_000 == 0 {
+        if written.is_multiple_of(100_000) {
             eprintln!("enqueued {written}/{queued}");
         }
     }
