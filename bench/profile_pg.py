@@ -10,6 +10,7 @@ For each: the drain's rate, the CPU seconds of the Postgres backends serving its
 the binaries `bench/run.py` builds and a Postgres on this machine at $BENCH_PG.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -61,7 +62,12 @@ def profile(label, command_of):
     counters = psql(db, "select xact_commit, tup_returned from pg_stat_database where datname = current_database()")
     tables = psql(db, "select relname, seq_scan, seq_tup_read from pg_stat_user_tables order by seq_tup_read desc limit 1")
     psql("postgres", f"drop database {db} with (force)")
-    last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
+    try:
+        figures = json.loads(done.stdout)
+        rate = figures.get("drainedPerSecond") or figures.get("perSecond")
+        last = f"{rate:,.0f} jobs/s, exactly-once check ok: {figures.get('ok')}"
+    except (json.JSONDecodeError, TypeError):
+        last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
     print(f"{label}: Postgres backends {sum(seen.values()):.2f} s CPU; commits|rows returned {counters}; "
           f"top table|seq scans|rows read {tables}\n    {last[:240]}")
 
