@@ -4,6 +4,14 @@
 //! machine). Every run is counted: a lost or duplicated run makes the bench fail.
 //!
 //! By default it uses a fresh database in a temporary folder; `--database` names another.
+//!
+//! The benchmark driver (`bench/run.py`) runs one phase per fresh database: `--batch`
+//! sets the runs per enqueue call, `--no-drain` stops after the enqueue, `--drain-cap`
+//! bounds the drain (the rate is then over the runs that ran, and the check is that every
+//! run either completed exactly once or is still pending). The check, in every case: no
+//! run was reclaimed (a run started twice is a reclaim), the completed runs equal the
+//! handler calls (in this process) or the claims (worker processes), and completed plus
+//! pending equals enqueued. `claim` and `rss` measure with a backlog (`bench_backlog`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -32,9 +40,19 @@ pub struct BenchArgs {
     /// Runs in flight in the draining worker.
     #[arg(long, default_value_t = 512)]
     in_flight: usize,
-    /// Concurrent enqueue callers (each enqueues one run per call).
+    /// Concurrent enqueue callers.
     #[arg(long, default_value_t = 32)]
     callers: u64,
+    /// Runs per enqueue call (1 = one run per call; more = `enqueue_many`).
+    #[arg(long, default_value_t = 1)]
+    batch: u64,
+    /// Stop after the enqueue phase (no drain, no latency phase).
+    #[arg(long)]
+    no_drain: bool,
+    /// The longest the drain may take (`30s`, `2m`); the rate is over the runs that ran
+    /// within it.
+    #[arg(long, value_parser = crate::duration::parse)]
+    drain_cap: Option<Duration>,
     /// Drain with this many `fronta worker` child processes instead of a worker in this
     /// process (0 = in this process).
     #[arg(long, default_value_t = 0)]
@@ -56,6 +74,10 @@ pub enum Workload {
     Automation(crate::bench_automation::AutomationBenchArgs),
     /// Webhook ingestion over real HTTP: paced latency and throughput, no worker.
     Webhook(crate::bench_webhook::WebhookBenchArgs),
+    /// Claim cost with a backlog of 1,000 … 1,000,000 queued runs.
+    Claim(crate::bench_backlog::ClaimBenchArgs),
+    /// Peak RSS of a `fronta worker` process over a backlog spread across tenants.
+    Rss(crate::bench_backlog::RssBenchArgs),
 }
 
 #[derive(Debug, Serialize)]
@@ -65,16 +87,47 @@ struct Figures {
     synchronous: String,
     runs: u64,
     callers: u64,
+    batch: u64,
     in_flight: usize,
+    processes: usize,
     enqueue_seconds: f64,
     enqueue_per_second: f64,
     drain_seconds: f64,
     drained_per_second: f64,
+    /// Runs that ran in the drain (all of them unless `--drain-cap` stopped it).
+    drained: u64,
+    drain_capped: bool,
+    /// CPU time (user + system) of this process and its waited children during the drain.
+    drain_cpu_seconds: f64,
+    drain_cpu_micros_per_run: f64,
     latency_runs: u64,
     latency_rate: u64,
     latency_p50_ms: f64,
+    latency_p95_ms: f64,
     latency_p99_ms: f64,
     latency_max_ms: f64,
+    /// The exactly-once check passed (the command fails otherwise).
+    ok: bool,
+    completed: u64,
+    reclaims: u64,
+}
+
+/// CPU seconds (user + system) of this process plus its waited-for children, from
+/// `/proc/self/stat` (clock ticks of 10 ms); 0 where there is no `/proc`.
+pub(crate) fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let Some(rest) = stat.rfind(')').map(|at| &stat[at + 2..]) else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split(' ').collect();
+    // utime, stime, cutime, cstime are fields 14–17 of the line, 11–14 after the name.
+    let ticks: u64 = (11..=14)
+        .filter_map(|k| fields.get(k).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    ticks as f64 / 100.0
 }
 
 fn progress(label: &'static str, total: u64, done: Arc<AtomicU64>, stop: CancellationToken) {
@@ -100,6 +153,7 @@ async fn drain_in_processes(
     store: Arc<dyn RunStore>,
     progress_count: Arc<AtomicU64>,
 ) -> anyhow::Result<u64> {
+    let cap = args.drain_cap;
     let exe = std::env::current_exe().context("finding the fronta binary")?;
     let database = db.database.clone().unwrap_or_default();
     let mut children = Vec::new();
@@ -126,6 +180,20 @@ async fn drain_in_processes(
         }
     });
     let mut claimed = 0u64;
+    if let Some(cap) = cap {
+        // At the cap, ask every worker to stop (SIGTERM: in-flight runs finish first).
+        let ids: Vec<u32> = children.iter().filter_map(|c| c.id()).collect();
+        tokio::spawn(async move {
+            tokio::time::sleep(cap).await;
+            for id in ids {
+                tracing::info!(pid = id, "bench: drain cap reached, stopping a worker");
+                let _ = tokio::process::Command::new("kill")
+                    .args(["-TERM", &id.to_string()])
+                    .status()
+                    .await;
+            }
+        });
+    }
     for child in children {
         let output = child.wait_with_output().await?;
         let text = String::from_utf8_lossy(&output.stderr);
@@ -152,10 +220,12 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             return crate::bench_automation::run(db, automation).await;
         }
         Some(Workload::Webhook(webhook)) => return crate::bench_webhook::run(db, webhook).await,
+        Some(Workload::Claim(claim)) => return crate::bench_backlog::claim(db, claim).await,
+        Some(Workload::Rss(rss)) => return crate::bench_backlog::rss(db, rss).await,
         None => {}
     }
-    if args.runs == 0 || args.callers == 0 || args.in_flight == 0 {
-        bail!("--runs, --callers and --in-flight must be at least 1");
+    if args.runs == 0 || args.callers == 0 || args.in_flight == 0 || args.batch == 0 {
+        bail!("--runs, --callers, --batch and --in-flight must be at least 1");
     }
     if args.latency_runs > 0 && args.latency_rate == 0 {
         bail!("--latency-rate must be at least 1");
@@ -208,8 +278,11 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     let registry = Arc::new(registry);
     let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
 
-    // 1. Enqueue from C callers, one run per call.
-    eprintln!("enqueue: {} runs from {} callers…", args.runs, args.callers);
+    // 1. Enqueue from C callers, `--batch` runs per call.
+    eprintln!(
+        "enqueue: {} runs from {} callers, {} per call…",
+        args.runs, args.callers, args.batch
+    );
     let enqueued = Arc::new(AtomicU64::new(0));
     let stop = CancellationToken::new();
     progress("enqueue", args.runs, enqueued.clone(), stop.clone());
@@ -219,12 +292,23 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         let share = args.runs / args.callers + u64::from(caller < args.runs % args.callers);
         let dispatcher = dispatcher.clone();
         let enqueued = enqueued.clone();
+        let batch = args.batch;
         callers.spawn(async move {
-            for _ in 0..share {
-                dispatcher
-                    .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
-                    .await?;
-                enqueued.fetch_add(1, Ordering::Relaxed);
+            let mut left = share;
+            while left > 0 {
+                let n = batch.min(left);
+                if n == 1 {
+                    dispatcher
+                        .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                        .await?;
+                } else {
+                    let requests = (0..n)
+                        .map(|_| EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                        .collect();
+                    dispatcher.enqueue_many(requests).await?;
+                }
+                left -= n;
+                enqueued.fetch_add(n, Ordering::Relaxed);
             }
             Ok::<_, anyhow::Error>(())
         });
@@ -234,6 +318,17 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     }
     let enqueue_seconds = start.elapsed().as_secs_f64();
     stop.cancel();
+    if args.no_drain {
+        let stats = store.run_stats().await?;
+        if stats.queued != args.runs {
+            bail!(
+                "correctness check failed: {} runs queued for {} enqueued",
+                stats.queued,
+                args.runs
+            );
+        }
+        return print_enqueue_only(&db, &args, enqueue_seconds, stats.queued);
+    }
 
     // 2. Drain with W in flight.
     eprintln!(
@@ -243,6 +338,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     progress("drain", args.runs, drained.clone(), stop.clone());
     let start = Instant::now();
+    let cpu_before = cpu_seconds();
     if args.processes == 0 {
         let config = WorkerConfig {
             name: "bench-drain".into(),
@@ -251,8 +347,17 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             until_idle: true,
             ..WorkerConfig::default()
         };
+        let shutdown = CancellationToken::new();
+        if let Some(cap) = args.drain_cap {
+            let at_cap = shutdown.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(cap).await;
+                tracing::info!("bench: drain cap reached, stopping the worker");
+                at_cap.cancel();
+            });
+        }
         Worker::new(store.clone(), registry.clone(), config)?
-            .run(CancellationToken::new())
+            .run(shutdown)
             .await?;
     } else {
         let claimed = drain_in_processes(&db, &args, store.clone(), drained.clone()).await?;
@@ -260,20 +365,37 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         drained.store(claimed, Ordering::Relaxed);
     }
     let drain_seconds = start.elapsed().as_secs_f64();
+    let drain_cpu = cpu_seconds() - cpu_before;
     stop.cancel();
     let ran = drained.load(Ordering::Relaxed);
     let stats = store.run_stats().await?;
-    if ran != args.runs || stats.completed != args.runs {
+    let pending = stats.queued + stats.scheduled + stats.running;
+    let capped = stats.completed < args.runs;
+    if capped && args.drain_cap.is_none() {
         bail!(
-            "correctness check failed: {} runs ran (claims in worker processes) and {} completed for {} enqueued",
+            "correctness check failed: {} completed for {} enqueued",
+            stats.completed,
+            args.runs
+        );
+    }
+    if ran != stats.completed
+        || stats.completed + pending != args.runs
+        || stats.reclaims > 0
+        || stats.failed + stats.cancelled > 0
+    {
+        bail!(
+            "correctness check failed: {} runs ran (claims in worker processes), {} completed, {} pending, {} reclaimed, {} failed or cancelled, for {} enqueued",
             ran,
             stats.completed,
+            pending,
+            stats.reclaims,
+            stats.failed + stats.cancelled,
             args.runs
         );
     }
 
     // 3. Latency at a paced rate with an idle worker.
-    let (p50, p99, max) = if args.latency_runs > 0 {
+    let (p50, p95, p99, max) = if args.latency_runs > 0 {
         eprintln!(
             "latency: {} runs at {}/s…",
             args.latency_runs, args.latency_rate
@@ -314,9 +436,9 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         let mut all = latencies.lock().map(|all| all.clone()).unwrap_or_default();
         all.sort_unstable();
         let pick = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
-        (pick(0.50), pick(0.99), pick(1.0))
+        (pick(0.50), pick(0.95), pick(0.99), pick(1.0))
     } else {
-        (0.0, 0.0, 0.0)
+        (0.0, 0.0, 0.0, 0.0)
     };
 
     let figures = Figures {
@@ -324,16 +446,26 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         synchronous: format!("{:?}", db.synchronous).to_lowercase(),
         runs: args.runs,
         callers: args.callers,
+        batch: args.batch,
         in_flight: args.in_flight,
+        processes: args.processes,
         enqueue_seconds,
         enqueue_per_second: args.runs as f64 / enqueue_seconds,
         drain_seconds,
-        drained_per_second: args.runs as f64 / drain_seconds,
+        drained_per_second: stats.completed as f64 / drain_seconds,
+        drained: stats.completed,
+        drain_capped: capped,
+        drain_cpu_seconds: drain_cpu,
+        drain_cpu_micros_per_run: drain_cpu * 1e6 / stats.completed.max(1) as f64,
         latency_runs: args.latency_runs,
         latency_rate: args.latency_rate,
         latency_p50_ms: p50,
+        latency_p95_ms: p95,
         latency_p99_ms: p99,
         latency_max_ms: max,
+        ok: true,
+        completed: stats.completed,
+        reclaims: stats.reclaims,
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
@@ -344,24 +476,69 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             println!("fronta bench — SQLite synchronous={}", figures.synchronous);
         }
         println!(
-            "  enqueue  {:>9.0} runs/s   ({} runs, {} callers, one run per call, {:.2} s)",
-            figures.enqueue_per_second, figures.runs, figures.callers, figures.enqueue_seconds
+            "  enqueue  {:>9.0} runs/s   ({} runs, {} callers, {} per call, {:.2} s)",
+            figures.enqueue_per_second,
+            figures.runs,
+            figures.callers,
+            figures.batch,
+            figures.enqueue_seconds
         );
         println!(
-            "  drain    {:>9.0} runs/s   ({} runs, {} in flight, {:.2} s)",
-            figures.drained_per_second, figures.runs, figures.in_flight, figures.drain_seconds
+            "  drain    {:>9.0} runs/s   ({} of {} runs{}, {} in flight, {:.2} s, {:.1} µs CPU per run)",
+            figures.drained_per_second,
+            figures.drained,
+            figures.runs,
+            if capped { ", stopped at the cap" } else { "" },
+            figures.in_flight,
+            figures.drain_seconds,
+            figures.drain_cpu_micros_per_run
         );
         if args.latency_runs > 0 {
             println!(
-                "  enqueue→start  p50 {:.3} ms   p99 {:.3} ms   max {:.3} ms   ({} runs at {}/s)",
-                p50, p99, max, args.latency_runs, args.latency_rate
+                "  enqueue→start  p50 {:.3} ms   p95 {:.3} ms   p99 {:.3} ms   max {:.3} ms   ({} runs at {}/s)",
+                p50, p95, p99, max, args.latency_runs, args.latency_rate
             );
         }
         println!(
-            "  check    every run ran exactly once ({} handler calls, {} completed)",
-            ran, stats.completed
+            "  check    every run ran exactly once or is still pending ({} handler calls, {} completed, {} pending, 0 reclaimed)",
+            ran, stats.completed, pending
         );
     }
     drop(temp);
+    Ok(())
+}
+
+/// The report of an enqueue-only bench (`--no-drain`).
+fn print_enqueue_only(
+    db: &DbArgs,
+    args: &BenchArgs,
+    enqueue_seconds: f64,
+    queued: u64,
+) -> anyhow::Result<()> {
+    let per_second = args.runs as f64 / enqueue_seconds;
+    if args.json {
+        let figures = serde_json::json!({
+            "database": db.database.clone().unwrap_or_default(),
+            "synchronous": format!("{:?}", db.synchronous).to_lowercase(),
+            "runs": args.runs,
+            "callers": args.callers,
+            "batch": args.batch,
+            "enqueueSeconds": enqueue_seconds,
+            "enqueuePerSecond": per_second,
+            "queued": queued,
+            "ok": true,
+        });
+        println!("{}", serde_json::to_string_pretty(&figures)?);
+    } else {
+        println!(
+            "fronta bench — enqueue only, SQLite synchronous={} (Postgres: as the server has it)",
+            format!("{:?}", db.synchronous).to_lowercase()
+        );
+        println!(
+            "  enqueue  {per_second:>9.0} runs/s   ({} runs, {} callers, {} per call, {enqueue_seconds:.2} s)",
+            args.runs, args.callers, args.batch
+        );
+        println!("  check    {queued} runs queued for {} enqueued", args.runs);
+    }
     Ok(())
 }

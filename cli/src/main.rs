@@ -9,6 +9,7 @@ mod apply;
 mod background;
 mod bench;
 mod bench_automation;
+mod bench_backlog;
 mod bench_webhook;
 mod demo;
 mod demo_engine;

@@ -311,3 +311,156 @@ fn the_webhook_bench_runs_over_http_and_checks_every_accepted_run() {
         "1,000 paced + 500 throughput requests, each a queued run:\n{text}"
     );
 }
+
+fn json_of(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}):\n{}", stdout(output)))
+}
+
+#[test]
+fn an_enqueue_only_bench_leaves_every_run_queued() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("enqueue.db");
+    let output = fronta(
+        &db,
+        &[
+            "bench",
+            "--runs",
+            "1000",
+            "--callers",
+            "3",
+            "--batch",
+            "100",
+            "--no-drain",
+            "--json",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let figures = json_of(&output);
+    assert_eq!(figures["runs"], 1000, "{figures}");
+    assert_eq!(figures["batch"], 100, "{figures}");
+    assert_eq!(figures["ok"], true, "{figures}");
+    let after = stats(&db);
+    assert_eq!(after["queued"], 1000, "nothing drained: {after}");
+    assert_eq!(after["completed"], 0, "nothing drained: {after}");
+}
+
+#[test]
+fn a_capped_drain_counts_what_ran_and_leaves_the_rest_pending() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("capped.db");
+    // One run in flight, every claim and completion on disk: 20,000 runs cannot drain in
+    // 200 ms, so the cap stops the worker.
+    let output = fronta(
+        &db,
+        &[
+            "bench",
+            "--runs",
+            "20000",
+            "--callers",
+            "1",
+            "--batch",
+            "1000",
+            "--in-flight",
+            "1",
+            "--latency-runs",
+            "0",
+            "--drain-cap",
+            "200ms",
+            "--json",
+        ],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let figures = json_of(&output);
+    assert_eq!(figures["drainCapped"], true, "{figures}");
+    assert_eq!(figures["ok"], true, "{figures}");
+    let drained = figures["drained"].as_u64().expect("drained");
+    assert!(drained < 20_000, "{figures}");
+    let after = stats(&db);
+    assert_eq!(after["completed"], drained, "{after}");
+    assert_eq!(
+        after["queued"].as_u64().expect("queued") + after["running"].as_u64().expect("running"),
+        20_000 - drained,
+        "the rest is still pending: {after}"
+    );
+    assert_eq!(after["reclaims"], 0, "{after}");
+}
+
+#[test]
+fn the_claim_bench_claims_each_run_once_and_refuses_a_backlog_too_small() {
+    let output = Command::new(FRONTA)
+        .args([
+            "bench",
+            "claim",
+            "--queued",
+            "300",
+            "--tenants",
+            "3",
+            "--samples",
+            "100",
+            "--limit",
+            "2",
+            "--json",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta bench claim");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let figures = json_of(&output);
+    assert_eq!(figures["ok"], true, "{figures}");
+    assert_eq!(figures["queued"], 300, "{figures}");
+    assert!(
+        figures["claimP50Micros"].as_f64().expect("p50") > 0.0,
+        "{figures}"
+    );
+
+    let output = Command::new(FRONTA)
+        .args([
+            "bench",
+            "claim",
+            "--queued",
+            "100",
+            "--samples",
+            "60",
+            "--limit",
+            "2",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta bench claim");
+    assert!(!output.status.success());
+    assert!(
+        stderr(&output).contains("--samples × --limit must not exceed --queued"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn the_rss_bench_reads_a_worker_process_resident_set() {
+    let output = Command::new(FRONTA)
+        .args([
+            "bench",
+            "rss",
+            "--queued",
+            "2000",
+            "--tenants",
+            "10",
+            "--seconds",
+            "1s",
+            "--concurrency",
+            "8",
+            "--json",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta bench rss");
+    assert!(output.status.success(), "{}", stderr(&output));
+    let figures = json_of(&output);
+    assert_eq!(figures["ok"], true, "{figures}");
+    assert_eq!(figures["tenants"], 10, "{figures}");
+    assert!(
+        figures["peakRssKiB"].as_u64().expect("rss") > 0,
+        "the worker's resident set was read: {figures}"
+    );
+}

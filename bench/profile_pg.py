@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Where Postgres spends its time in a drain: fronta against graphile-worker and
+apalis-postgres, each on a fresh database, 64 in flight.
+
+    python3 bench/profile_pg.py [JOBS]          # default 20,000
+
+For each: the drain's rate, the CPU seconds of the Postgres backends serving its database
+(summed from /proc/PID/stat while it runs), and the database's counters afterwards
+(commits, rows returned, sequential scans and rows they read on the biggest table). Needs
+the binaries `bench/run.py` builds and a Postgres on this machine at $BENCH_PG.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
+
+
+def psql(db, query):
+    return subprocess.run(["psql", f"{PG}/{db}", "-tAc", query], capture_output=True, text=True).stdout.strip()
+
+
+def backend_cpu(db):
+    """CPU seconds so far of each Postgres backend serving `db`."""
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            if cmd.startswith("postgres:") and f" {db} " in cmd:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                out[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            pass
+    return out
+
+
+def profile(label, command_of):
+    db = "profile_" + uuid.uuid4().hex[:10]
+    psql("postgres", f"create database {db}")
+    seen, stop = {}, []
+
+    def sample():
+        while not stop:
+            for pid, cpu in backend_cpu(db).items():
+                seen[pid] = max(seen.get(pid, 0.0), cpu)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    done = subprocess.run(command_of(f"{PG}/{db}"), capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn"))
+    stop.append(True)
+    sampler.join()
+    counters = psql(db, "select xact_commit, tup_returned from pg_stat_database where datname = current_database()")
+    tables = psql(db, "select relname, seq_scan, seq_tup_read from pg_stat_user_tables order by seq_tup_read desc limit 1")
+    psql("postgres", f"drop database {db} with (force)")
+    try:
+        figures = json.loads(done.stdout)
+        rate = figures.get("drainedPerSecond") or figures.get("perSecond")
+        last = f"{rate:,.0f} jobs/s, exactly-once check ok: {figures.get('ok')}"
+    except (json.JSONDecodeError, TypeError):
+        last = (done.stdout.strip().splitlines() or [done.stderr.strip()[-200:]])[-1]
+    print(f"{label}: Postgres backends {sum(seen.values()):.2f} s CPU; commits|rows returned {counters}; "
+          f"top table|seq scans|rows read {tables}\n    {last[:240]}")
+
+
+def main():
+    jobs = sys.argv[1] if len(sys.argv) > 1 else "20000"
+    fronta = str(BENCH.parent / "target" / "release" / "fronta")
+    drain = ["--runs", jobs, "--callers", "1", "--batch", "1000", "--in-flight", "64", "--latency-runs", "0", "--json"]
+    profile("fronta, 1 process", lambda url: [fronta, "--database", url, "bench", *drain])
+    profile("fronta, 2 processes", lambda url: [fronta, "--database", url, "bench", *drain, "--processes", "2"])
+    peer = ["--workload", "drain", "--jobs", jobs, "--in-flight", "64", "--cap-seconds", "120"]
+    profile("graphile-worker", lambda url: ["node", str(BENCH / "peers" / "graphile-worker" / "bench.js"), "--db", url, *peer])
+    profile("apalis-postgres", lambda url: [str(BENCH / "target" / "release" / "bench-apalis-postgres"), "--db", url, *peer])
+
+
+if __name__ == "__main__":
+    main()
