@@ -744,7 +744,8 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     let copied = browser
         .until(
             "the copy confirmation",
-            "const s = document.querySelector('#automations .copy .status'); return s && s.innerText ? s.innerText : null;",
+            // The button's status says "Copy URL…" while the copy runs; wait for its end.
+            "const s = document.querySelector('#automations .copy .status'); return s && s.innerText && !s.innerText.endsWith('…') ? s.innerText : null;",
         )
         .await;
     assert_eq!(
