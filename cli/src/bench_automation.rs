@@ -63,6 +63,8 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
         clock: Arc::new(SystemClock),
         connectors: None,
         secrets: None,
+        cursors: Some(Arc::new(store.clone())),
+        poll: Default::default(),
     });
     let mut registry = Registry::new();
     executor::register(&mut registry, runtime, Duration::from_secs(300))?;

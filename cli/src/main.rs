@@ -242,6 +242,14 @@ impl Store {
         }
     }
 
+    /// The cursors of poll automations on this database.
+    pub(crate) fn poll_cursors(&self) -> Arc<dyn fronta_automation::poll::PollCursors> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::limits::ServiceLimits> {
         match self {
             Store::Sqlite(store) => Arc::new(store.clone()),
@@ -337,6 +345,8 @@ pub(crate) fn runtime_registry(
         clock: Arc::new(fronta_engine::SystemClock),
         connectors: Some(Arc::new(connectors)),
         secrets: Some(vault),
+        cursors: Some(store.poll_cursors()),
+        poll: outside.poll,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

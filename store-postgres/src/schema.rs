@@ -30,7 +30,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "secrets", SECRETS_V6),
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
+    (10, "poll cursors", POLL_CURSORS_V10),
 ];
+
+/// The cursor of each poll automation (the `PollCursors` port), like SQLite's migration
+/// 10: the JSON value (as text) its last poll moved it to, and which run did.
+const POLL_CURSORS_V10: &str = r#"
+CREATE TABLE poll_cursors (
+    automation uuid        PRIMARY KEY REFERENCES automations (id) ON DELETE CASCADE,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    value      text        NOT NULL,
+    run        text        NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+"#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port), like SQLite's migration 8: a
 /// breaker row per (tenant, service), locked by every acquire and release of it, and a

@@ -15,7 +15,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (6, "secrets", SECRETS_V6),
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
+    (10, "poll cursors", POLL_CURSORS_V10),
 ];
+
+/// The cursor of each poll automation (the `PollCursors` port): the JSON value its last
+/// poll moved it to, and which run did. Deleted with the automation.
+const POLL_CURSORS_V10: &str = r#"
+CREATE TABLE poll_cursors (
+    automation BLOB    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    value      TEXT    NOT NULL,
+    run        TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
+"#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port): a breaker row per (tenant,
 /// service), and a row per in-flight call (a slot) with its lease's expiry, so a crashed

@@ -31,6 +31,8 @@ async fn trace(automation: Value, body: Value) -> String {
         clock: Arc::new(SystemClock),
         connectors: None,
         secrets: None,
+        cursors: Some(Arc::new(store.clone())),
+        poll: Default::default(),
     });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);

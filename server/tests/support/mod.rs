@@ -136,6 +136,8 @@ impl Harness {
                 clock,
             ))),
             secrets: Some(vault),
+            cursors: Some(Arc::new(store.clone())),
+            poll: Default::default(),
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
