@@ -2,9 +2,13 @@
 //! the executor polls an HTTP source (wiremock) first, keeps only items past the
 //! automation's cursor, publishes them as `poll.items` for a `forEach`, and moves the
 //! cursor durably. Each item is handed to a sink endpoint, so a lost or repeated item
-//! shows there. Time is a moved `ManualClock`.
+//! shows there. Time is a moved `ManualClock`. A mail poll reads a real dovecot (see
+//! `connectors/tests/dovecot`) and turns each new message into a ticket.
 
 mod support;
+
+#[path = "../../connectors/tests/dovecot/mod.rs"]
+mod dovecot;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -404,4 +408,118 @@ async fn a_poll_automation_without_its_source_settings_is_refused_on_save_naming
         !text.contains("hunter2\""),
         "a literal password is not echoed back: {text}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mail_poll_turns_each_new_message_into_a_ticket_once() {
+    let Some(imap) = dovecot::Dovecot::start() else {
+        return;
+    };
+    let message = |id: &str, subject: &str| {
+        format!(
+            "From: Eva Novak <eva@shop.test>\r\nTo: desk@firm.test\r\nSubject: {subject}\r\n\
+             Message-ID: <{id}@shop.test>\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n\
+             Please help with {subject}.\r\n"
+        )
+    };
+    // Real time: the first poll takes the messages received since the automation was
+    // saved, and IMAP's received times are the server's clock.
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    let put = harness
+        .call(
+            axum::http::Method::PUT,
+            "/api/secrets/mail",
+            Some(&token),
+            Some(json!({"value": dovecot::PASSWORD})),
+        )
+        .await;
+    assert!(put.status.is_success(), "secret stored: {}", put.json);
+    let reply = harness
+        .post(
+            "/api/ticket-types",
+            &token,
+            json!({"name": "mail", "statuses": ["new", "done"]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+    let created = harness
+        .automation(
+            &token,
+            json!({
+                "name": "Support inbox",
+                "trigger": {"type": "poll", "source": "mail",
+                            "mailbox": {"host": "127.0.0.1", "port": imap.port, "tls": false,
+                                        "user": dovecot::USER, "password": "{{secrets.mail}}"}},
+                "steps": [{"name": "each", "type": "forEach", "items": "{{poll.items}}", "as": "mail",
+                           "steps": [{"name": "ticket", "op": "ticket/upsert",
+                                      "input": {"externalId": "{{mail.messageId}}", "title": "{{mail.subject}}",
+                                                "type": "mail", "fields": {"from": "{{mail.from}}"}}}]}]
+            }),
+        )
+        .await;
+    let automation: AutomationId = created["id"].as_str().expect("an id").parse().expect("id");
+    imap.deliver_maildir("one", &message("m1", "printer on fire"));
+    imap.deliver_maildir("two", &message("m2", "VPN down"));
+    let stored = harness
+        .store
+        .automations_timed()
+        .await
+        .expect("timed")
+        .into_iter()
+        .find(|stored| stored.id == automation)
+        .expect("the poll automation");
+    let dispatcher = Dispatcher::from_registry(
+        Arc::new(harness.store.clone()) as Arc<dyn RunStore>,
+        &harness.registry,
+    );
+    let poll_once = |context: &str| {
+        let request = fronta_automation::executor::run_request(
+            &stored,
+            RunTrigger::Poll,
+            serde_json::from_value(json!({"_poll": {"source": "mail", "tick": context}}))
+                .expect("a context"),
+        );
+        let dispatcher = dispatcher.clone();
+        async move {
+            dispatcher.enqueue(request).await.expect("enqueued");
+        }
+    };
+    poll_once("first").await;
+    harness.drain().await;
+    assert_eq!(
+        mail_titles(&harness, &token).await,
+        vec!["VPN down".to_string(), "printer on fire".to_string()],
+        "both messages became tickets"
+    );
+    let cursor = PollCursors::poll_cursor_get(&harness.store, stored.tenant, automation)
+        .await
+        .expect("get")
+        .expect("the cursor moved");
+    assert_eq!(cursor.value["uid"], json!(2), "{:?}", cursor.value);
+
+    imap.deliver_maildir("three", &message("m3", "new laptop"));
+    poll_once("second").await;
+    harness.drain().await;
+    let titles = mail_titles(&harness, &token).await;
+    assert_eq!(titles.len(), 3, "one more ticket: {titles:?}");
+    assert!(titles.contains(&"new laptop".to_string()), "{titles:?}");
+    let cursor = PollCursors::poll_cursor_get(&harness.store, stored.tenant, automation)
+        .await
+        .expect("get")
+        .expect("a cursor");
+    assert_eq!(cursor.value["uid"], json!(3), "{:?}", cursor.value);
+}
+
+async fn mail_titles(harness: &Harness, token: &str) -> Vec<String> {
+    let page = harness.get("/api/tickets?type=mail", token).await;
+    let mut titles: Vec<String> = page.json["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|ticket| ticket["title"].as_str().unwrap_or("").to_owned())
+        .collect();
+    titles.sort();
+    titles
 }

@@ -166,6 +166,25 @@ impl Dovecot {
         Some(server)
     }
 
+    /// Delivers a message by writing it into the user's maildir (`new/`), as a local
+    /// delivery agent would; dovecot gives it the next UID when a session looks.
+    pub fn deliver_maildir(&self, name: &str, raw: &str) {
+        let maildir = self.dir.path().join("mail").join(USER);
+        for sub in ["new", "cur", "tmp"] {
+            std::fs::create_dir_all(maildir.join(sub)).expect("a maildir");
+        }
+        let file = maildir.join("new").join(format!("{name}.fronta-test"));
+        std::fs::write(&file, raw).expect("the message file");
+        let (uid, gid) = mail_ids();
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{uid}:{gid}"))
+            .arg(&maildir)
+            .status()
+            .expect("chown runs");
+        assert!(status.success(), "chown of the maildir");
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("dovecot.log")).unwrap_or_default()
     }
