@@ -52,7 +52,7 @@ pub enum Trigger {
         interval_sec: Option<u64>,
         /// Where and how to poll (see `crate::poll`).
         #[serde(flatten)]
-        settings: PollSettings,
+        settings: Box<PollSettings>,
     },
     /// A cron expression, in `timezone` (default UTC).
     Schedule {
@@ -751,7 +751,7 @@ impl Parser {
             }
             "poll" => {
                 self.unknown_fields(map, POLL_FIELDS, &what, path);
-                let settings = self.poll_settings(map, path);
+                let settings = Box::new(self.poll_settings(map, path));
                 let interval_sec = match map.get("intervalSec") {
                     None | Some(Value::Null) => None,
                     Some(value) => match value.as_u64() {

@@ -98,7 +98,6 @@ impl PollCursors for PgStore {
             .await
             .map_err(sql_err)?;
         }
-        drop(db);
         self.desk_commit(tx).await?;
         Ok(answer)
     }
