@@ -588,9 +588,10 @@ mod tests {
 
     #[test]
     fn text_is_cut_at_a_character_boundary() {
+        assert_eq!(cut("ťž", 3), ("ť".to_string(), true), "byte 3 is inside ž");
         assert_eq!(
             cut("žluť", 3),
-            ("ž".to_string(), true),
+            ("žl".to_string(), true),
             "ž is 2 bytes, l one"
         );
         assert_eq!(cut("abc", 3), ("abc".to_string(), false));
