@@ -22,6 +22,9 @@ pub enum Op {
     FlowLog,
     HttpRequest,
     McpCallTool,
+    /// The `mail` poll's fetch (`crate::poll`): not a step users write, so not in
+    /// [`Op::KNOWN`]; a connector serves it like the others.
+    PollMail,
     /// Not in the catalogue; the validator reports it and the executor refuses it.
     Unknown(String),
 }
@@ -64,6 +67,7 @@ impl Op {
             Op::FlowLog => "flow/log",
             Op::HttpRequest => "http/request",
             Op::McpCallTool => "mcp/call-tool",
+            Op::PollMail => "poll/mail",
             Op::Unknown(name) => name,
         }
     }
@@ -74,7 +78,7 @@ impl Op {
 
     /// Connector ops call a third-party service and name it in the step's `service`.
     pub fn is_connector(&self) -> bool {
-        matches!(self, Op::HttpRequest | Op::McpCallTool)
+        matches!(self, Op::HttpRequest | Op::McpCallTool | Op::PollMail)
     }
 
     /// Whether the op changes anything outside its run (tickets, incidents, another
@@ -98,6 +102,7 @@ impl Op {
             Op::FlowLog => &["message"],
             Op::HttpRequest => &["url"],
             Op::McpCallTool => &["server", "tool"],
+            Op::PollMail => &["host", "user", "password"],
             Op::Unknown(_) => &[],
         }
     }
@@ -134,6 +139,7 @@ impl Op {
             Op::FlowPause | Op::FlowLog => &[],
             Op::HttpRequest => &["status", "headers", "body"],
             Op::McpCallTool => &["content", "structured", "isError"],
+            Op::PollMail => &["items", "cursor", "left"],
             Op::Unknown(_) => &[],
         }
     }

@@ -20,7 +20,9 @@
 //! per-(tenant, service) cap or an open breaker, see [`crate::limits`]) made no call: the
 //! run is snoozed at that step (logged `waiting`), spending no attempt.
 //!
-//! Left out: polling and cron.
+//! A `poll` automation's run starts with the poll itself, an implicit step named `poll`
+//! (see [`crate::poll`]: what it fetches, how new items are told from old ones and when
+//! the automation's cursor moves); a poll that finds nothing new ends the run there.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +40,8 @@ use serde_json::{Map, Value, json};
 use crate::condition;
 use crate::connector::{self, Connector, ConnectorCall, ConnectorFailure};
 use crate::context::Context;
-use crate::model::{ActionStep, Automation, Step, Trigger};
+use crate::model::{ActionStep, Automation, PollSettings, PollSource, Step, Trigger};
+use crate::poll::{self, Advance, Batch, POLL_STEP, PendingCursor, PollCursors, PollLimits};
 use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
 use crate::steps::{self, StepEnv, StepError, ticket_json};
 use crate::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
@@ -125,6 +128,10 @@ pub struct ExecState {
     pub ticket: Option<(String, String)>,
     /// A long `flow/pause` sleeps until then.
     pub pause_until: Option<DateTime<Utc>>,
+    /// A poll run: the cursor move its poll owes (see [`crate::poll`]); `None` before the
+    /// poll ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll: Option<PendingCursor>,
 }
 
 impl ExecState {
@@ -140,6 +147,7 @@ impl ExecState {
             steps: Vec::new(),
             ticket: None,
             pause_until: None,
+            poll: None,
         }
     }
 
@@ -195,6 +203,20 @@ pub struct Runtime {
     /// started anything (reading the automation, the loop guard): it spends no attempt,
     /// like a worker whose claim failed (default [`DEFAULT_STORAGE_WAIT`]).
     pub storage_wait: Duration,
+    /// The cursors of poll automations; `None` makes a poll fail with "not available".
+    pub cursors: Option<Arc<dyn PollCursors>>,
+    /// The poll's limits.
+    pub poll: PollLimits,
+}
+
+/// How the poll step ended (see [`Runtime::poll_first`]).
+enum PollStep {
+    /// New items are published and the cursor moved: run the tree.
+    Go,
+    /// Nothing new: the run ends here.
+    Ended,
+    /// A limit in front of the source said "not now".
+    Snooze(Duration),
 }
 
 /// The default [`Runtime::storage_wait`].
@@ -417,7 +439,21 @@ impl Runtime {
             }
             state.pause_until = None;
         }
-        match self.walk(&ctx, &payload, &stored, &mut state).await {
+        let walked = match &stored.automation.trigger {
+            Trigger::Poll {
+                source, settings, ..
+            } => match self
+                .poll_first(&ctx, &payload, &stored, *source, settings, &mut state)
+                .await
+            {
+                Ok(PollStep::Go) => self.walk(&ctx, &payload, &stored, &mut state).await,
+                Ok(PollStep::Ended) => Ok(None),
+                Ok(PollStep::Snooze(wait)) => Ok(Some(wait)),
+                Err(failure) => Err(failure),
+            },
+            _ => self.walk(&ctx, &payload, &stored, &mut state).await,
+        };
+        match walked {
             Ok(None) => {
                 self.ticket_note(
                     &payload,
@@ -743,6 +779,336 @@ impl Runtime {
         }
     }
 
+    /// The poll, before the tree (see [`crate::poll`], "When the cursor moves"): apply a
+    /// checkpointed move the run still owes, or fetch, publish, checkpoint, then move.
+    async fn poll_first(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        source: PollSource,
+        settings: &PollSettings,
+        state: &mut ExecState,
+    ) -> Result<PollStep, Failure> {
+        let fatal = |message: String| Failure::Fatal {
+            step: POLL_STEP.into(),
+            message,
+        };
+        let Some(cursors) = &self.cursors else {
+            return Err(fatal(
+                "polling is not available in this process: no cursor store is installed".into(),
+            ));
+        };
+        let storage = |err: DeskError| match err {
+            DeskError::Unavailable(message) => Failure::Retry {
+                step: POLL_STEP.into(),
+                message: format!("the poll cursor could not be read or written: {message}"),
+                after: None,
+            },
+            other => Failure::Fatal {
+                step: POLL_STEP.into(),
+                message: format!("the poll cursor: {other}"),
+            },
+        };
+        let run_id = ctx.run.id.to_string();
+        // A move of the cursor by another run sends this one back to fetch: bounded.
+        for _ in 0..3 {
+            if let Some(pending) = &mut state.poll {
+                if pending.applied {
+                    return Ok(PollStep::Go);
+                }
+                let answer = cursors
+                    .poll_cursor_advance(
+                        payload.tenant,
+                        stored.id,
+                        pending.from.as_ref(),
+                        &pending.to,
+                        &run_id,
+                    )
+                    .await
+                    .map_err(storage)?;
+                match answer {
+                    Advance::Advanced | Advance::AlreadyThere => {
+                        tracing::info!(run = %ctx.run.id, automation = %stored.id, ?answer,
+                            from = ?pending.from, to = %pending.to, "poll: cursor moved");
+                        pending.applied = true;
+                        return Ok(PollStep::Go);
+                    }
+                    Advance::Conflict { current } => {
+                        tracing::warn!(run = %ctx.run.id, automation = %stored.id, from = ?pending.from,
+                            ?current, "poll: another run moved the cursor first; this poll's items are dropped and it polls again");
+                        *state = ExecState::new(Context::from_params(payload.context.clone()));
+                        continue;
+                    }
+                }
+            }
+            let from = cursors
+                .poll_cursor_get(payload.tenant, stored.id)
+                .await
+                .map_err(storage)?
+                .map(|cursor| cursor.value);
+            let started = Utc::now();
+            let op = poll::step_op(source);
+            let fetched = match source {
+                PollSource::Http | PollSource::Messages => {
+                    self.poll_http(ctx, payload, stored, settings, state, from.as_ref())
+                        .await
+                }
+                PollSource::Mail => {
+                    self.poll_mail(ctx, payload, stored, settings, state, from.as_ref())
+                        .await
+                }
+            };
+            let batch = match fetched {
+                Ok(batch) => batch,
+                Err(ActionError::NotNow { wait, message }) => {
+                    if state
+                        .steps
+                        .last()
+                        .is_some_and(|last| last.name == POLL_STEP && last.status == "waiting")
+                    {
+                        state.steps.pop();
+                    }
+                    state.steps.push(StepLog {
+                        name: POLL_STEP.into(),
+                        op: op.into(),
+                        status: "waiting".into(),
+                        started_at: started,
+                        finished_at: Utc::now(),
+                        message: message.clone(),
+                        outputs: None,
+                    });
+                    tracing::info!(run = %ctx.run.id, ?wait, %message, "poll not made now: run snoozed");
+                    let _ = ctx.checkpointer.save(state.encode()).await;
+                    return Ok(PollStep::Snooze(wait));
+                }
+                Err(error) => {
+                    let (retryable, retry_after, message) = match error {
+                        ActionError::Template(message) => (false, None, message),
+                        ActionError::Step(StepError {
+                            retryable,
+                            retry_after,
+                            message,
+                        }) => (retryable, retry_after, message),
+                        ActionError::NotNow { .. } => unreachable!("handled above"),
+                    };
+                    state.steps.push(StepLog {
+                        name: POLL_STEP.into(),
+                        op: op.into(),
+                        status: "failed".into(),
+                        started_at: started,
+                        finished_at: Utc::now(),
+                        message: format!(
+                            "{message} ({})",
+                            if retryable {
+                                "will be retried"
+                            } else {
+                                "not retryable"
+                            }
+                        ),
+                        outputs: None,
+                    });
+                    let _ = ctx.checkpointer.save(state.encode()).await;
+                    return Err(if retryable {
+                        Failure::Retry {
+                            step: POLL_STEP.into(),
+                            message,
+                            after: retry_after,
+                        }
+                    } else {
+                        fatal(message)
+                    });
+                }
+            };
+            let moved = batch.cursor.is_some() && batch.cursor != from;
+            let mut message = if batch.items.is_empty() {
+                "no new items".to_string()
+            } else {
+                format!("{} new items", batch.items.len())
+            };
+            if batch.left > 0 {
+                message.push_str(&format!(
+                    "; {} more wait for the next poll (at most {} a poll: FRONTA_POLL_MAX_ITEMS)",
+                    batch.left, self.poll.max_items
+                ));
+            }
+            match (&from, &batch.cursor) {
+                (_, None) => message.push_str("; no cursor yet"),
+                (Some(from), Some(to)) if moved => {
+                    message.push_str(&format!("; cursor {from} → {to}"))
+                }
+                (None, Some(to)) => message.push_str(&format!("; cursor → {to}")),
+                (_, Some(to)) => message.push_str(&format!("; cursor stays {to}")),
+            }
+            tracing::info!(run = %ctx.run.id, automation = %stored.id, source = source.as_str(),
+                items = batch.items.len(), left = batch.left, %message, "poll done");
+            let outputs = batch.outputs();
+            state.context.publish_outputs(POLL_STEP, outputs.clone());
+            state.steps.push(StepLog {
+                name: POLL_STEP.into(),
+                op: op.into(),
+                status: "ok".into(),
+                started_at: started,
+                finished_at: Utc::now(),
+                message,
+                outputs: (!batch.items.is_empty()).then_some(Value::Object(outputs)),
+            });
+            let Some(to) = batch.cursor.clone() else {
+                return Ok(PollStep::Ended);
+            };
+            if batch.items.is_empty() {
+                // Nothing to lose: move the cursor (a mailbox's first look) without a
+                // checkpoint and end.
+                if moved {
+                    let answer = cursors
+                        .poll_cursor_advance(payload.tenant, stored.id, from.as_ref(), &to, &run_id)
+                        .await
+                        .map_err(storage)?;
+                    tracing::info!(run = %ctx.run.id, automation = %stored.id, ?answer, %to,
+                        "poll: nothing new; cursor moved");
+                }
+                return Ok(PollStep::Ended);
+            }
+            state.poll = Some(PendingCursor {
+                from,
+                to,
+                applied: false,
+            });
+            // The items and the move they owe are durable before the cursor moves.
+            if ctx.checkpointer.save(state.encode()).await.is_err() {
+                return Err(Failure::Retry {
+                    step: POLL_STEP.into(),
+                    message: "lease lost".into(),
+                    after: None,
+                });
+            }
+        }
+        Err(Failure::Retry {
+            step: POLL_STEP.into(),
+            message: "the cursor kept moving under this poll (other runs of the automation)".into(),
+            after: None,
+        })
+    }
+
+    fn poll_env<'e>(
+        &'e self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+    ) -> StepEnv<'e> {
+        StepEnv {
+            desk: self.desk.as_ref(),
+            tenant: payload.tenant,
+            origin: Origin::Automation {
+                automation_id: stored.id.to_string(),
+                run_id: ctx.run.id.to_string(),
+            },
+            automation_id: stored.id.to_string(),
+            automation_name: stored.automation.name.clone(),
+            run_id: ctx.run.id.to_string(),
+            step_name: POLL_STEP.into(),
+        }
+    }
+
+    /// `http` and `messages`: the request through the `http/request` connector, then the
+    /// new items of its answer.
+    async fn poll_http(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        settings: &PollSettings,
+        state: &ExecState,
+        from: Option<&Value>,
+    ) -> Result<Batch, ActionError> {
+        let (Some(request), Some(items), Some(cursor)) =
+            (&settings.request, &settings.items, &settings.cursor)
+        else {
+            return Err(ActionError::Template(
+                "trigger: an http poll needs request, items and cursor (saved before they were required?)".into(),
+            ));
+        };
+        let action = ActionStep {
+            name: POLL_STEP.into(),
+            op: crate::Op::HttpRequest,
+            service: settings.service.clone(),
+            input: request.clone(),
+        };
+        // The request may name the stored cursor as `{{_poll.cursor}}`.
+        let mut context = state.context.clone();
+        let mut timed = match context.get("_poll") {
+            Some(Value::Object(timed)) => timed.clone(),
+            _ => Map::new(),
+        };
+        timed.insert("cursor".into(), from.cloned().unwrap_or(Value::Null));
+        context.insert("_poll", Value::Object(timed));
+        let env = self.poll_env(ctx, payload, stored);
+        let done = self.act(&action, &context, &env).await?;
+        poll::select_new(&Value::Object(done.outputs), items, cursor, from, self.poll)
+            .map_err(|err| ActionError::Step(StepError::fatal(err.0)))
+    }
+
+    /// `mail`: the connector's `poll/mail` finds the new messages by UID.
+    async fn poll_mail(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        settings: &PollSettings,
+        state: &ExecState,
+        from: Option<&Value>,
+    ) -> Result<Batch, ActionError> {
+        let Some(mailbox) = &settings.mailbox else {
+            return Err(ActionError::Template(
+                "trigger.mailbox: a mail poll needs its mailbox".into(),
+            ));
+        };
+        let mut input = match serde_json::to_value(mailbox) {
+            Ok(Value::Object(map)) => map,
+            _ => Map::new(),
+        };
+        input.insert("port".into(), json!(mailbox.port()));
+        input.insert("folder".into(), json!(mailbox.folder()));
+        let action = ActionStep {
+            name: POLL_STEP.into(),
+            op: crate::Op::PollMail,
+            service: settings.service.clone(),
+            input,
+        };
+        // Added after rendering: values, never templates.
+        let mut extra = Map::new();
+        extra.insert("cursor".into(), from.cloned().unwrap_or(Value::Null));
+        extra.insert(
+            "since".into(),
+            json!(
+                stored
+                    .updated_at
+                    .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+        );
+        extra.insert("maxItems".into(), json!(self.poll.max_items));
+        let env = self.poll_env(ctx, payload, stored);
+        let done = self.act_with(&action, &state.context, &env, extra).await?;
+        let items = match done.outputs.get("items") {
+            Some(Value::Array(items)) => items.clone(),
+            _ => {
+                return Err(ActionError::Step(StepError::fatal(
+                    "poll/mail answered no items list".to_string(),
+                )));
+            }
+        };
+        Ok(Batch {
+            items,
+            cursor: done.outputs.get("cursor").filter(|c| !c.is_null()).cloned(),
+            left: done
+                .outputs
+                .get("left")
+                .and_then(Value::as_u64)
+                .and_then(|left| usize::try_from(left).ok())
+                .unwrap_or(0),
+        })
+    }
+
     /// Run one action: render its input (with its secrets, for a connector step), then
     /// the built-in op or the connector call; a connector's answer comes back scrubbed.
     async fn act(
@@ -750,6 +1116,17 @@ impl Runtime {
         action: &ActionStep,
         context: &Context,
         env: &StepEnv<'_>,
+    ) -> Result<steps::StepDone, ActionError> {
+        self.act_with(action, context, env, Map::new()).await
+    }
+
+    /// [`Self::act`], with `extra` added to a connector's input after rendering.
+    async fn act_with(
+        &self,
+        action: &ActionStep,
+        context: &Context,
+        env: &StepEnv<'_>,
+        extra: Map<String, Value>,
     ) -> Result<steps::StepDone, ActionError> {
         let template_error = |err: template::TemplateError| ActionError::Template(err.to_string());
         if !action.op.is_connector() {
@@ -771,7 +1148,8 @@ impl Runtime {
             context,
             revealed: &revealed,
         };
-        let input = template::render_map(&action.input, &scope).map_err(template_error)?;
+        let mut input = template::render_map(&action.input, &scope).map_err(template_error)?;
+        input.extend(extra);
         let reply = match &self.connectors {
             None => Err(connector::not_installed(&action.op)),
             Some(connectors) => {

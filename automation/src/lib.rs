@@ -56,6 +56,7 @@ pub mod instant;
 pub mod limits;
 pub mod mcp;
 pub mod model;
+pub mod poll;
 pub mod problem;
 pub mod retry;
 pub mod schedule;
@@ -72,8 +73,8 @@ pub use condition::{ConditionOutcome, RuleOutcome};
 pub use context::{BODY_KEY, Context, Published};
 pub use contract::ContractError;
 pub use model::{
-    ActionStep, Automation, ConditionStep, EventKind, ForEachStep, Match, Operator, ParamType,
-    PollSource, Rule, Step, Trigger, WebhookParam,
+    ActionStep, Automation, ConditionStep, EventKind, ForEachStep, Mailbox, Match, Operator,
+    ParamType, PollSettings, PollSource, Rule, Step, Trigger, WebhookParam,
 };
 pub use problem::{Problem, Problems};
 pub use template::{Lookup, TemplateError};

@@ -50,6 +50,9 @@ pub enum Trigger {
         source: PollSource,
         #[serde(skip_serializing_if = "Option::is_none")]
         interval_sec: Option<u64>,
+        /// Where and how to poll (see `crate::poll`).
+        #[serde(flatten)]
+        settings: Box<PollSettings>,
     },
     /// A cron expression, in `timezone` (default UTC).
     Schedule {
@@ -176,6 +179,70 @@ impl PollSource {
             .find(|s| s.as_str() == name)
     }
 }
+
+/// A poll trigger's source settings (`crate::poll` says what each means). The parser
+/// checks their shape; which ones a source needs is the validator's.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PollSettings {
+    /// `http`, `messages`: an `http/request` input.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<Map<String, Value>>,
+    /// `http`, `messages`: dot path to the array of items in the answer (`body.items`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub items: Option<String>,
+    /// `http`, `messages`: dot path, in an item, to the value that orders items.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cursor: Option<String>,
+    /// The unit of per-(tenant, service) limits for the poll's calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// `mail`: the IMAP mailbox.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mailbox: Option<Mailbox>,
+}
+
+/// An IMAP mailbox a `mail` poll reads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mailbox {
+    pub host: String,
+    /// Default 993 with TLS, 143 without.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// Default `true` (implicit TLS); `false` is plain text (the validator allows it).
+    pub tls: bool,
+    pub user: String,
+    /// A `{{secrets.<name>}}` reference (the validator refuses a literal password).
+    pub password: String,
+    /// Default `INBOX`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+}
+
+impl Mailbox {
+    pub const DEFAULT_FOLDER: &'static str = "INBOX";
+
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(if self.tls { 993 } else { 143 })
+    }
+
+    pub fn folder(&self) -> &str {
+        self.folder.as_deref().unwrap_or(Self::DEFAULT_FOLDER)
+    }
+}
+
+const POLL_FIELDS: &[&str] = &[
+    "type",
+    "source",
+    "intervalSec",
+    "request",
+    "items",
+    "cursor",
+    "service",
+    "mailbox",
+];
+const MAILBOX_FIELDS: &[&str] = &["host", "port", "tls", "user", "password", "folder"];
 
 /// A node of the step tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -683,7 +750,8 @@ impl Parser {
                 }
             }
             "poll" => {
-                self.unknown_fields(map, &["type", "source", "intervalSec"], &what, path);
+                self.unknown_fields(map, POLL_FIELDS, &what, path);
+                let settings = Box::new(self.poll_settings(map, path));
                 let interval_sec = match map.get("intervalSec") {
                     None | Some(Value::Null) => None,
                     Some(value) => match value.as_u64() {
@@ -704,6 +772,7 @@ impl Parser {
                     Some(source) => Some(Trigger::Poll {
                         source,
                         interval_sec,
+                        settings,
                     }),
                     None => {
                         self.report(
@@ -739,6 +808,65 @@ impl Parser {
                 None
             }
         }
+    }
+
+    fn poll_settings(&mut self, map: &Map<String, Value>, path: &str) -> PollSettings {
+        let request = match map.get("request") {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(request)) => Some(request.clone()),
+            Some(other) => {
+                self.report(
+                    &field_path(path, "request"),
+                    format!(
+                        "\"request\" must be an object (an http/request input), found {}",
+                        json_kind(other)
+                    ),
+                );
+                None
+            }
+        };
+        let mailbox = match map.get("mailbox") {
+            None | Some(Value::Null) => None,
+            Some(value) => self.mailbox(value, &field_path(path, "mailbox")),
+        };
+        PollSettings {
+            request,
+            items: self.optional_string(map, "items", path),
+            cursor: self.optional_string(map, "cursor", path),
+            service: self.optional_string(map, "service", path),
+            mailbox,
+        }
+    }
+
+    fn mailbox(&mut self, value: &Value, path: &str) -> Option<Mailbox> {
+        let map = self.object(value, path, "a mailbox")?;
+        self.unknown_fields(map, MAILBOX_FIELDS, "a mailbox", path);
+        let host = self.required_string(map, "host", path);
+        let user = self.required_string(map, "user", path);
+        let password = self.required_string(map, "password", path);
+        let tls = self.optional_bool(map, "tls", path, true);
+        let folder = self.optional_string(map, "folder", path);
+        let port = match map.get("port") {
+            None | Some(Value::Null) => None,
+            Some(value) => match value.as_u64().and_then(|port| u16::try_from(port).ok()) {
+                Some(port) if port > 0 => Some(port),
+                _ => {
+                    self.report(
+                        &field_path(path, "port"),
+                        format!("\"port\" must be a port number from 1 to 65535, found {value}"),
+                    );
+                    None
+                }
+            },
+        };
+        Some(Mailbox {
+            host: host?,
+            port,
+            tls,
+            user: user?,
+            password: password?,
+            folder,
+        })
     }
 
     fn webhook_param(&mut self, value: &Value, path: &str) -> Option<WebhookParam> {
@@ -1138,6 +1266,13 @@ mod tests {
             json!({"type": "event", "event": "ticket.created"}),
             json!({"type": "poll", "source": "mail", "intervalSec": 60}),
             json!({"type": "poll", "source": "http"}),
+            json!({"type": "poll", "source": "http", "intervalSec": 30, "service": "shop",
+                   "request": {"url": "https://shop.test/orders", "query": {"after": "{{_poll.cursor}}"}},
+                   "items": "body.items", "cursor": "id"}),
+            json!({"type": "poll", "source": "mail", "mailbox": {"host": "imap.firm.test", "port": 143,
+                   "tls": false, "user": "desk", "password": "{{secrets.mail}}", "folder": "Support"}}),
+            json!({"type": "poll", "source": "mail", "mailbox": {"host": "imap.firm.test", "tls": true,
+                   "user": "desk", "password": "{{secrets.mail}}"}}),
             json!({"type": "schedule", "cron": "0 7 * * MON-FRI", "timezone": "Europe/Prague"}),
             json!({"type": "manual"}),
         ] {
@@ -1145,6 +1280,26 @@ mod tests {
             let written = serde_json::to_value(&automation.trigger).expect("serializes");
             assert_eq!(written, trigger, "the trigger is written as read");
         }
+    }
+
+    #[test]
+    fn poll_settings_of_the_wrong_shape_are_named() {
+        let found = problems(json!({
+            "name": "x",
+            "trigger": {"type": "poll", "source": "mail", "request": "GET /", "items": 3,
+                        "mailbox": {"host": "imap.firm.test", "port": 70000, "user": "u",
+                                    "password": "{{secrets.p}}", "tls": "yes", "box": "INBOX"}},
+        }));
+        assert_eq!(
+            found,
+            vec![
+                "trigger.request: \"request\" must be an object (an http/request input), found string",
+                "trigger.mailbox.box: unknown field \"box\" in a mailbox (its fields are: host, port, tls, user, password, folder)",
+                "trigger.mailbox.tls: \"tls\" must be true or false, found string",
+                "trigger.mailbox.port: \"port\" must be a port number from 1 to 65535, found 70000",
+                "trigger.items: \"items\" must be a string, found number",
+            ]
+        );
     }
 
     #[test]

@@ -119,6 +119,7 @@ impl Timing {
             Trigger::Poll {
                 source,
                 interval_sec,
+                ..
             } => Some(Timing::Poll {
                 source: *source,
                 every: interval_sec

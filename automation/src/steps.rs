@@ -330,7 +330,7 @@ pub async fn perform(
                 })
             }
         }
-        Op::HttpRequest | Op::McpCallTool => Err(StepError::fatal(format!(
+        Op::HttpRequest | Op::McpCallTool | Op::PollMail => Err(StepError::fatal(format!(
             "{} is not available in this build: connector steps are not installed",
             op.as_str()
         ))),

@@ -23,15 +23,16 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::catalogue::{Op, known_names};
 use crate::context::BODY_KEY;
 use crate::contract::path_problem;
 use crate::model::{
-    ActionStep, Automation, ConditionStep, ForEachStep, Operator, Rule, Step, Trigger,
-    WebhookParam, count_steps, json_kind,
+    ActionStep, Automation, ConditionStep, ForEachStep, Mailbox, Operator, PollSettings,
+    PollSource, Rule, Step, Trigger, WebhookParam, count_steps, json_kind,
 };
+use crate::poll::{POLL_OUTPUTS, POLL_STEP};
 use crate::problem::{Problem, field_path, index_path};
 use crate::schedule::CronSchedule;
 use crate::template::{self, Segment};
@@ -143,6 +144,8 @@ const RESERVED_PARAM_NAMES: [&str; 2] = [BODY_KEY, "secrets"];
 struct Validator<'a> {
     /// `_poll` or `_schedule`: what the scheduler puts in a timed run's context.
     timed_root: Option<&'static str>,
+    /// A poll automation: its implicit first step publishes `poll.*`.
+    poll: bool,
     context: &'a ValidationContext,
     problems: Vec<Problem>,
     params: Vec<&'a str>,
@@ -182,6 +185,7 @@ impl<'a> Validator<'a> {
                 Trigger::Webhook { .. } | Trigger::Manual
             ),
             event: matches!(automation.trigger, Trigger::Event { .. }),
+            poll: matches!(automation.trigger, Trigger::Poll { .. }),
             timed_root: match automation.trigger {
                 Trigger::Poll { .. } => Some("_poll"),
                 Trigger::Schedule { .. } => Some("_schedule"),
@@ -204,15 +208,23 @@ impl<'a> Validator<'a> {
         match trigger {
             Trigger::Webhook { params } => self.webhook_params(params),
             Trigger::Poll {
-                interval_sec: Some(seconds),
-                ..
-            } if *seconds < MIN_POLL_INTERVAL_SEC => self.report(
-                "trigger.intervalSec",
-                format!(
-                    "a poll interval of {seconds} s is below the minimum of \
-                     {MIN_POLL_INTERVAL_SEC} s"
-                ),
-            ),
+                source,
+                interval_sec,
+                settings,
+            } => {
+                if let Some(seconds) = interval_sec
+                    && *seconds < MIN_POLL_INTERVAL_SEC
+                {
+                    self.report(
+                        "trigger.intervalSec",
+                        format!(
+                            "a poll interval of {seconds} s is below the minimum of \
+                             {MIN_POLL_INTERVAL_SEC} s"
+                        ),
+                    );
+                }
+                self.poll_settings(*source, settings);
+            }
             Trigger::Schedule { cron, timezone } => {
                 let fields = cron.split_whitespace().count();
                 if fields == 0 {
@@ -244,6 +256,160 @@ impl<'a> Validator<'a> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// What each source needs (see `crate::poll`).
+    fn poll_settings(&mut self, source: PollSource, settings: &PollSettings) {
+        let name = source.as_str();
+        if let Some(service) = &settings.service
+            && service.trim().is_empty()
+        {
+            self.report(
+                "trigger.service",
+                "the service is empty; leave it out or name it",
+            );
+        }
+        match source {
+            PollSource::Http | PollSource::Messages => {
+                if settings.mailbox.is_some() {
+                    self.report(
+                        "trigger.mailbox",
+                        format!("a mailbox is for mail polls, not {name} polls"),
+                    );
+                }
+                match &settings.request {
+                    None => self.report(
+                        "trigger.request",
+                        format!(
+                            "missing field \"request\": a {name} poll needs the request to make \
+                             (an http/request input: url, method, headers, query, body, timeoutSec)"
+                        ),
+                    ),
+                    Some(request) => self.poll_request(request, settings.service.clone()),
+                }
+                for (key, value, example) in [
+                    ("items", &settings.items, "body.items"),
+                    ("cursor", &settings.cursor, "id"),
+                ] {
+                    let at = format!("trigger.{key}");
+                    match value {
+                        None => self.report(
+                            &at,
+                            format!(
+                                "missing field \"{key}\": a {name} poll needs it (a dot path such as \"{example}\")"
+                            ),
+                        ),
+                        // `body` alone is fine for items: the answer is the array.
+                        Some(path) => {
+                            if let Some(problem) = path_problem(path) {
+                                self.report(&at, format!("{problem}: \"{path}\""));
+                            }
+                        }
+                    }
+                }
+            }
+            PollSource::Mail => {
+                for (key, given) in [
+                    ("request", settings.request.is_some()),
+                    ("items", settings.items.is_some()),
+                    ("cursor", settings.cursor.is_some()),
+                ] {
+                    if given {
+                        self.report(
+                            &format!("trigger.{key}"),
+                            format!(
+                                "\"{key}\" is for http and messages polls; a mail poll reads its mailbox \
+                                 (new messages are found by their IMAP UID)"
+                            ),
+                        );
+                    }
+                }
+                match &settings.mailbox {
+                    None => self.report(
+                        "trigger.mailbox",
+                        "missing field \"mailbox\": a mail poll needs its IMAP mailbox \
+                         (host, port, tls, user, password, folder)",
+                    ),
+                    Some(mailbox) => self.mailbox(mailbox),
+                }
+            }
+        }
+    }
+
+    fn poll_request(&mut self, request: &Map<String, Value>, service: Option<String>) {
+        let op = Op::HttpRequest;
+        let at = |key: &str| field_path("trigger.request", key);
+        for key in op.required_inputs() {
+            if request.get(*key).is_none_or(Value::is_null) {
+                self.report(
+                    &at(key),
+                    format!("missing field \"{key}\" (the address to poll)"),
+                );
+            }
+        }
+        for key in request.keys() {
+            if !op.takes_input(key) {
+                let takes: Vec<&str> = op
+                    .required_inputs()
+                    .iter()
+                    .chain(op.optional_inputs())
+                    .copied()
+                    .collect();
+                self.report(
+                    &at(key),
+                    format!(
+                        "unknown field \"{key}\" of a poll request (its fields: {})",
+                        takes.join(", ")
+                    ),
+                );
+            }
+        }
+        // Rendered at poll time with `_poll` and the tenant's secrets only.
+        self.secrets_allowed = true;
+        for (key, value) in request {
+            self.templates(value, &at(key));
+        }
+        self.secrets_allowed = false;
+        let action = ActionStep {
+            name: POLL_STEP.into(),
+            op,
+            service,
+            input: request.clone(),
+        };
+        self.literal_inputs(&action, "trigger.request");
+    }
+
+    fn mailbox(&mut self, mailbox: &Mailbox) {
+        let at = |key: &str| field_path("trigger.mailbox", key);
+        let host = mailbox.host.trim();
+        if host.is_empty() {
+            self.report(&at("host"), "the host is empty");
+        } else if host.contains("://") || host.contains(['/', ' ', '{', '}']) {
+            self.report(
+                &at("host"),
+                format!("host \"{}\" must be a bare name or address (imap.example.com), without a scheme or path", mailbox.host),
+            );
+        }
+        if mailbox.user.trim().is_empty() {
+            self.report(&at("user"), "the user is empty");
+        }
+        match template::single_name(&mailbox.password) {
+            Some(name)
+                if name.len() > "secrets.".len()
+                    && name.starts_with("secrets.")
+                    && !name["secrets.".len()..].contains('.') => {}
+            _ => self.report(
+                &at("password"),
+                "the password must be a secret reference such as \"{{secrets.mail_password}}\" \
+                 (store it with PUT /api/secrets/{name}); a literal password would be readable by \
+                 everyone who can read the automation",
+            ),
+        }
+        if let Some(folder) = &mailbox.folder
+            && folder.trim().is_empty()
+        {
+            self.report(&at("folder"), "the folder is empty; leave it out for INBOX");
         }
     }
 
@@ -306,6 +472,16 @@ impl<'a> Validator<'a> {
                 format!(
                     "step name \"{name}\" cannot hold dots, braces or surrounding spaces \
                      (outputs are published as <step>.<key>)"
+                ),
+            );
+        }
+        if self.poll && name == POLL_STEP {
+            self.report(
+                &name_path,
+                format!(
+                    "step name \"{POLL_STEP}\" is the poll's own step in a poll automation \
+                     (its outputs: {}.items, .count, .cursor); choose another name",
+                    POLL_STEP
                 ),
             );
         }
@@ -795,6 +971,22 @@ impl<'a> Validator<'a> {
         if self.timed_root == Some(first) {
             return Ok(());
         }
+        if self.poll {
+            if first == POLL_STEP {
+                let key = name.split('.').nth(1).unwrap_or("");
+                return if POLL_OUTPUTS.contains(&key) {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "the poll step has no output \"{key}\" (its outputs: {})",
+                        POLL_OUTPUTS.join(", ")
+                    ))
+                };
+            }
+            if POLL_OUTPUTS.contains(&first) {
+                return Ok(());
+            }
+        }
         let mut step_reason = None;
         for step in self.earlier.iter().rev() {
             let Some(rest) = name
@@ -1014,8 +1206,12 @@ mod tests {
             "a valid schedule provides _schedule"
         );
         assert!(
-            timed(json!({"type": "poll", "source": "http"}), "{{_poll.tick}}").is_empty(),
-            "a poll provides _poll"
+            timed(
+                http_poll(),
+                "{{_poll.tick}} {{poll.count}} {{poll.items}} {{count}}"
+            )
+            .is_empty(),
+            "a poll provides _poll and its step's outputs"
         );
         let found = timed(json!({"type": "schedule", "cron": "61 * * * *"}), "x");
         assert_eq!(found.len(), 1, "{found:#?}");
@@ -1033,16 +1229,126 @@ mod tests {
                 "trigger.timezone: unknown time zone \"Mars/Olympus\" (use an IANA name such as Europe/Prague)"
             ]
         );
-        let found = timed(
-            json!({"type": "poll", "source": "mail", "intervalSec": 5}),
-            "x",
-        );
+        let mut fast = mail_poll();
+        fast["intervalSec"] = json!(5);
+        let found = timed(fast, "x");
         assert_eq!(
             found,
             vec!["trigger.intervalSec: a poll interval of 5 s is below the minimum of 10 s"]
         );
-        let found = timed(json!({"type": "poll", "source": "mail"}), "{{_schedule.x}}");
+        let found = timed(mail_poll(), "{{_schedule.x}}");
         assert_eq!(found.len(), 1, "a poll has no _schedule: {found:#?}");
+    }
+
+    fn http_poll() -> Value {
+        json!({"type": "poll", "source": "http",
+               "request": {"url": "https://shop.test/orders?after={{_poll.cursor}}",
+                           "headers": {"Authorization": "Bearer {{secrets.shop}}"}},
+               "items": "body.items", "cursor": "id"})
+    }
+
+    fn mail_poll() -> Value {
+        json!({"type": "poll", "source": "mail",
+               "mailbox": {"host": "imap.firm.test", "user": "desk", "password": "{{secrets.mail}}"}})
+    }
+
+    #[test]
+    fn poll_sources_name_each_missing_or_misplaced_setting() {
+        let of = |trigger: Value| {
+            problems_of(json!({"name": "t", "trigger": trigger, "steps": [log("note", "x")]}))
+        };
+        assert!(of(http_poll()).is_empty(), "{:#?}", of(http_poll()));
+        assert!(of(mail_poll()).is_empty(), "{:#?}", of(mail_poll()));
+        let mut messages = http_poll();
+        messages["source"] = json!("messages");
+        assert!(of(messages).is_empty(), "messages has the http shape");
+
+        assert_eq!(
+            of(json!({"type": "poll", "source": "http"})),
+            vec![
+                "trigger.request: missing field \"request\": a http poll needs the request to make (an http/request input: url, method, headers, query, body, timeoutSec)",
+                "trigger.items: missing field \"items\": a http poll needs it (a dot path such as \"body.items\")",
+                "trigger.cursor: missing field \"cursor\": a http poll needs it (a dot path such as \"id\")",
+            ]
+        );
+        let mut bad = http_poll();
+        bad["request"] = json!({"url": "ftp://shop.test", "verb": "GET", "method": "FETCH"});
+        bad["items"] = json!("body..items");
+        bad["mailbox"] = mail_poll()["mailbox"].clone();
+        let found = of(bad);
+        for expected in [
+            "trigger.mailbox: a mailbox is for mail polls, not http polls",
+            "trigger.request.verb: unknown field \"verb\" of a poll request",
+            "trigger.request.method: unknown HTTP method \"FETCH\"",
+            "trigger.request.url: url \"ftp://shop.test\" must start with https:// or http://",
+            "trigger.items: the path has an empty segment",
+        ] {
+            assert!(
+                found.iter().any(|problem| problem.starts_with(expected)),
+                "{expected:?} in {found:#?}"
+            );
+        }
+        let mut secret_elsewhere = http_poll();
+        secret_elsewhere["request"]["url"] = json!("https://shop.test/{{orderId}}");
+        let found = of(secret_elsewhere);
+        assert_eq!(found.len(), 1, "{found:#?}");
+        assert!(
+            found[0].starts_with("trigger.request.url: {{orderId}} names nothing"),
+            "{found:#?}"
+        );
+
+        let mut literal = mail_poll();
+        literal["mailbox"]["password"] = json!("hunter2");
+        literal["mailbox"]["host"] = json!("imaps://imap.firm.test");
+        literal["items"] = json!("x");
+        let found = of(literal);
+        assert!(
+            found.iter().any(|p| p
+                .starts_with("trigger.mailbox.password: the password must be a secret reference")),
+            "{found:#?}"
+        );
+        assert!(
+            found.iter().any(|p| p.starts_with(
+                "trigger.mailbox.host: host \"imaps://imap.firm.test\" must be a bare name"
+            )),
+            "{found:#?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("trigger.items: \"items\" is for http and messages polls")),
+            "{found:#?}"
+        );
+        assert_eq!(
+            of(json!({"type": "poll", "source": "mail"})),
+            vec![
+                "trigger.mailbox: missing field \"mailbox\": a mail poll needs its IMAP mailbox (host, port, tls, user, password, folder)"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_poll_automation_cannot_name_a_step_poll_and_poll_outputs_are_known() {
+        let found = problems_of(json!({"name": "t", "trigger": http_poll(),
+            "steps": [log("poll", "x"), log("after", "{{poll.itemz}}")]}));
+        assert!(
+            found
+                .iter()
+                .any(|p| p.starts_with("steps[0].name: step name \"poll\" is the poll's own step")),
+            "{found:#?}"
+        );
+        assert!(
+            found.iter().any(|p| p.contains(
+                "the poll step has no output \"itemz\" (its outputs: items, count, cursor)"
+            )),
+            "{found:#?}"
+        );
+        let elsewhere = problems_of(json!({"name": "t", "trigger": {"type": "manual"},
+            "steps": [log("poll", "x")]}));
+        assert!(
+            elsewhere.is_empty(),
+            "only poll automations reserve the name: {elsewhere:#?}"
+        );
     }
 
     #[test]

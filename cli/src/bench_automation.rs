@@ -64,6 +64,8 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
         connectors: None,
         secrets: None,
         storage_wait: executor::DEFAULT_STORAGE_WAIT,
+        cursors: Some(Arc::new(store.clone())),
+        poll: Default::default(),
     });
     let mut registry = Registry::new();
     executor::register(&mut registry, runtime, Duration::from_secs(300))?;

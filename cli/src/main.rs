@@ -264,6 +264,14 @@ impl Store {
         }
     }
 
+    /// The cursors of poll automations on this database.
+    pub(crate) fn poll_cursors(&self) -> Arc<dyn fronta_automation::poll::PollCursors> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::limits::ServiceLimits> {
         match self {
             Store::Sqlite(store) => Arc::new(store.clone()),
@@ -361,6 +369,8 @@ pub(crate) fn runtime_registry(
         connectors: Some(limited_connectors(store, outside)?),
         secrets: Some(vault),
         storage_wait: outside.storage_wait,
+        cursors: Some(store.poll_cursors()),
+        poll: outside.poll,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

@@ -1,5 +1,6 @@
 //! What every working process is handed to reach the outside world: the connectors
-//! (`http/request` and `mcp/call-tool`, both behind the SSRF guard) and the secret
+//! (`http/request`, `mcp/call-tool` and the `mail` poll's IMAP, all behind the SSRF
+//! guard) and the secret
 //! keyring, read from the environment once at start-up. A bad setting stops the process
 //! with a clear message.
 //!
@@ -15,6 +16,11 @@
 //! | `FRONTA_MCP_STDIO` | 0 | `1`: tenants' `stdio` MCP servers may run local commands on this host |
 //! | `FRONTA_MCP_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS of an MCP server |
 //! | `FRONTA_MCP_MAX_RESULT_BYTES` | 1048576 | the largest JSON answer of an MCP server |
+//! | `FRONTA_POLL_MAX_ITEMS` | 100 | items (messages) one poll takes at most; the rest wait for the next poll |
+//! | `FRONTA_MAIL_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS of an IMAP server (`mail` polls) |
+//! | `FRONTA_MAIL_TIMEOUT` | 60s | one whole mail poll after connecting |
+//! | `FRONTA_MAIL_MESSAGE_BYTES` | 1048576 | bytes fetched of each message |
+//! | `FRONTA_MAIL_TEXT_BYTES` | 65536 | bytes of decoded text a message publishes (`text`) |
 //! | `FRONTA_SECRET_KEY` | unset | base64 of 32 bytes; unset: secrets cannot be stored or used |
 //! | `FRONTA_SECRET_KEY_VERSION` | 1 | the version new secrets are sealed with |
 //! | `FRONTA_SECRET_OLD_KEYS` | empty | `version:base64,…`: older keys that still open values |
@@ -33,16 +39,18 @@ use anyhow::{Context, anyhow};
 use fronta_automation::connector::Connector;
 use fronta_automation::limits::{self, LimitRules, LimitsConfig};
 use fronta_automation::mcp::McpServerStore;
+use fronta_automation::poll::PollLimits;
 use fronta_automation::secrets::{SecretCipher, SecretVault};
 use fronta_connectors::{
-    AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, McpConnector,
-    McpLimits,
+    AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, MailConnector,
+    MailLimits, McpConnector, McpLimits,
 };
 
 /// The connectors' settings and the cipher of this process.
 #[derive(Clone)]
 pub(crate) struct Outside {
     http: HttpConnector,
+    mail: MailConnector,
     policy: AddressPolicy,
     mcp: McpLimits,
     pub cipher: Option<Arc<dyn SecretCipher>>,
@@ -50,6 +58,8 @@ pub(crate) struct Outside {
     pub limits: LimitsConfig,
     /// `Runtime::storage_wait` of the automation executor.
     pub storage_wait: Duration,
+    /// The poll's limits.
+    pub poll: PollLimits,
 }
 
 impl Outside {
@@ -68,7 +78,11 @@ impl Outside {
     ) -> anyhow::Result<Arc<dyn Connector>> {
         let mcp = McpConnector::new(servers, Some(vault), self.policy.clone(), self.mcp.clone())
             .map_err(|err| anyhow!("MCP connector: {err}"))?;
-        Ok(Arc::new(Connectors::new(self.http.clone()).with_mcp(mcp)))
+        Ok(Arc::new(
+            Connectors::new(self.http.clone())
+                .with_mcp(mcp)
+                .with_mail(self.mail.clone()),
+        ))
     }
 }
 
@@ -170,8 +184,29 @@ pub(crate) fn from_env() -> anyhow::Result<Outside> {
     if storage_wait.is_zero() {
         return Err(anyhow!("FRONTA_STORAGE_WAIT: must be longer than zero"));
     }
+    let mail_defaults = MailLimits::default();
+    let mail_limits = MailLimits {
+        connect_timeout: duration_var(
+            "FRONTA_MAIL_CONNECT_TIMEOUT",
+            mail_defaults.connect_timeout,
+        )?,
+        timeout: duration_var("FRONTA_MAIL_TIMEOUT", mail_defaults.timeout)?,
+        message_bytes: number_var("FRONTA_MAIL_MESSAGE_BYTES", mail_defaults.message_bytes)?,
+        text_bytes: number_var("FRONTA_MAIL_TEXT_BYTES", mail_defaults.text_bytes)?,
+    };
+    let mail = MailConnector::new(policy.clone(), mail_limits)
+        .map_err(|err| anyhow!("mail poll connector (FRONTA_MAIL_*): {err}"))?;
+    let poll = PollLimits {
+        max_items: count_var(
+            "FRONTA_POLL_MAX_ITEMS",
+            u32::try_from(fronta_automation::poll::DEFAULT_MAX_ITEMS).unwrap_or(100),
+        )? as usize,
+    };
+    tracing::info!(mail = ?mail_limits, ?poll, "poll sources ready (http, messages, mail)");
     Ok(Outside {
         http,
+        mail,
+        poll,
         policy,
         mcp,
         cipher,

@@ -3,6 +3,8 @@
 //! and tenant calls; a webhook becomes a ticket through the in-process worker; SIGTERM
 //! stops it cleanly; a second start prints no token and the first one still works;
 //! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken over a plain `TcpStream`.
+//! Timed automations run on their own, and a poll automation against an HTTP source
+//! (wiremock) takes only new items, also across a restart of the binary.
 
 mod support;
 
@@ -31,6 +33,8 @@ fn start(db: &Path, admin_token: Option<&str>) -> Server {
         .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
         .env("RUST_LOG", "warn")
         .env("FRONTA_SCHEDULER_TICK", "1s")
+        // Poll sources and connector steps of these tests live on this machine.
+        .env("FRONTA_HTTP_ALLOW", "127.0.0.1")
         .env_remove("FRONTA_ADMIN_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -336,9 +340,19 @@ fn timed_automations_run_on_their_own_and_stop_when_paused() {
         "Every two seconds",
         json!({"type": "schedule", "cron": "*/2 * * * * *"}),
     );
+    // The poll's source: an empty list, so each poll finds nothing new.
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let source = runtime.block_on(wiremock::MockServer::start());
+    runtime.block_on(
+        wiremock::Mock::given(wiremock::matchers::path("/orders"))
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({"items": []})))
+            .mount(&source),
+    );
     let poll = create(
         "Poll",
-        json!({"type": "poll", "source": "http", "intervalSec": 60}),
+        json!({"type": "poll", "source": "http", "intervalSec": 60,
+               "request": {"url": format!("{}/orders", source.uri())},
+               "items": "body.items", "cursor": "id"}),
     );
 
     let runs_of = |automation: &str| -> Vec<Value> {
@@ -426,6 +440,141 @@ fn timed_automations_run_on_their_own_and_stop_when_paused() {
         runs_of(&every_two).len(),
         settled,
         "no run of a paused schedule after it settled"
+    );
+    server.stop();
+}
+
+/// The source of the poll test: answers its current items; the sink records what the
+/// automation hands it.
+#[derive(Clone, Default)]
+struct Items(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+impl Items {
+    fn set(&self, ids: &[i64]) {
+        *self.0.lock().expect("lock") = ids.iter().map(|id| json!({"id": id})).collect();
+    }
+}
+
+impl wiremock::Respond for Items {
+    fn respond(&self, _: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let items = self.0.lock().expect("lock").clone();
+        wiremock::ResponseTemplate::new(200).set_body_json(json!({"items": items}))
+    }
+}
+
+/// A poll automation through the real binary: the scheduler starts poll runs (trigger
+/// `poll`), the first takes every item of the source, and after a restart of
+/// `fronta serve` on the same database the next poll hands on only the items added
+/// since — the cursor is in the database, not in the process.
+#[test]
+fn a_poll_automation_hands_on_only_new_items_also_across_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("poll.db");
+    let admin = "fa_poll_admin_token";
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let mock = runtime.block_on(wiremock::MockServer::start());
+    let items = Items::default();
+    runtime.block_on(async {
+        wiremock::Mock::given(wiremock::matchers::path("/orders"))
+            .respond_with(items.clone())
+            .mount(&mock)
+            .await;
+        wiremock::Mock::given(wiremock::matchers::path("/sink"))
+            .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({})))
+            .mount(&mock)
+            .await;
+    });
+    let delivered = || -> Vec<i64> {
+        runtime
+            .block_on(mock.received_requests())
+            .unwrap_or_default()
+            .iter()
+            .filter(|request| request.url.path() == "/sink")
+            .filter_map(|request| {
+                serde_json::from_slice::<Value>(&request.body)
+                    .ok()
+                    .and_then(|body| body["id"].as_i64())
+            })
+            .collect()
+    };
+    items.set(&[1, 2]);
+
+    let server = start(&db, Some(admin));
+    let (_, tenant) = server.call(
+        "POST",
+        "/api/admin/tenants",
+        Some(admin),
+        Some(json!({"name": "Acme"})),
+    );
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, created) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({
+            "name": "Orders",
+            "trigger": {"type": "poll", "source": "http", "intervalSec": 10,
+                        "request": {"url": format!("{}/orders", mock.uri())},
+                        "items": "body.items", "cursor": "id"},
+            "steps": [{"name": "each", "type": "forEach", "items": "{{poll.items}}", "as": "order",
+                       "steps": [{"name": "deliver", "op": "http/request",
+                                  "input": {"method": "POST", "url": format!("{}/sink", mock.uri()),
+                                            "body": {"id": "{{order.id}}"}}}]}]
+        })),
+    );
+    assert_eq!(status, 201, "saved: {created}");
+    let automation = created["id"].as_str().expect("an id").to_owned();
+    let wait_for = |want: &[i64], what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while delivered().len() < want.len() {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: delivered {:?}, want {want:?}",
+                delivered()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(delivered(), want, "{what}: each item once, oldest first");
+    };
+    wait_for(&[1, 2], "the first poll takes every item");
+    server.stop();
+
+    items.set(&[1, 2, 3, 4]);
+    let server = start(&db, Some(admin));
+    wait_for(&[1, 2, 3, 4], "after the restart only 3 and 4 are new");
+
+    let (status, page) = server.call(
+        "GET",
+        &format!("/api/runs?automation={automation}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "runs: {page}");
+    let runs = page["items"].as_array().cloned().unwrap_or_default();
+    assert!(
+        runs.iter().all(|run| run["trigger"] == "poll"),
+        "recorded as poll: {runs:?}"
+    );
+    let mut polled: Vec<String> = Vec::new();
+    for run in runs.iter().filter(|run| run["status"] == "completed") {
+        let (_, one) = server.call(
+            "GET",
+            &format!("/api/runs/{}", run["id"].as_str().expect("id")),
+            Some(&token),
+            None,
+        );
+        if let Some(line) = one["steps"]
+            .as_array()
+            .and_then(|steps| steps.iter().find(|step| step["name"] == "poll"))
+        {
+            polled.push(line["message"].as_str().unwrap_or("").to_owned());
+        }
+    }
+    polled.sort();
+    assert!(
+        polled.contains(&"2 new items; cursor → 2".to_string())
+            && polled.contains(&"2 new items; cursor 2 → 4".to_string()),
+        "the poll steps' log: {polled:?}"
     );
     server.stop();
 }

@@ -2,7 +2,8 @@
 //! ([`http`]) behind an SSRF guard ([`ssrf`]), the `mcp/call-tool` step ([`mcp`], the
 //! official `rmcp` client over streamable HTTP through the same guard, or stdio when the
 //! operator allows it), and the cipher that seals per-tenant secrets at rest
-//! ([`keyring`]). [`Connectors`] implements the automation runtime's `Connector` port and
+//! ([`keyring`]), and `poll/mail`, the `mail` poll source over IMAP ([`mail`]).
+//! [`Connectors`] implements the automation runtime's `Connector` port and
 //! dispatches by op.
 //!
 //! Left out: the circuit breaker and per-(tenant, service) caps (a decorator around the
@@ -11,6 +12,7 @@
 
 pub mod http;
 pub mod keyring;
+pub mod mail;
 pub mod mcp;
 pub mod ssrf;
 
@@ -22,6 +24,7 @@ use fronta_automation::connector::{
 
 pub use http::{HttpConnector, HttpLimits};
 pub use keyring::{Keyring, KeyringError};
+pub use mail::{MailConnector, MailLimits};
 pub use mcp::{McpConnector, McpLimits};
 pub use ssrf::{AddressPolicy, AllowList};
 
@@ -31,11 +34,23 @@ pub struct Connectors {
     pub http: HttpConnector,
     /// `None`: `mcp/call-tool` answers `NotConfigured` (no MCP server directory).
     pub mcp: Option<McpConnector>,
+    /// `None`: `poll/mail` (the `mail` poll source) answers `NotConfigured`.
+    pub mail: Option<MailConnector>,
 }
 
 impl Connectors {
     pub fn new(http: HttpConnector) -> Self {
-        Self { http, mcp: None }
+        Self {
+            http,
+            mcp: None,
+            mail: None,
+        }
+    }
+
+    /// Adds `poll/mail`.
+    pub fn with_mail(mut self, mail: MailConnector) -> Self {
+        self.mail = Some(mail);
+        self
     }
 
     /// Adds `mcp/call-tool`.
@@ -51,6 +66,10 @@ impl Connector for Connectors {
         match (call.op, &self.mcp) {
             (Op::HttpRequest, _) => self.http.call(call).await,
             (Op::McpCallTool, Some(mcp)) => mcp.call(call).await,
+            (Op::PollMail, _) if self.mail.is_some() => match &self.mail {
+                Some(mail) => mail.call(call).await,
+                None => Err(not_installed(call.op)),
+            },
             (other, _) => {
                 tracing::warn!(
                     op = other.as_str(),

@@ -29,6 +29,7 @@ pub mod leader;
 pub mod limits;
 pub mod listener;
 pub mod mcp_servers;
+pub mod poll;
 mod retry;
 pub mod runs;
 pub mod schema;

@@ -31,6 +31,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
     (9, "widgets", WIDGETS_V9),
+    (10, "poll cursors", POLL_CURSORS_V10),
 ];
 
 /// Dashboard widgets (the `WidgetStore` port), like SQLite's migration 9: the definition
@@ -54,6 +55,18 @@ CREATE TABLE widgets (
     updated_at  timestamptz NOT NULL
 );
 CREATE INDEX widgets_by_tenant ON widgets (tenant, name, id);
+"#;
+
+/// The cursor of each poll automation (the `PollCursors` port), like SQLite's migration
+/// 10: the JSON value (as text) its last poll moved it to, and which run did.
+const POLL_CURSORS_V10: &str = r#"
+CREATE TABLE poll_cursors (
+    automation uuid        PRIMARY KEY REFERENCES automations (id) ON DELETE CASCADE,
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    value      text        NOT NULL,
+    run        text        NOT NULL,
+    updated_at timestamptz NOT NULL
+);
 "#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port), like SQLite's migration 8: a

@@ -70,6 +70,21 @@ impl AutomationStoreFactory for PgAutomationFactory {
         (Arc::new(store.clone()), Arc::new(store))
     }
 
+    async fn open_poll_cursors(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::poll::PollCursors>,
+        Arc<dyn AutomationStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open().await;
+        (
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(store),
+        )
+    }
+
     async fn open_limits(
         &self,
         clock: ManualClock,

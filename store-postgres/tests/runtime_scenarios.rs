@@ -30,7 +30,8 @@ impl RuntimeFactory for PgRuntimeFactory {
         RuntimeStores {
             runs: Arc::new(store.clone()),
             desk: Arc::new(store.clone()),
-            automations: Arc::new(store),
+            automations: Arc::new(store.clone()),
+            cursors: Arc::new(store),
             install_sink: Box::new(move |sink| for_sink.set_ticket_event_sink(sink)),
         }
     }

@@ -123,7 +123,11 @@ fn name_free(
 
 /// The stored token of the tenant's automation `id`, whatever its trigger now is;
 /// `NotFound` when the tenant has no such automation.
-fn stored_token(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Option<String>> {
+pub(crate) fn stored_token(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+) -> DeskSql<Option<String>> {
     one(
         conn,
         "SELECT webhook_token FROM automations WHERE tenant = ?1 AND id = ?2",
@@ -350,6 +354,9 @@ impl AutomationStore for SqliteStore {
         self.desk_write(move |conn, _| {
             stored_token(conn, tenant, id)?;
             conn.prepare_cached("DELETE FROM automation_guard WHERE automation = ?1")
+                .and_then(|mut stmt| stmt.execute([key(&id.0)]))
+                .map_err(sql_err)?;
+            conn.prepare_cached("DELETE FROM poll_cursors WHERE automation = ?1")
                 .and_then(|mut stmt| stmt.execute([key(&id.0)]))
                 .map_err(sql_err)?;
             conn.prepare_cached("DELETE FROM automations WHERE tenant = ?1 AND id = ?2")

@@ -25,6 +25,7 @@ pub mod automations;
 pub mod desk;
 pub mod limits;
 pub mod mcp_servers;
+pub mod poll;
 pub mod runs;
 pub mod schema;
 pub mod secrets;

@@ -16,6 +16,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (7, "mcp servers", MCP_SERVERS_V7),
     (8, "service limits", SERVICE_LIMITS_V8),
     (9, "widgets", WIDGETS_V9),
+    (10, "poll cursors", POLL_CURSORS_V10),
 ];
 
 /// Dashboard widgets (the `WidgetStore` port): the definition as JSON beside its cache —
@@ -39,6 +40,18 @@ CREATE TABLE widgets (
     updated_at  INTEGER NOT NULL
 );
 CREATE INDEX widgets_by_tenant ON widgets (tenant, name, id);
+"#;
+
+/// The cursor of each poll automation (the `PollCursors` port): the JSON value its last
+/// poll moved it to, and which run did. Deleted with the automation.
+const POLL_CURSORS_V10: &str = r#"
+CREATE TABLE poll_cursors (
+    automation BLOB    PRIMARY KEY,
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    value      TEXT    NOT NULL,
+    run        TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL
+) WITHOUT ROWID;
 "#;
 
 /// Per-(tenant, service) limits (the `ServiceLimits` port): a breaker row per (tenant,

@@ -65,6 +65,21 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
         (Arc::new(store.clone()), Arc::new(store))
     }
 
+    async fn open_poll_cursors(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::poll::PollCursors>,
+        Arc<dyn AutomationStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open();
+        (
+            Arc::new(store.clone()),
+            Arc::new(store.clone()),
+            Arc::new(store),
+        )
+    }
+
     async fn open_limits(
         &self,
         clock: ManualClock,

@@ -32,6 +32,8 @@ async fn trace(automation: Value, body: Value) -> String {
         connectors: None,
         secrets: None,
         storage_wait: executor::DEFAULT_STORAGE_WAIT,
+        cursors: Some(Arc::new(store.clone())),
+        poll: Default::default(),
     });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);

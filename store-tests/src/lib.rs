@@ -33,6 +33,7 @@ use fronta_engine::{ManualClock, RunStore};
 pub mod automation_cases;
 pub mod desk_cases;
 pub mod limits_cases;
+pub mod poll_cases;
 pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
@@ -97,6 +98,16 @@ pub trait AutomationStoreFactory: Send + Sync {
         clock: ManualClock,
     ) -> (
         Arc<dyn fronta_automation::limits::ServiceLimits>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
+
+    /// A fresh, empty store's poll cursors port; every handle is the same database (the
+    /// desk one creates the tenants, the automation one the poll automations).
+    async fn open_poll_cursors(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::poll::PollCursors>,
+        Arc<dyn AutomationStore>,
         Arc<dyn fronta_desk::DeskStore>,
     );
 
@@ -351,6 +362,10 @@ macro_rules! automation_conformance_suite {
             widget_expired_lease_is_taken_over_and_the_late_answer_refused,
             widget_two_concurrent_claimers_get_exactly_one_lease,
             another_tenants_widget_answers_exactly_like_a_missing_one,
+            // Poll cursors.
+            poll_cursor_moves_by_compare_and_set,
+            poll_cursor_racing_movers_from_one_cursor_move_it_once,
+            poll_cursor_is_scoped_by_tenant_and_goes_with_its_automation,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -26,11 +26,41 @@ use fronta_engine::{
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
+/// The firm's one outside service: an HTTP source whose list of items is empty, so a
+/// poll automation's run finds nothing new (the poll itself is pinned in each store's
+/// and the server's poll tests).
+struct EmptyInbox;
+
+#[async_trait::async_trait]
+impl fronta_automation::connector::Connector for EmptyInbox {
+    async fn call(
+        &self,
+        call: fronta_automation::connector::ConnectorCall<'_>,
+    ) -> Result<
+        fronta_automation::connector::ConnectorReply,
+        fronta_automation::connector::ConnectorFailure,
+    > {
+        match call.op {
+            fronta_automation::Op::HttpRequest => {
+                Ok(fronta_automation::connector::ConnectorReply {
+                    outputs: json!({"status": 200, "headers": {}, "body": {"items": []}})
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                    message: "200 OK".into(),
+                })
+            }
+            other => Err(fronta_automation::connector::not_installed(other)),
+        }
+    }
+}
+
 /// Every store the runtime needs, on one database, and a way to install the event sink.
 pub struct RuntimeStores {
     pub runs: Arc<dyn RunStore>,
     pub desk: Arc<dyn DeskStore>,
     pub automations: Arc<dyn AutomationStore>,
+    pub cursors: Arc<dyn fronta_automation::poll::PollCursors>,
     pub install_sink: Box<dyn Fn(TicketEventSink) + Send + Sync>,
 }
 
@@ -64,9 +94,11 @@ impl Firm {
             desk: stores.desk.clone(),
             automations: stores.automations.clone(),
             clock: Arc::new(clock.clone()),
-            connectors: None,
+            connectors: Some(Arc::new(EmptyInbox)),
             secrets: None,
             storage_wait: executor::DEFAULT_STORAGE_WAIT,
+            cursors: Some(stores.cursors.clone()),
+            poll: Default::default(),
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, LEASE).expect("automation kinds register");
@@ -742,7 +774,8 @@ pub async fn scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once(
     let firm = Firm::open_at(factory, start).await;
     let poll = firm
         .automation(json!({
-            "name": "Poll the shop", "trigger": {"type": "poll", "source": "http", "intervalSec": 60},
+            "name": "Poll the shop", "trigger": {"type": "poll", "source": "http", "intervalSec": 60,
+                "request": {"url": "https://shop.test/orders"}, "items": "body.items", "cursor": "id"},
             "steps": [{"name": "note", "op": "flow/log", "input": {"message": "polled at {{_poll.tick}}"}}]
         }))
         .await;

@@ -28,6 +28,13 @@ pub const ADMIN: &str = "fa_test_admin_token";
 /// The secret key of every harness (secrets are sealed with it as version 1).
 pub const TEST_SECRET_KEY: [u8; 32] = [42; 32];
 
+/// Wraps the store's poll cursors port (see [`Harness::with_poll_cursors`]).
+pub type CursorWrap = Box<
+    dyn FnOnce(
+        Arc<dyn fronta_automation::poll::PollCursors>,
+    ) -> Arc<dyn fronta_automation::poll::PollCursors>,
+>;
+
 /// One server over a fresh database.
 pub struct Harness {
     pub dir: tempfile::TempDir,
@@ -79,16 +86,32 @@ impl Harness {
     }
 
     pub fn with_config(config: ServerConfig) -> Self {
-        Self::build(config, LimitsConfig::default(), None)
+        Self::build(config, LimitsConfig::default(), None, None)
+    }
+
+    /// A harness on `clock` whose executor reaches poll cursors through `wrap` around the
+    /// store (tests inject failures there).
+    pub fn with_poll_cursors(clock: ManualClock, wrap: CursorWrap) -> Self {
+        Self::build(
+            test_config(),
+            LimitsConfig::default(),
+            Some(clock),
+            Some(wrap),
+        )
     }
 
     /// A harness whose store, executor and limits run on `clock` (moved by the test),
     /// with connector calls limited by `limits`.
     pub fn with_limits(limits: LimitsConfig, clock: ManualClock) -> Self {
-        Self::build(test_config(), limits, Some(clock))
+        Self::build(test_config(), limits, Some(clock), None)
     }
 
-    fn build(config: ServerConfig, limits: LimitsConfig, clock: Option<ManualClock>) -> Self {
+    fn build(
+        config: ServerConfig,
+        limits: LimitsConfig,
+        clock: Option<ManualClock>,
+        wrap: Option<CursorWrap>,
+    ) -> Self {
         let clock: Arc<dyn Clock> = match clock {
             Some(clock) => Arc::new(clock),
             None => Arc::new(SystemClock),
@@ -127,7 +150,20 @@ impl Harness {
         .expect("an MCP connector");
         let connectors: Arc<dyn fronta_automation::connector::Connector> =
             Arc::new(LimitedConnector::new(
-                Arc::new(fronta_connectors::Connectors::new(http).with_mcp(mcp)),
+                Arc::new(
+                    fronta_connectors::Connectors::new(http)
+                        .with_mcp(mcp)
+                        .with_mail(
+                            fronta_connectors::MailConnector::new(
+                                fronta_connectors::AddressPolicy::new(
+                                    fronta_connectors::AllowList::parse("127.0.0.1")
+                                        .expect("an allow-list"),
+                                ),
+                                fronta_connectors::MailLimits::default(),
+                            )
+                            .expect("a mail connector"),
+                        ),
+                ),
                 Arc::new(store.clone()),
                 limits,
                 clock.clone(),
@@ -139,6 +175,11 @@ impl Harness {
             connectors: Some(connectors.clone()),
             secrets: Some(vault),
             storage_wait: executor::DEFAULT_STORAGE_WAIT,
+            cursors: Some(match wrap {
+                Some(wrap) => wrap(Arc::new(store.clone())),
+                None => Arc::new(store.clone()),
+            }),
+            poll: Default::default(),
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
