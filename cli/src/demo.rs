@@ -156,6 +156,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     if !args.exit {
+        let signalled = wait_for_signal();
         println!("\ndashboard at http://{address}/ (sign in with the tenant token below)");
         println!(
             "OpenAPI at http://{address}/api/openapi.json, metrics at /metrics, events at /api/stream"
@@ -171,7 +172,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         }
         println!("serving until Ctrl-C");
         tokio::select! {
-            _ = wait_for_signal() => {}
+            _ = signalled => {}
             _ = shutdown.cancelled() => {}
         }
     }

@@ -541,8 +541,9 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
     let worker = Worker::new(store, registry, config)?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();
+    let signalled = wait_for_signal();
     tokio::spawn(async move {
-        wait_for_signal().await;
+        signalled.await;
         tracing::info!("signal received: shutting down");
         on_signal.cancel();
     });
@@ -571,25 +572,41 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// SIGINT or SIGTERM. The handlers are registered when this is called, not when the
+/// future is first polled: a signal that arrives in between (a test or a supervisor that
+/// stops the process right after it said it is up) is still seen, instead of ending the
+/// process by the signal's default action.
+fn wait_for_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
+        let term = signal(SignalKind::terminate());
+        let interrupt = signal(SignalKind::interrupt());
+        async move {
+            match (term, interrupt) {
+                (Ok(mut term), Ok(mut interrupt)) => {
+                    tokio::select! {
+                        _ = interrupt.recv() => {}
+                        _ = term.recv() => {}
+                    }
                 }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+                (Ok(mut term), Err(_)) => {
+                    let _ = term.recv().await;
+                }
+                (Err(_), Ok(mut interrupt)) => {
+                    let _ = interrupt.recv().await;
+                }
+                (Err(_), Err(_)) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 

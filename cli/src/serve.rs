@@ -169,6 +169,15 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         app.observe_worker(worker.metrics());
     }
 
+    // Signals are heard from here on, before the address is printed.
+    let shutdown = CancellationToken::new();
+    let on_signal = shutdown.clone();
+    let signalled = wait_for_signal();
+    tokio::spawn(async move {
+        signalled.await;
+        tracing::info!("signal received: shutting down");
+        on_signal.cancel();
+    });
     let listener = Listener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -184,13 +193,6 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     );
     eprintln!("fronta serve: dashboard at http://{address}/ (sign in with a tenant token)");
 
-    let shutdown = CancellationToken::new();
-    let on_signal = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("signal received: shutting down");
-        on_signal.cancel();
-    });
     // The scheduler runs where runs are executed (not in `--no-worker` processes).
     let background = match &worker {
         Some(worker) => Some(Background::start(
