@@ -1,8 +1,9 @@
 //! Every fronta port on Postgres, for several processes (or machines) sharing the work.
 //!
-//! - Claims take due runs with `FOR UPDATE SKIP LOCKED`, one transaction per claim
-//!   round, fair between tenants, walking the short `run_tenants` list and one index
-//!   descent per tenant — never the queue ([`runs::CLAIM_FIRSTS`]).
+//! - Claims take due runs with `FOR UPDATE SKIP LOCKED`, fair between tenants, walking
+//!   the short `run_tenants` list and one index descent per tenant — never the queue
+//!   ([`runs::CLAIM_FIRSTS`]). A round is usually one autocommitted statement: one round
+//!   trip and one commit.
 //! - Leases and due times are judged by the database's `now()`, one clock for every
 //!   process; an injected [`Clock`] (tests) replaces it in every statement.
 //! - Batched writes: enqueues, heartbeats and finishes are one statement per batch.
@@ -439,10 +440,9 @@ impl RunStore for PgStore {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let mut tx = self.begin_tx().await?;
+        let mut conn = self.connection().await?;
         let (batch, ended_at) =
-            runs::claim(&mut tx, self.ctx(), &params, cursor.as_deref()).await?;
-        self.commit_tx(tx).await?;
+            runs::claim(&mut conn, self.ctx(), &params, cursor.as_deref()).await?;
         if let Some(tenant) = ended_at {
             *self
                 .inner

@@ -324,8 +324,14 @@ async fn batched_writes_are_one_statement_per_batch() {
         "300 runs without unique keys are enqueued by one statement"
     );
 
+    let before = store.round_trips();
     let batch = store.run_claim(params(300)).await.expect("claim");
     assert_eq!(batch.claimed.len(), 300, "every run claimed");
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "a claim round whose tenants each give their share is one autocommitted statement"
+    );
 
     let before = store.round_trips();
     let renewals: Vec<LeaseRenewal> = batch
@@ -411,6 +417,76 @@ async fn batched_writes_are_one_statement_per_batch() {
         (75, 75, 75, 75),
         "the batch wrote every action: {stats:?}"
     );
+}
+
+/// A prepared statement switches to a generic plan after five executions, and the
+/// generic plan of a batched finish cannot see the batch's size: it joined 1,000 finishes
+/// to their rows as a nested loop reading the batch once per run (690 ms for one batch).
+/// Batched finishes and heartbeats are therefore sent unprepared, planned with their
+/// arrays in hand. Checked where it is decided: on the store's only connection, after
+/// more executions than the switch needs, no finish or heartbeat statement is prepared,
+/// while the claim (a control: the check can see prepared statements) is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let mut config = db.config(Some(Arc::new(clock.clone())));
+    config.max_connections = 1;
+    config.listen = false;
+    let store = PgStore::connect(config).await.expect("connect");
+    let dispatcher = dispatcher(&store);
+    let runs: Vec<NewRun> = (0..800).map(|_| prepare(&dispatcher, request())).collect();
+    store.run_enqueue_many(runs).await.expect("enqueue 800");
+    for round in 0..8 {
+        let batch = store.run_claim(params(100)).await.expect("claim");
+        assert_eq!(batch.claimed.len(), 100, "round {round} claims 100");
+        let renewals: Vec<LeaseRenewal> = batch
+            .claimed
+            .iter()
+            .map(|claimed| LeaseRenewal {
+                id: claimed.run.id,
+                owner: claimed.owner,
+                lease: LEASE,
+            })
+            .collect();
+        let renewed = store.run_heartbeat_many(renewals).await.expect("heartbeat");
+        assert!(
+            renewed.iter().all(|reply| !reply.lost),
+            "every lease renewed"
+        );
+        let finishes: Vec<Finish> = batch
+            .claimed
+            .iter()
+            .map(|claimed| Finish {
+                id: claimed.run.id,
+                owner: claimed.owner,
+                action: FinishAction::Complete { result: None },
+            })
+            .collect();
+        let replies = store.run_finish_many(finishes).await.expect("finish");
+        assert!(
+            replies
+                .iter()
+                .all(|reply| matches!(reply, FinishReply::Applied { .. })),
+            "every finish applied"
+        );
+    }
+    let prepared: Vec<String> = sqlx::query_scalar("SELECT statement FROM pg_prepared_statements")
+        .fetch_all(store.pool())
+        .await
+        .expect("read the connection's prepared statements");
+    assert!(
+        prepared
+            .iter()
+            .any(|statement| statement.as_str() == CLAIM_FIRSTS),
+        "control: the claim is a prepared statement on this connection: {prepared:#?}"
+    );
+    for (name, text) in [("finish", FINISH), ("heartbeat", HEARTBEAT)] {
+        assert!(
+            !prepared.iter().any(|statement| statement.as_str() == text),
+            "the batched {name} must not be prepared (a cached generic plan is quadratic in the batch)"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------
