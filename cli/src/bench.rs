@@ -106,6 +106,12 @@ struct Figures {
     latency_p95_ms: f64,
     latency_p99_ms: f64,
     latency_max_ms: f64,
+    /// The latency phase's parts: the mean enqueue call (to its commit) and the worker's
+    /// claim rounds (how many, and their mean at the store), so a slow start says where
+    /// its time went.
+    latency_enqueue_mean_ms: f64,
+    latency_claim_rounds: u64,
+    latency_claim_mean_ms: f64,
     /// The exactly-once check passed (the command fails otherwise).
     ok: bool,
     completed: u64,
@@ -398,6 +404,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     }
 
     // 3. Latency at a paced rate with an idle worker.
+    let mut latency_parts = (0.0, 0, 0.0);
     let (p50, p95, p99, max) = if args.latency_runs > 0 {
         eprintln!(
             "latency: {} runs at {}/s…",
@@ -410,15 +417,17 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             poll_interval: Duration::from_millis(50),
             ..WorkerConfig::default()
         };
-        let worker = tokio::spawn(
-            Worker::new(store.clone(), registry.clone(), config)?.run(shutdown.clone()),
-        );
+        let worker = Worker::new(store.clone(), registry.clone(), config)?;
+        let worker_metrics = worker.metrics();
+        let worker = tokio::spawn(worker.run(shutdown.clone()));
+        let mut enqueue_time = Duration::ZERO;
         let gap = Duration::from_secs_f64(1.0 / args.latency_rate as f64);
         let mut next = tokio::time::Instant::now();
         for _ in 0..args.latency_runs {
             tokio::time::sleep_until(next).await;
             next += gap;
             let t = anchor.elapsed().as_micros() as u64;
+            let called = Instant::now();
             dispatcher
                 .enqueue(EnqueueRequest::new(
                     "latency",
@@ -426,6 +435,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
                     0,
                 ))
                 .await?;
+            enqueue_time += called.elapsed();
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while (latencies.lock().map(|all| all.len()).unwrap_or(0) as u64) < args.latency_runs {
@@ -436,6 +446,12 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         }
         shutdown.cancel();
         worker.await??;
+        let claims = worker_metrics.claim.snapshot();
+        latency_parts = (
+            enqueue_time.as_secs_f64() * 1000.0 / args.latency_runs as f64,
+            claims.count,
+            claims.sum_seconds * 1000.0 / claims.count.max(1) as f64,
+        );
         let mut all = latencies.lock().map(|all| all.clone()).unwrap_or_default();
         all.sort_unstable();
         let pick = |q: f64| all[((all.len() - 1) as f64 * q).round() as usize] as f64 / 1000.0;
@@ -466,6 +482,9 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         latency_p95_ms: p95,
         latency_p99_ms: p99,
         latency_max_ms: max,
+        latency_enqueue_mean_ms: latency_parts.0,
+        latency_claim_rounds: latency_parts.1,
+        latency_claim_mean_ms: latency_parts.2,
         ok: true,
         completed: stats.completed,
         reclaims: stats.reclaims,
@@ -500,6 +519,10 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             println!(
                 "  enqueue→start  p50 {:.3} ms   p95 {:.3} ms   p99 {:.3} ms   max {:.3} ms   ({} runs at {}/s)",
                 p50, p95, p99, max, args.latency_runs, args.latency_rate
+            );
+            println!(
+                "                 of which: enqueue call {:.3} ms (mean); {} claim rounds of {:.3} ms (mean)",
+                latency_parts.0, latency_parts.1, latency_parts.2
             );
         }
         println!(

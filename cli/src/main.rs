@@ -71,6 +71,10 @@ struct DbArgs {
         default_value_t = 10
     )]
     pg_max_connections: u32,
+    /// Postgres: the least time between two tidies of the list of tenants with pending
+    /// runs by this process (a round that meets many empty tenants tidies at once).
+    #[arg(long, global = true, env = "FRONTA_PG_TENANT_TIDY", default_value = "1s", value_parser = duration::parse)]
+    pg_tenant_tidy: Duration,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -312,6 +316,7 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
             bail!("--pg-max-connections (FRONTA_PG_MAX_CONNECTIONS) must be at least 1");
         }
         config.max_connections = db.pg_max_connections;
+        config.tenant_tidy_every = db.pg_tenant_tidy;
         let store = PgStore::connect(config)
             .await
             .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;

@@ -59,6 +59,10 @@ use crate::runs::Ctx;
 /// The channel of enqueue wake-ups.
 pub const CHANNEL: &str = "fronta_runs";
 
+/// The session setting that names a store's connections as the sender of their
+/// wake-ups (the payload `fronta_note_pending` notifies with).
+pub const SENDER_SETTING: &str = "fronta.sender";
+
 /// Settings of a Postgres store. Every limit is named here.
 #[derive(Clone)]
 pub struct PgConfig {
@@ -73,7 +77,17 @@ pub struct PgConfig {
     pub clock: Option<Arc<dyn Clock>>,
     /// LISTEN for other processes' enqueues (`false`: this process polls for them).
     pub listen: bool,
+    /// The least time between two tidies of the tenant list (forgetting tenants with no
+    /// pending run) by this process, unless a claim round met at least
+    /// [`TIDY_EMPTY_TENANTS`] empty tenants: a tenant drained and fed again at once is
+    /// then not deleted and re-listed for every run (`Duration::ZERO`: tidy whenever a
+    /// round finds an empty tenant).
+    pub tenant_tidy_every: Duration,
 }
+
+/// Empty tenants a claim round may meet before it tidies the tenant list at once,
+/// whatever [`PgConfig::tenant_tidy_every`] says: each costs every round an index probe.
+pub const TIDY_EMPTY_TENANTS: usize = 32;
 
 impl PgConfig {
     pub fn new(url: impl Into<String>) -> Self {
@@ -83,6 +97,7 @@ impl PgConfig {
             acquire_timeout: Duration::from_secs(10),
             clock: None,
             listen: true,
+            tenant_tidy_every: Duration::from_secs(1),
         }
     }
 }
@@ -164,7 +179,12 @@ struct Inner {
     /// The tenant the last claim round of this process ended at.
     tenant_cursor: Mutex<Option<String>>,
     round_trips: AtomicU64,
+    /// When this process last tidied the tenant list, and how often it may.
+    last_tidy: Mutex<Option<std::time::Instant>>,
+    tenant_tidy_every: Duration,
     listener: Option<tokio::task::AbortHandle>,
+    /// Notifications the listener skipped because this process sent them.
+    own_wakeups_skipped: Arc<AtomicU64>,
     url: String,
     /// Called inside every ticket write that changed something (see [`desk`]).
     ticket_event_sink: RwLock<Option<TicketEventSink>>,
@@ -204,6 +224,12 @@ impl PgStore {
         let options = PgConnectOptions::from_str(&config.url).map_err(|err| {
             StoreError::Invalid(format!("bad Postgres URL {}: {err}", redact(&config.url)))
         })?;
+        // Every connection of this store names it as the sender of its wake-ups
+        // (`fronta_note_pending` sends this as the notification's payload), so the
+        // listener can skip what this process's own writes sent: they woke its workers
+        // already, after their commit.
+        let sender = uuid::Uuid::new_v4().simple().to_string();
+        let options = options.options([(SENDER_SETTING, sender.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
@@ -223,8 +249,12 @@ impl PgStore {
             tracing::info!(url = %redact(&config.url), ?applied, "postgres: migrations applied");
         }
         let signal = Arc::new(Notify::new());
+        let own_wakeups_skipped = Arc::new(AtomicU64::new(0));
         let listener = if config.listen {
-            Some(listener::spawn(options, signal.clone()).await?)
+            Some(
+                listener::spawn(options, signal.clone(), sender, own_wakeups_skipped.clone())
+                    .await?,
+            )
         } else {
             None
         };
@@ -235,7 +265,10 @@ impl PgStore {
                 signal,
                 tenant_cursor: Mutex::new(None),
                 round_trips: AtomicU64::new(0),
+                last_tidy: Mutex::new(None),
+                tenant_tidy_every: config.tenant_tidy_every,
                 listener,
+                own_wakeups_skipped,
                 url: config.url,
                 ticket_event_sink: RwLock::new(None),
             }),
@@ -250,6 +283,12 @@ impl PgStore {
     /// Statements (including `BEGIN`/`COMMIT`) this store has sent, for tests and metrics.
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// Notifications the listener heard from this process's own writes and skipped
+    /// (they had woken its workers already), for tests and metrics.
+    pub fn own_wakeups_skipped(&self) -> u64 {
+        self.inner.own_wakeups_skipped.load(Ordering::Relaxed)
     }
 
     /// The injected clock's now; `None` when the database clock rules.
@@ -441,8 +480,17 @@ impl RunStore for PgStore {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let mut conn = self.connection().await?;
-        let (batch, ended_at) =
-            runs::claim(&mut conn, self.ctx(), &params, cursor.as_deref()).await?;
+        let (batch, ended_at) = runs::claim(
+            &mut conn,
+            self.ctx(),
+            &params,
+            cursor.as_deref(),
+            runs::TidyGate {
+                last: &self.inner.last_tidy,
+                every: self.inner.tenant_tidy_every,
+            },
+        )
+        .await?;
         if let Some(tenant) = ended_at {
             *self
                 .inner

@@ -4,11 +4,15 @@
 //!
 //! Notifications sent while the connection is down are lost (Postgres does not queue
 //! them for a listener that is not there); after every reconnect the task wakes the
-//! waiters once, and the workers' polling covers the rest. Left out: payloads (workers
-//! only need "look again"), and filtering out this process's own notifications (its
-//! writes already woke it; a second wake-up costs one empty claim at most).
+//! waiters once, and the workers' polling covers the rest.
+//!
+//! A notification's payload names its sender (the store's [`crate::SENDER_SETTING`]);
+//! this process's own are skipped: its writes woke its workers already, after their
+//! commit, and a second wake-up would send an idle worker into an empty claim round
+//! just as the next run arrives (measured: 2.7 claim rounds per run at 200 runs/s).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use fronta_engine::StoreError;
@@ -41,15 +45,26 @@ async fn open(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
 pub(crate) async fn spawn(
     options: PgConnectOptions,
     signal: Arc<Notify>,
+    own_sender: String,
+    skipped: Arc<AtomicU64>,
 ) -> Result<tokio::task::AbortHandle, StoreError> {
     let listener = open(&options).await.map_err(map_err)?;
-    let task = tokio::spawn(run(options, signal, listener));
+    let task = tokio::spawn(run(options, signal, listener, own_sender, skipped));
     Ok(task.abort_handle())
 }
 
-async fn run(options: PgConnectOptions, signal: Arc<Notify>, mut listener: PgListener) {
+async fn run(
+    options: PgConnectOptions,
+    signal: Arc<Notify>,
+    mut listener: PgListener,
+    own_sender: String,
+    skipped: Arc<AtomicU64>,
+) {
     loop {
         match listener.try_recv().await {
+            Ok(Some(notification)) if notification.payload() == own_sender => {
+                skipped.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(Some(_)) => signal.notify_waiters(),
             Ok(None) => {
                 // The connection dropped and was re-established: what was sent meanwhile

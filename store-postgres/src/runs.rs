@@ -708,6 +708,7 @@ pub(crate) async fn claim(
     ctx: Ctx<'_>,
     params: &ClaimParams,
     cursor: Option<&str>,
+    tidy: TidyGate<'_>,
 ) -> SqlResult<(ClaimBatch, Option<String>)> {
     let mut batch = ClaimBatch::default();
     if params.limit == 0 {
@@ -835,15 +836,44 @@ pub(crate) async fn claim(
     }
 
     // Tidy the tenant list only when a tenant probed gave nothing (or nothing was
-    // claimed at all): a drain of busy tenants pays no extra round trip.
-    let some_tenant_gave_nothing = match tenants_listed {
-        None => true,
-        Some(listed) => listed > served.len(),
+    // claimed at all): a drain of busy tenants pays no extra round trip. And not for
+    // every such round: see `TidyGate`.
+    let empty_met = match tenants_listed {
+        None => None,
+        Some(listed) => Some(listed.saturating_sub(served.len())),
     };
-    if visited_every_tenant && some_tenant_gave_nothing {
+    let some_tenant_gave_nothing = empty_met != Some(0);
+    if visited_every_tenant && some_tenant_gave_nothing && tidy.due(empty_met.unwrap_or(0)) {
         forget_empty_tenants(conn, ctx, &served).await?;
     }
     Ok((batch, served.last().cloned()))
+}
+
+/// When a claim round may tidy the tenant list: when it met at least
+/// [`crate::TIDY_EMPTY_TENANTS`] empty tenants (each costs every round a probe), or when
+/// this process last tidied at least `every` ago. Without the pause a tenant drained
+/// and fed again at once (one run at a time) is deleted from the list after each run and
+/// listed again by the next enqueue: a write and a commit per run for nothing.
+#[derive(Clone, Copy)]
+pub(crate) struct TidyGate<'a> {
+    pub last: &'a std::sync::Mutex<Option<std::time::Instant>>,
+    pub every: Duration,
+}
+
+impl TidyGate<'_> {
+    /// Whether to tidy now; a yes counts as the tidy's time.
+    fn due(self, empty_met: usize) -> bool {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let due = empty_met >= crate::TIDY_EMPTY_TENANTS
+            || last.is_none_or(|at| at.elapsed() >= self.every);
+        if due {
+            *last = Some(std::time::Instant::now());
+        }
+        due
+    }
 }
 
 /// Drop tenants with no pending run from `run_tenants` (all but `served`, which just gave

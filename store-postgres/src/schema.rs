@@ -32,7 +32,29 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "service limits", SERVICE_LIMITS_V8),
     (9, "widgets", WIDGETS_V9),
     (10, "poll cursors", POLL_CURSORS_V10),
+    (11, "wake-ups name their sender", SENDER_V11),
 ];
+
+/// `fronta_note_pending` as in migration 1, but its notification's payload is the
+/// session's `fronta.sender` (each store sets it on its connections; empty when unset),
+/// so a process's listener can skip the wake-ups its own writes sent.
+pub const SENDER_V11: &str = r#"
+CREATE OR REPLACE FUNCTION fronta_note_pending(tenants text[]) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    noted text[];
+BEGIN
+    SELECT coalesce(array_agg(DISTINCT t ORDER BY t), '{}') INTO noted FROM unnest(tenants) AS t;
+    IF cardinality(noted) = 0 THEN
+        RETURN 0;
+    END IF;
+    PERFORM pg_advisory_xact_lock_shared(1718775662, hashtext(t)) FROM unnest(noted) AS t;
+    INSERT INTO run_tenants (tenant) SELECT t FROM unnest(noted) AS t ON CONFLICT DO NOTHING;
+    PERFORM pg_notify('fronta_runs', coalesce(current_setting('fronta.sender', true), ''));
+    RETURN cardinality(noted);
+END
+$$;
+"#;
 
 /// Dashboard widgets (the `WidgetStore` port), like SQLite's migration 9: the definition
 /// as JSON beside its cache (data, when fetched, when last tried, the last error) and the
@@ -467,6 +489,19 @@ mod tests {
                 "pg_advisory_xact_lock_shared({TENANT_LOCK_CLASS},"
             )),
             "fronta_note_pending must lock the class the claim's forget uses"
+        );
+        assert!(
+            SENDER_V11.contains(&format!(
+                "pg_advisory_xact_lock_shared({TENANT_LOCK_CLASS},"
+            )),
+            "the replaced fronta_note_pending must keep the lock"
+        );
+        assert!(
+            SENDER_V11.contains(&format!(
+                "current_setting('{}', true)",
+                crate::SENDER_SETTING
+            )),
+            "the payload is the setting the store sets on its connections"
         );
     }
 

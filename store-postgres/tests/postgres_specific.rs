@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fronta_engine::{
-    CancelReply, ClaimParams, Clock, Dispatcher, EnqueueRequest, Enqueued, Finish, FinishAction,
-    FinishReply, LeaseRenewal, ManualClock, NewRun, RunId, RunStatus, RunStore, StoreError,
+    CancelReply, ClaimBatch, ClaimParams, Clock, Dispatcher, EnqueueRequest, Enqueued, Finish,
+    FinishAction, FinishReply, LeaseRenewal, ManualClock, NewRun, RunId, RunStatus, RunStore,
+    StoreError,
 };
 use fronta_store_postgres::runs::{CLAIM_FIRSTS, CLAIM_MORE, FINISH, HEARTBEAT};
 use fronta_store_postgres::{PgConfig, PgStore, schema};
@@ -574,6 +575,38 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
     tokio::time::timeout(Duration::from_secs(10), notified)
         .await
         .expect("and the producer");
+
+    // A process's own writes wake it once, after their commit; its listener skips the
+    // notification they sent (and counts it), while it still hears other processes.
+    let skipped_before = consumer.own_wakeups_skipped();
+    dispatcher(&consumer)
+        .enqueue(request())
+        .await
+        .expect("enqueue on the consumer");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while consumer.own_wakeups_skipped() == skipped_before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the consumer's listener never recognised its own enqueue's notification"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let own = consumer.enqueue_signal();
+    let heard = own.notified();
+    let mut heard = std::pin::pin!(heard);
+    heard.as_mut().enable();
+    dispatcher(&producer)
+        .enqueue(request())
+        .await
+        .expect("enqueue on the producer");
+    tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("the consumer's listener still hears other processes");
+    assert_eq!(
+        consumer.own_wakeups_skipped(),
+        skipped_before + 1,
+        "another process's notification is not skipped"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -856,11 +889,94 @@ async fn listed_tenants(store: &PgStore) -> Vec<String> {
         .expect("read run_tenants")
 }
 
+/// A tenant drained and fed again at once is not deleted and re-listed for every run:
+/// the list is tidied at most once per `tenant_tidy_every` — unless a round met
+/// `TIDY_EMPTY_TENANTS` empty tenants, which it tidies at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenant_list_is_tidied_at_a_pace_unless_many_tenants_are_empty() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let mut config = db.config(Some(Arc::new(clock.clone())));
+    config.tenant_tidy_every = Duration::from_secs(3600);
+    let store = PgStore::connect(config).await.expect("connect");
+    let dispatcher = dispatcher(&store);
+    let complete = |batch: &ClaimBatch| -> Vec<Finish> {
+        batch
+            .claimed
+            .iter()
+            .map(|claimed| Finish {
+                id: claimed.run.id,
+                owner: claimed.owner,
+                action: FinishAction::Complete { result: None },
+            })
+            .collect()
+    };
+
+    for round in 0..2 {
+        dispatcher
+            .enqueue(request().tenant("a"))
+            .await
+            .expect("enqueue");
+        let batch = store.run_claim(params(10)).await.expect("claim");
+        assert_eq!(batch.claimed.len(), 1, "round {round}: a's run");
+        store
+            .run_finish_many(complete(&batch))
+            .await
+            .expect("finish");
+        let empty = store.run_claim(params(10)).await.expect("an empty claim");
+        assert!(empty.claimed.is_empty(), "round {round}: nothing left");
+        let listed = listed_tenants(&store).await;
+        if round == 0 {
+            assert!(
+                listed.is_empty(),
+                "the first tidy is due at once: {listed:?}"
+            );
+        } else {
+            assert_eq!(
+                listed,
+                ["a"],
+                "a second tidy within the pause is not due: a stays listed"
+            );
+        }
+    }
+
+    let many = fronta_store_postgres::TIDY_EMPTY_TENANTS + 8;
+    let runs: Vec<NewRun> = (0..many)
+        .map(|index| prepare(&dispatcher, request().tenant(format!("t{index:02}"))))
+        .collect();
+    store.run_enqueue_many(runs).await.expect("enqueue");
+    let batch = store.run_claim(params(100)).await.expect("claim");
+    assert_eq!(batch.claimed.len(), many, "one run of each tenant");
+    store
+        .run_finish_many(complete(&batch))
+        .await
+        .expect("finish");
+    assert_eq!(
+        listed_tenants(&store).await.len(),
+        many + 1,
+        "a round that met one empty tenant (a) does not tidy within the pause"
+    );
+    dispatcher
+        .enqueue(request().tenant("z"))
+        .await
+        .expect("enqueue");
+    let batch = store.run_claim(params(100)).await.expect("claim");
+    assert_eq!(batch.claimed.len(), 1, "z's run");
+    assert_eq!(
+        listed_tenants(&store).await,
+        ["z"],
+        "a round that met {} empty tenants tidies at once, whatever the pause",
+        many + 1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenant_list_forgets_drained_tenants_and_never_loses_one_with_work() {
     let db = TestDb::create().await;
     let clock = ManualClock::at_fixed_start();
-    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let mut config = db.config(Some(Arc::new(clock.clone())));
+    config.tenant_tidy_every = Duration::ZERO;
+    let store = PgStore::connect(config).await.expect("connect");
     let dispatcher = dispatcher(&store);
     for tenant in ["a", "b"] {
         dispatcher
