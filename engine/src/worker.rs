@@ -1,4 +1,6 @@
-//! The worker pool: claims only free slots and starts each run at once; a heartbeater
+//! The worker pool: claims only free slots and starts each run at once — again as soon
+//! as a slot frees while the last claim came back full, else on a wake-up (an enqueue or
+//! a put-back) or the poll; a heartbeater
 //! renews every active lease in one write per round and delivers cancel flags; a
 //! completer writes finished runs in batches. Handlers run outside any transaction.
 //!
@@ -278,7 +280,7 @@ impl Worker {
         let enqueue_signal = self.store.enqueue_signal();
         let mut storage_backoff = Duration::from_millis(50);
 
-        loop {
+        'work: loop {
             if shutdown.is_cancelled() {
                 break;
             }
@@ -337,15 +339,31 @@ impl Worker {
                     Err(err) => tracing::warn!(worker = %name, error = %err, "idle check failed"),
                 }
             }
-            let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
-            tokio::select! {
-                biased;
-                _ = shutdown.cancelled() => break,
-                Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                    self.reap(joined, &active, &mut task_runs, &finisher);
+            // Wait for a reason to look again. A claim that came back short found no
+            // more due runs: a handler finishing is then no reason to claim (the round
+            // would come back empty — a round trip for nothing, in the way of the next
+            // enqueue); a wake-up is (an enqueue or a put-back, which every store
+            // signals after its commit), or the poll (delayed runs coming due, expired
+            // leases, other processes without notifications). With every slot busy no
+            // claim was made, and a slot freeing is the reason.
+            let queue_emptied = free > 0;
+            let poll = tokio::time::sleep(self.config.poll_interval);
+            tokio::pin!(poll);
+            loop {
+                let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => break 'work,
+                    Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                        self.reap(joined, &active, &mut task_runs, &finisher);
+                        let idle_check = self.config.until_idle && tasks.is_empty();
+                        if !queue_emptied || idle_check {
+                            break;
+                        }
+                    }
+                    _ = &mut notified, if free_after > 0 => break,
+                    _ = &mut poll, if free_after > 0 => break,
                 }
-                _ = &mut notified, if free_after > 0 => {}
-                _ = tokio::time::sleep(self.config.poll_interval), if free_after > 0 => {}
             }
         }
 

@@ -1,5 +1,9 @@
-//! A worker that claims back a run it is still executing never runs the two executions
-//! side by side.
+//! Worker behaviours seen through a store with hooks:
+//!
+//! - an idle worker claims once per wake-up, not once more after every run it finishes
+//!   (a claim that came back short found no more due runs);
+//! - a worker that claims back a run it is still executing never runs the two
+//!   executions side by side.
 //!
 //! How it happens: the store stops answering heartbeats (an outage) for longer than the
 //! lease, so the lease expires while the handler goes on; the worker's next claim round
@@ -23,10 +27,11 @@ use fronta_sim::memory::MemoryStore;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// `MemoryStore`, with heartbeats failing while `outage` is set.
+/// `MemoryStore`, with heartbeats failing while `outage` is set; counts claim rounds.
 struct Outage {
     inner: MemoryStore,
     outage: AtomicBool,
+    claims: AtomicUsize,
 }
 
 #[async_trait]
@@ -35,6 +40,7 @@ impl RunStore for Outage {
         self.inner.run_enqueue_many(runs).await
     }
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
         self.inner.run_claim(params).await
     }
     async fn run_heartbeat_many(
@@ -120,6 +126,7 @@ async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
     let store = Arc::new(Outage {
         inner: MemoryStore::new(Arc::new(clock.clone())),
         outage: AtomicBool::new(false),
+        claims: AtomicUsize::new(0),
     });
     let probe = Arc::new(Probe::default());
     let mut registry = Registry::new();
@@ -196,4 +203,95 @@ async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
         .expect("the worker task")
         .expect("the worker ends cleanly");
     assert_eq!(probe.started.load(Ordering::SeqCst), 2, "two executions");
+}
+
+struct Quick;
+
+#[async_trait]
+impl Handler for Quick {
+    async fn handle(&self, _ctx: RunContext) -> Outcome {
+        Outcome::Done(None)
+    }
+}
+
+/// One run at a time into an idle worker whose poll never fires: each enqueue's wake-up
+/// is one claim round, and finishing the run is none (it would find nothing: the claim
+/// that took the run came back short).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_worker_claims_once_per_wake_up_not_after_every_run() {
+    let clock = ManualClock::at_fixed_start();
+    let store = Arc::new(Outage {
+        inner: MemoryStore::new(Arc::new(clock.clone())),
+        outage: AtomicBool::new(false),
+        claims: AtomicUsize::new(0),
+    });
+    let mut registry = Registry::new();
+    registry
+        .register(
+            "quick",
+            KindConfig::fire_and_forget(Duration::from_secs(60)),
+            Quick,
+        )
+        .expect("the kind registers");
+    let registry = Arc::new(registry);
+    let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
+    let worker = Worker::new(
+        store.clone(),
+        registry,
+        WorkerConfig {
+            name: "idle".into(),
+            max_in_flight: 4,
+            poll_interval: Duration::from_secs(3600),
+            ..WorkerConfig::default()
+        },
+    )
+    .expect("a worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // The first round, at start, finds the queue empty.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while store.claims.load(Ordering::SeqCst) == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the worker's first claim"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    const RUNS: usize = 20;
+    for round in 0..RUNS {
+        let id = dispatcher
+            .enqueue(EnqueueRequest::new("quick", serde_json::json!({}), 0))
+            .await
+            .expect("enqueued")
+            .id();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let run = store.run_get(id).await.expect("read").expect("the run");
+            if run.status == RunStatus::Completed {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "run {round} completed without a poll: {run:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    // Let a claim that would follow the last run's end happen before counting.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let claims = store.claims.load(Ordering::SeqCst);
+    assert_eq!(
+        claims,
+        1 + RUNS,
+        "one claim at start and one per enqueue's wake-up; none after a run ends"
+    );
+    shutdown.cancel();
+    let report = running
+        .await
+        .expect("the worker task")
+        .expect("the worker ends cleanly");
+    assert_eq!(
+        report.completed, RUNS as u64,
+        "every run completed: {report:?}"
+    );
 }
