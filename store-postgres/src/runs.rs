@@ -141,9 +141,10 @@ pub const FIND_KEY_HOLDERS: &str = "SELECT wanted.ord, runs.id
 ///    reclaim would push `reclaims` over `$6`) or a requested cancel;
 /// 2. `turns`: the tenants with possible pending work, starting after `$7` (the tenant
 ///    the previous round ended at) and wrapping around;
-/// 3. `shape`: the `target` (the limit less the reclaims) and the tenants' count; the
-///    `share` each tenant is probed for is 1 when there are at least `target` tenants,
-///    else `ceil(target / tenants)`;
+/// 3. `shape`: the `target` (the limit less the reclaims) and the tenants' count, counted
+///    up to `target` only (a round of one run among 1,000 tenants must not number them
+///    all); the `share` each tenant is probed for is 1 when there are at least `target`
+///    tenants, else `ceil(target / tenants)`;
 /// 4. `candidates`: up to `share` due runs per tenant, in turn order — each probe is one
 ///    descent of `runs_pending` (`LIMIT share FOR UPDATE SKIP LOCKED`, so a run another
 ///    claimer holds is stepped over), ranked within the tenant. With a share of 1 the walk
@@ -156,7 +157,7 @@ pub const FIND_KEY_HOLDERS: &str = "SELECT wanted.ord, runs.id
 ///    kind's lease for the claimed, `failed` or `cancelled` for the others.
 ///
 /// Answers every column of the run (as `run_get` reads them), then `expired`, `turn` and
-/// `rank` (NULL for expired runs), then the tenants' count and the share. A tenant that
+/// `rank` (NULL for expired runs), then the tenants' count (up to `target`) and the share. A tenant that
 /// gave its whole share may have more: [`CLAIM_MORE`] asks them when the round is short.
 pub const CLAIM_FIRSTS: &str = concat!(
     "WITH expired AS MATERIALIZED (
@@ -174,13 +175,18 @@ pub const CLAIM_FIRSTS: &str = concat!(
         SELECT tenant, row_number() OVER (ORDER BY tenant <= $7, tenant) AS turn
         FROM run_tenants
     ),
+    wanted AS MATERIALIZED (
+        SELECT greatest($5 - (SELECT count(*) FROM expired WHERE NOT cancel AND NOT crash), 0)
+            AS target
+    ),
     shape AS MATERIALIZED (
         SELECT target, tenants,
                CASE WHEN tenants >= target THEN 1
                     ELSE (target + tenants - 1) / greatest(tenants, 1) END AS share
-        FROM (SELECT greatest($5 - (SELECT count(*) FROM expired WHERE NOT cancel AND NOT crash),
-                              0) AS target,
-                     (SELECT count(*) FROM turns) AS tenants) AS counted
+        FROM wanted,
+             (SELECT count(*) AS tenants
+              FROM (SELECT 1 FROM run_tenants LIMIT (SELECT target FROM wanted)) AS listed)
+                 AS counted
     ),
     candidates AS MATERIALIZED (
         SELECT due.id, due.rank, turns.turn
@@ -837,7 +843,9 @@ pub(crate) async fn claim(
 
     // Tidy the tenant list only when a tenant probed gave nothing (or nothing was
     // claimed at all): a drain of busy tenants pays no extra round trip. And not for
-    // every such round: see `TidyGate`.
+    // every such round: see `TidyGate`. The count is capped at the round's target, so
+    // beyond it `empty_met` is a lower bound (a walk that visited every tenant met at
+    // least that many empty ones).
     let empty_met = match tenants_listed {
         None => None,
         Some(listed) => Some(listed.saturating_sub(served.len())),
