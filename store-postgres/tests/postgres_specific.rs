@@ -38,6 +38,19 @@ fn params(limit: usize) -> ClaimParams {
     }
 }
 
+/// A `Complete` finish for every run of a claim, under its owner token.
+fn completions(batch: &ClaimBatch) -> Vec<Finish> {
+    batch
+        .claimed
+        .iter()
+        .map(|claimed| Finish {
+            id: claimed.run.id,
+            owner: claimed.owner,
+            action: FinishAction::Complete { result: None },
+        })
+        .collect()
+}
+
 fn dispatcher(store: &PgStore) -> Dispatcher {
     Dispatcher::new(Arc::new(store.clone()), [KIND])
 }
@@ -455,15 +468,7 @@ async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan()
             renewed.iter().all(|reply| !reply.lost),
             "every lease renewed"
         );
-        let finishes: Vec<Finish> = batch
-            .claimed
-            .iter()
-            .map(|claimed| Finish {
-                id: claimed.run.id,
-                owner: claimed.owner,
-                action: FinishAction::Complete { result: None },
-            })
-            .collect();
+        let finishes: Vec<Finish> = completions(&batch);
         let replies = store.run_finish_many(finishes).await.expect("finish");
         assert!(
             replies
@@ -821,15 +826,7 @@ async fn two_processes_claiming_at_once_never_share_a_run() {
                 if batch.claimed.is_empty() {
                     return mine;
                 }
-                let finishes: Vec<Finish> = batch
-                    .claimed
-                    .iter()
-                    .map(|claimed| Finish {
-                        id: claimed.run.id,
-                        owner: claimed.owner,
-                        action: FinishAction::Complete { result: None },
-                    })
-                    .collect();
+                let finishes: Vec<Finish> = completions(&batch);
                 let replies = store.run_finish_many(finishes).await.expect("finish");
                 assert!(
                     replies
@@ -900,17 +897,6 @@ async fn tenant_list_is_tidied_at_a_pace_unless_many_tenants_are_empty() {
     config.tenant_tidy_every = Duration::from_secs(3600);
     let store = PgStore::connect(config).await.expect("connect");
     let dispatcher = dispatcher(&store);
-    let complete = |batch: &ClaimBatch| -> Vec<Finish> {
-        batch
-            .claimed
-            .iter()
-            .map(|claimed| Finish {
-                id: claimed.run.id,
-                owner: claimed.owner,
-                action: FinishAction::Complete { result: None },
-            })
-            .collect()
-    };
 
     for round in 0..2 {
         dispatcher
@@ -920,7 +906,7 @@ async fn tenant_list_is_tidied_at_a_pace_unless_many_tenants_are_empty() {
         let batch = store.run_claim(params(10)).await.expect("claim");
         assert_eq!(batch.claimed.len(), 1, "round {round}: a's run");
         store
-            .run_finish_many(complete(&batch))
+            .run_finish_many(completions(&batch))
             .await
             .expect("finish");
         let empty = store.run_claim(params(10)).await.expect("an empty claim");
@@ -948,7 +934,7 @@ async fn tenant_list_is_tidied_at_a_pace_unless_many_tenants_are_empty() {
     let batch = store.run_claim(params(100)).await.expect("claim");
     assert_eq!(batch.claimed.len(), many, "one run of each tenant");
     store
-        .run_finish_many(complete(&batch))
+        .run_finish_many(completions(&batch))
         .await
         .expect("finish");
     assert_eq!(
@@ -1074,15 +1060,7 @@ async fn tenant_list_forgets_drained_tenants_and_never_loses_one_with_work() {
                     return done;
                 }
                 done += batch.claimed.len();
-                let finishes = batch
-                    .claimed
-                    .iter()
-                    .map(|claimed| Finish {
-                        id: claimed.run.id,
-                        owner: claimed.owner,
-                        action: FinishAction::Complete { result: None },
-                    })
-                    .collect();
+                let finishes = completions(&batch);
                 consumer.run_finish_many(finishes).await.expect("finish");
             }
         })
