@@ -87,21 +87,27 @@ async fn concurrent_enqueues_share_one_commit() {
     let store = open(&dir);
     let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["noop"]);
     // Hold the writer inside a transaction until all 64 enqueues have been handed to it.
+    // The enqueues are sent only once the writer is inside it (not merely once it was
+    // sent): a writer that had not yet taken the blocking job would take it with the 64
+    // in one group.
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (inside_tx, inside_rx) = tokio::sync::oneshot::channel::<()>();
     let blocker = tokio::spawn({
         let store = store.clone();
         async move {
             store
                 .transaction(move |_tx| {
+                    let _ = inside_tx.send(());
                     let _ = release_rx.recv_timeout(Duration::from_secs(10));
                     Ok(())
                 })
                 .await
         }
     });
-    while store.writer_stats().jobs_sent < 1 {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+    tokio::time::timeout(Duration::from_secs(10), inside_rx)
+        .await
+        .expect("the writer runs the blocking transaction within 10 s")
+        .expect("the blocking transaction started");
     let before = store.writer_stats();
     let mut enqueues = tokio::task::JoinSet::new();
     for _ in 0..64 {
