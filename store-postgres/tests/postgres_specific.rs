@@ -51,6 +51,19 @@ fn completions(batch: &ClaimBatch) -> Vec<Finish> {
         .collect()
 }
 
+/// A renewal of every run of a claim by [`LEASE`], under its owner token.
+fn renewals(batch: &ClaimBatch) -> Vec<LeaseRenewal> {
+    batch
+        .claimed
+        .iter()
+        .map(|claimed| LeaseRenewal {
+            id: claimed.run.id,
+            owner: claimed.owner,
+            lease: LEASE,
+        })
+        .collect()
+}
+
 fn dispatcher(store: &PgStore) -> Dispatcher {
     Dispatcher::new(Arc::new(store.clone()), [KIND])
 }
@@ -348,15 +361,7 @@ async fn batched_writes_are_one_statement_per_batch() {
     );
 
     let before = store.round_trips();
-    let renewals: Vec<LeaseRenewal> = batch
-        .claimed
-        .iter()
-        .map(|claimed| LeaseRenewal {
-            id: claimed.run.id,
-            owner: claimed.owner,
-            lease: LEASE,
-        })
-        .collect();
+    let renewals: Vec<LeaseRenewal> = renewals(&batch);
     let replies = store.run_heartbeat_many(renewals).await.expect("heartbeat");
     assert!(
         replies.iter().all(|reply| !reply.lost),
@@ -454,15 +459,7 @@ async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan()
     for round in 0..8 {
         let batch = store.run_claim(params(100)).await.expect("claim");
         assert_eq!(batch.claimed.len(), 100, "round {round} claims 100");
-        let renewals: Vec<LeaseRenewal> = batch
-            .claimed
-            .iter()
-            .map(|claimed| LeaseRenewal {
-                id: claimed.run.id,
-                owner: claimed.owner,
-                lease: LEASE,
-            })
-            .collect();
+        let renewals: Vec<LeaseRenewal> = renewals(&batch);
         let renewed = store.run_heartbeat_many(renewals).await.expect("heartbeat");
         assert!(
             renewed.iter().all(|reply| !reply.lost),
