@@ -675,8 +675,7 @@ async fn insert_rows(
     Ok(inserted.into_iter().collect())
 }
 
-/// Whether a batched write keeps a prepared statement: never (`false` for sqlx's
-/// `persistent`). A prepared statement switches to a generic plan after five runs, and
+/// Whether a batched write keeps a prepared statement (sqlx's `persistent`): never. A prepared statement switches to a generic plan after five runs, and
 /// the generic plan of [`FINISH`] and [`HEARTBEAT`] cannot see the batch's size: it
 /// guesses ten entries and one matching row and joins them as a nested loop that reads
 /// the whole batch once per run — measured at 690 ms for one batch of 1,000 finishes
@@ -684,9 +683,7 @@ async fn insert_rows(
 /// with its arrays in hand (`unnest` and `id = ANY` are estimated from their real
 /// lengths): a hash join or an index probe per run, linear in the batch, for a planning
 /// cost paid once per batch, not per run.
-const fn one_shot_plan() -> bool {
-    false
-}
+const PREPARE_BATCHED_WRITES: bool = false;
 
 /// The per-kind leases as parallel arrays (kinds sorted, so statements are repeatable).
 fn lease_arrays(params: &ClaimParams) -> (Vec<&str>, Vec<i64>) {
@@ -929,9 +926,9 @@ pub(crate) async fn heartbeat(
     let lease_ms: Vec<i64> = sorted.iter().map(|lease| millis(lease.lease)).collect();
     ctx.trip();
     // Planned with the batch in hand, never from a cached generic plan (see
-    // `one_shot_plan`).
+    // `PREPARE_BATCHED_WRITES`).
     let renewed: Vec<(Uuid, Uuid, bool)> = sqlx::query_as(HEARTBEAT)
-        .persistent(one_shot_plan())
+        .persistent(PREPARE_BATCHED_WRITES)
         .bind(ctx.now)
         .bind(&ids)
         .bind(&owners)
@@ -1035,9 +1032,9 @@ pub(crate) async fn finish(
     }
     ctx.trip();
     // Planned with the batch in hand, never from a cached generic plan (see
-    // `one_shot_plan`).
+    // `PREPARE_BATCHED_WRITES`).
     let written: Vec<(Uuid, Uuid, i16, bool)> = sqlx::query_as(FINISH)
-        .persistent(one_shot_plan())
+        .persistent(PREPARE_BATCHED_WRITES)
         .bind(ctx.now)
         .bind(&ids)
         .bind(&owners)
