@@ -843,10 +843,7 @@ pub(crate) async fn claim(
     // every such round: see `TidyGate`. The count is capped at the round's target, so
     // beyond it `empty_met` is a lower bound (a walk that visited every tenant met at
     // least that many empty ones).
-    let empty_met = match tenants_listed {
-        None => None,
-        Some(listed) => Some(listed.saturating_sub(served.len())),
-    };
+    let empty_met = tenants_listed.map(|listed| listed.saturating_sub(served.len()));
     let some_tenant_gave_nothing = empty_met != Some(0);
     if visited_every_tenant && some_tenant_gave_nothing && tidy.due(empty_met.unwrap_or(0)) {
         forget_empty_tenants(conn, ctx, &served).await?;
