@@ -100,6 +100,13 @@ struct Figures {
     /// CPU time (user + system) of this process and its waited children during the drain.
     drain_cpu_seconds: f64,
     drain_cpu_micros_per_run: f64,
+    /// The drain's parts (an in-process drain only; 0 with `--processes`): the worker's
+    /// claim rounds and completion batches, how many and their mean time at the store, so
+    /// a slow drain says whether it waited on claims, on completions or on neither.
+    drain_claim_rounds: u64,
+    drain_claim_mean_ms: f64,
+    drain_complete_batches: u64,
+    drain_complete_mean_ms: f64,
     latency_runs: u64,
     latency_rate: u64,
     latency_p50_ms: f64,
@@ -348,6 +355,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     progress("drain", args.runs, drained.clone(), stop.clone());
     let start = Instant::now();
     let cpu_before = cpu_seconds();
+    let mut drain_parts = (0, 0.0, 0, 0.0);
     if args.processes == 0 {
         let config = WorkerConfig {
             name: "bench-drain".into(),
@@ -365,9 +373,16 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
                 at_cap.cancel();
             });
         }
-        Worker::new(store.clone(), registry.clone(), config)?
-            .run(shutdown)
-            .await?;
+        let worker = Worker::new(store.clone(), registry.clone(), config)?;
+        let metrics = worker.metrics();
+        worker.run(shutdown).await?;
+        let (claims, completes) = (metrics.claim.snapshot(), metrics.complete.snapshot());
+        drain_parts = (
+            claims.count,
+            claims.mean_ms(),
+            completes.count,
+            completes.mean_ms(),
+        );
     } else {
         let claimed = drain_in_processes(&db, &args, store.clone(), drained.clone()).await?;
         // Each run claimed exactly once across every process: no duplicate, no loss.
@@ -450,7 +465,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         latency_parts = (
             enqueue_time.as_secs_f64() * 1000.0 / args.latency_runs as f64,
             claims.count,
-            claims.sum_seconds * 1000.0 / claims.count.max(1) as f64,
+            claims.mean_ms(),
         );
         let mut all = latencies.lock().map(|all| all.clone()).unwrap_or_default();
         all.sort_unstable();
@@ -476,6 +491,10 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         drain_capped: capped,
         drain_cpu_seconds: drain_cpu,
         drain_cpu_micros_per_run: drain_cpu * 1e6 / stats.completed.max(1) as f64,
+        drain_claim_rounds: drain_parts.0,
+        drain_claim_mean_ms: drain_parts.1,
+        drain_complete_batches: drain_parts.2,
+        drain_complete_mean_ms: drain_parts.3,
         latency_runs: args.latency_runs,
         latency_rate: args.latency_rate,
         latency_p50_ms: p50,
@@ -515,6 +534,15 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             figures.drain_seconds,
             figures.drain_cpu_micros_per_run
         );
+        if figures.drain_claim_rounds > 0 {
+            println!(
+                "           {} claim rounds of {:.3} ms mean, {} completion batches of {:.3} ms mean",
+                figures.drain_claim_rounds,
+                figures.drain_claim_mean_ms,
+                figures.drain_complete_batches,
+                figures.drain_complete_mean_ms
+            );
+        }
         if args.latency_runs > 0 {
             println!(
                 "  enqueue→start  p50 {:.3} ms   p95 {:.3} ms   p99 {:.3} ms   max {:.3} ms   ({} runs at {}/s)",

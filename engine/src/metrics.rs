@@ -39,6 +39,13 @@ pub struct HistogramSnapshot {
     pub sum_seconds: f64,
 }
 
+impl HistogramSnapshot {
+    /// The mean of the recorded times in milliseconds (0 when nothing was recorded).
+    pub fn mean_ms(&self) -> f64 {
+        self.sum_seconds * 1000.0 / self.count.max(1) as f64
+    }
+}
+
 impl Histogram {
     pub fn record(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();

@@ -30,6 +30,7 @@ pub mod leader;
 pub mod limits;
 pub mod listener;
 pub mod mcp_servers;
+pub mod nodelay;
 pub mod poll;
 mod retry;
 pub mod runs;
@@ -83,6 +84,10 @@ pub struct PgConfig {
     /// then not deleted and re-listed for every run (`Duration::ZERO`: tidy whenever a
     /// round finds an empty tenant).
     pub tenant_tidy_every: Duration,
+    /// Set `TCP_NODELAY` on every pooled connection's socket ([`nodelay`]): without it a
+    /// batch larger than one TCP segment waits up to 40 ms for the server's delayed
+    /// acknowledgement. `false` leaves the sockets as sqlx makes them (for measuring).
+    pub tcp_nodelay: bool,
 }
 
 /// Empty tenants a claim round may meet before it tidies the tenant list at once,
@@ -98,6 +103,7 @@ impl PgConfig {
             clock: None,
             listen: true,
             tenant_tidy_every: Duration::from_secs(1),
+            tcp_nodelay: true,
         }
     }
 }
@@ -110,6 +116,8 @@ impl std::fmt::Debug for PgConfig {
             .field("acquire_timeout", &self.acquire_timeout)
             .field("clock", &self.clock)
             .field("listen", &self.listen)
+            .field("tenant_tidy_every", &self.tenant_tidy_every)
+            .field("tcp_nodelay", &self.tcp_nodelay)
             .finish()
     }
 }
@@ -230,12 +238,24 @@ impl PgStore {
         // already, after their commit.
         let sender = uuid::Uuid::new_v4().simple().to_string();
         let options = options.options([(SENDER_SETTING, sender.as_str())]);
+        let tcp_nodelay = config.tcp_nodelay;
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             // A ping before every acquire would double the round trips; a dead
             // connection fails its statement as `Unavailable` and is replaced.
             .test_before_acquire(false)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    if tcp_nodelay {
+                        match nodelay::apply(conn).await {
+                            nodelay::Outcome::Set => tracing::debug!("postgres: TCP_NODELAY set on a new connection"),
+                            nodelay::Outcome::Skipped(reason) => tracing::debug!(%reason, "postgres: TCP_NODELAY not set on a new connection"),
+                        }
+                    }
+                    Ok(())
+                })
+            })
             .connect_with(options.clone())
             .await
             .map_err(|err| {

@@ -438,6 +438,42 @@ async fn batched_writes_are_one_statement_per_batch() {
     );
 }
 
+/// Every pooled connection's socket has `TCP_NODELAY` (sqlx 0.9.0 leaves Nagle's
+/// algorithm on, which holds the last segment of a batch larger than one segment until
+/// the server's delayed acknowledgement, up to 40 ms). With `tcp_nodelay` off the same
+/// look-up reads the option as off, so the check can fail.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pooled_connections_send_without_nagles_delay() {
+    let db = TestDb::create().await;
+    for wanted in [true, false] {
+        let mut config = db.config(None);
+        config.max_connections = 3;
+        config.listen = false;
+        config.tcp_nodelay = wanted;
+        let store = PgStore::connect(config).await.expect("connect");
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(store.pool().acquire().await.expect("a pooled connection"));
+        }
+        for conn in &mut held {
+            assert_eq!(
+                fronta_store_postgres::nodelay::is_set(conn).await,
+                Some(wanted),
+                "TCP_NODELAY on a pooled connection with tcp_nodelay = {wanted}"
+            );
+        }
+        // Work still flows over them: a batch larger than one segment goes through.
+        drop(held);
+        let dispatcher = dispatcher(&store);
+        let runs: Vec<NewRun> = (0..1_000)
+            .map(|_| prepare(&dispatcher, request()))
+            .collect();
+        let enqueued = store.run_enqueue_many(runs).await.expect("enqueue 1,000");
+        assert_eq!(enqueued.len(), 1_000);
+    }
+}
+
 /// A prepared statement switches to a generic plan after five executions, and the
 /// generic plan of a batched finish cannot see the batch's size: it joined 1,000 finishes
 /// to their rows as a nested loop reading the batch once per run (690 ms for one batch).
