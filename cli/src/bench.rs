@@ -63,6 +63,10 @@ pub struct BenchArgs {
     /// Arrival rate in the latency phase, runs per second.
     #[arg(long, default_value_t = 1_000)]
     latency_rate: u64,
+    /// The draining worker's completer linger (see `fronta worker --completer-linger`);
+    /// worker processes get the same.
+    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = crate::duration::parse)]
+    completer_linger: Duration,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -176,6 +180,11 @@ async fn drain_in_processes(
             .arg(format!("{:?}", db.synchronous).to_lowercase())
             .args(["worker", "--until-idle", "--poll", "5ms", "--concurrency"])
             .arg(args.in_flight.to_string())
+            .arg("--completer-linger")
+            .arg(format!(
+                "{}ms",
+                args.completer_linger.as_secs_f64() * 1000.0
+            ))
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -362,6 +371,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             max_in_flight: args.in_flight,
             poll_interval: Duration::from_millis(5),
             until_idle: true,
+            completer_linger: args.completer_linger,
             ..WorkerConfig::default()
         };
         let shutdown = CancellationToken::new();

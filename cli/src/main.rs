@@ -159,6 +159,10 @@ pub(crate) struct WorkerArgs {
     /// On Ctrl-C, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
+    /// Under load, how long finished runs may wait to be written together with more
+    /// (a lone finish on a quiet worker is written at once). 0 never waits.
+    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
+    completer_linger: Duration,
     #[command(flatten)]
     lead: background::LeadArgs,
     /// One step of the built-in `sleep` kind (tests shorten it).
@@ -427,6 +431,7 @@ fn default_worker_args() -> WorkerArgs {
         poll: Duration::from_millis(500),
         max_reclaims: 5,
         shutdown_grace: Duration::from_secs(10),
+        completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
         lead: background::LeadArgs::default(),
         sleep_step: Duration::from_secs(1),
     }
@@ -546,6 +551,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         max_reclaims: args.max_reclaims,
         shutdown_grace: args.shutdown_grace,
         until_idle: args.until_idle,
+        completer_linger: args.completer_linger,
         ..WorkerConfig::default()
     };
     let worker = Worker::new(store, registry, config)?;

@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
+    /// Under load, how long finished runs may wait to be written together with more
+    /// (a lone finish on a quiet worker is written at once). 0 never waits.
+    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
+    completer_linger: Duration,
     /// The URL clients reach this server at, used in webhook URLs
     /// (default: the scheme and Host the client used).
     #[arg(long, env = "FRONTA_PUBLIC_URL")]
@@ -161,6 +165,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         default_lease: args.lease,
         poll_interval: args.poll,
         shutdown_grace: args.shutdown_grace,
+        completer_linger: args.completer_linger,
         ..WorkerConfig::default()
     };
     let (app, worker) = server_parts(&opened, config, worker_config)?;

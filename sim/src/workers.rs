@@ -618,6 +618,8 @@ impl World {
                 shutdown_grace: Duration::from_millis(500),
                 until_idle: false,
                 completer_batch: 8,
+                // Lingers after a batch of several: the simulation walks that path too.
+                completer_linger: Duration::from_millis(20),
             },
         )
         .map_err(|err| format!("a worker: {err}"))?;

@@ -1,0 +1,215 @@
+//! The completer's linger ([`WorkerConfig::completer_linger`]), seen through a store that
+//! records every finish batch, on tokio's paused clock (no wall time is measured):
+//!
+//! - under load (finishes arriving faster than a write takes), a batch is held open up to
+//!   the linger, so the same runs are written in fewer, larger batches — and every run is
+//!   still written exactly once, none over `completer_batch`;
+//! - a lone finish on a quiet worker is written at once, however long the linger.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fronta_engine::store::{
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, StoreResult,
+};
+use fronta_engine::{
+    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, NewRun, Outcome, Registry, Run,
+    RunContext, RunId, RunStatus, RunStore, Worker, WorkerConfig,
+};
+use fronta_sim::memory::MemoryStore;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// `MemoryStore`, recording the size of every finish batch and when it was written.
+struct Recording {
+    inner: MemoryStore,
+    batches: Mutex<Vec<(tokio::time::Instant, usize)>>,
+}
+
+impl Recording {
+    fn sizes(&self) -> Vec<usize> {
+        self.batches
+            .lock()
+            .expect("batches")
+            .iter()
+            .map(|(_, size)| *size)
+            .collect()
+    }
+}
+
+#[async_trait]
+impl RunStore for Recording {
+    async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        self.inner.run_enqueue_many(runs).await
+    }
+    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        self.inner.run_claim(params).await
+    }
+    async fn run_heartbeat_many(
+        &self,
+        renewals: Vec<LeaseRenewal>,
+    ) -> StoreResult<Vec<HeartbeatReply>> {
+        self.inner.run_heartbeat_many(renewals).await
+    }
+    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
+        self.inner.run_checkpoint(params).await
+    }
+    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
+        self.batches
+            .lock()
+            .expect("batches")
+            .push((tokio::time::Instant::now(), finishes.len()));
+        // A write takes a while, as on a real database: finishes pile up meanwhile.
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        self.inner.run_finish_many(finishes).await
+    }
+    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
+        self.inner.run_request_cancel(id).await
+    }
+    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
+        self.inner.run_retry(id).await
+    }
+    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
+        self.inner.run_get(id).await
+    }
+    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
+        self.inner.run_find_by_key(tenant, key).await
+    }
+    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
+        self.inner.run_list(filter).await
+    }
+    async fn run_stats(&self) -> StoreResult<RunStats> {
+        self.inner.run_stats().await
+    }
+    async fn run_busy(&self) -> StoreResult<bool> {
+        self.inner.run_busy().await
+    }
+    fn enqueue_signal(&self) -> Arc<Notify> {
+        self.inner.enqueue_signal()
+    }
+}
+
+/// Sleeps 1 to 7 ms (by the payload's `n`), so finishes trickle in rather than arrive
+/// all at one instant.
+struct Staggered;
+
+#[async_trait]
+impl Handler for Staggered {
+    async fn handle(&self, ctx: RunContext) -> Outcome {
+        let n = ctx.run.payload["n"].as_u64().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(1 + n % 7)).await;
+        Outcome::Done(None)
+    }
+}
+
+fn setup() -> (Arc<Recording>, Arc<Registry>, Dispatcher) {
+    let clock = ManualClock::at_fixed_start();
+    let store = Arc::new(Recording {
+        inner: MemoryStore::new(Arc::new(clock)),
+        batches: Mutex::new(Vec::new()),
+    });
+    let mut registry = Registry::new();
+    registry
+        .register(
+            "staggered",
+            KindConfig::fire_and_forget(Duration::from_secs(60)),
+            Staggered,
+        )
+        .expect("the kind registers");
+    let registry = Arc::new(registry);
+    let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
+    (store, registry, dispatcher)
+}
+
+fn config(linger: Duration, until_idle: bool) -> WorkerConfig {
+    WorkerConfig {
+        name: "linger".into(),
+        max_in_flight: 64,
+        poll_interval: Duration::from_millis(5),
+        until_idle,
+        completer_batch: 200,
+        completer_linger: linger,
+        ..WorkerConfig::default()
+    }
+}
+
+/// Drains `runs` runs with the given linger; answers the finish batches' sizes.
+async fn drain(runs: u64, linger: Duration) -> Vec<usize> {
+    let (store, registry, dispatcher) = setup();
+    let requests = (0..runs)
+        .map(|n| EnqueueRequest::new("staggered", serde_json::json!({ "n": n }), 0))
+        .collect();
+    dispatcher.enqueue_many(requests).await.expect("enqueued");
+    let report = Worker::new(store.clone(), registry, config(linger, true))
+        .expect("a worker")
+        .run(CancellationToken::new())
+        .await
+        .expect("the worker ends cleanly");
+    assert_eq!(report.completed, runs, "every run completed: {report:?}");
+    let stats = store.run_stats().await.expect("stats");
+    assert_eq!(stats.completed, runs, "every run completed in the store");
+    let sizes = store.sizes();
+    assert_eq!(
+        sizes.iter().sum::<usize>() as u64,
+        runs,
+        "every run written exactly once across the batches: {sizes:?}"
+    );
+    assert!(
+        sizes.iter().all(|size| *size <= 200),
+        "no batch over completer_batch: {sizes:?}"
+    );
+    sizes
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_load_finishes_are_written_in_fewer_larger_batches() {
+    let eager = drain(3_000, Duration::ZERO).await;
+    let lingering = drain(3_000, Duration::from_millis(5)).await;
+    assert!(
+        lingering.len() * 3 <= eager.len(),
+        "a 5 ms linger writes the same 3,000 runs in at most a third of the batches: {} with it, {} without",
+        lingering.len(),
+        eager.len()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_finish_on_a_quiet_worker_is_written_at_once() {
+    let (store, registry, dispatcher) = setup();
+    let linger = Duration::from_secs(1);
+    let worker = Worker::new(store.clone(), registry, config(linger, false)).expect("a worker");
+    let shutdown = CancellationToken::new();
+    let running = tokio::spawn(worker.run(shutdown.clone()));
+    // Runs one at a time: each written long before the linger would end.
+    for n in 0..40u64 {
+        let id = dispatcher
+            .enqueue(EnqueueRequest::new(
+                "staggered",
+                serde_json::json!({ "n": n }),
+                0,
+            ))
+            .await
+            .expect("enqueued")
+            .id();
+        let enqueued = tokio::time::Instant::now();
+        loop {
+            let run = store.run_get(id).await.expect("read").expect("the run");
+            if run.status == RunStatus::Completed {
+                break;
+            }
+            assert!(
+                enqueued.elapsed() < linger / 4,
+                "run {n} written without waiting for the {linger:?} linger: {run:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    shutdown.cancel();
+    running
+        .await
+        .expect("the worker task")
+        .expect("the worker ends cleanly");
+    assert_eq!(store.sizes(), vec![1; 40], "one batch of one per run");
+}
