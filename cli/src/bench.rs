@@ -67,6 +67,10 @@ pub struct BenchArgs {
     /// worker processes get the same.
     #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = crate::duration::parse)]
     completer_linger: Duration,
+    /// The draining worker's claim gather (see `fronta worker --claim-gather`); worker
+    /// processes get the same.
+    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = crate::duration::parse)]
+    claim_gather: Duration,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -372,6 +376,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             poll_interval: Duration::from_millis(5),
             until_idle: true,
             completer_linger: args.completer_linger,
+            claim_gather: args.claim_gather,
             ..WorkerConfig::default()
         };
         let shutdown = CancellationToken::new();

@@ -163,6 +163,10 @@ pub(crate) struct WorkerArgs {
     /// (a lone finish on a quiet worker is written at once). 0 never waits.
     #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
     completer_linger: Duration,
+    /// After a full claim round, how long the next may wait for half the slots to free
+    /// (one round then claims many runs). 0 claims as soon as one slot frees.
+    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
+    claim_gather: Duration,
     #[command(flatten)]
     lead: background::LeadArgs,
     /// One step of the built-in `sleep` kind (tests shorten it).
@@ -432,6 +436,7 @@ fn default_worker_args() -> WorkerArgs {
         max_reclaims: 5,
         shutdown_grace: Duration::from_secs(10),
         completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
+        claim_gather: fronta_engine::worker::DEFAULT_CLAIM_GATHER,
         lead: background::LeadArgs::default(),
         sleep_step: Duration::from_secs(1),
     }
@@ -552,6 +557,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         shutdown_grace: args.shutdown_grace,
         until_idle: args.until_idle,
         completer_linger: args.completer_linger,
+        claim_gather: args.claim_gather,
         ..WorkerConfig::default()
     };
     let worker = Worker::new(store, registry, config)?;

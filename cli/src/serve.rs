@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// (a lone finish on a quiet worker is written at once). 0 never waits.
     #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
     completer_linger: Duration,
+    /// After a full claim round, how long the next may wait for half the slots to free
+    /// (one round then claims many runs). 0 claims as soon as one slot frees.
+    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
+    claim_gather: Duration,
     /// The URL clients reach this server at, used in webhook URLs
     /// (default: the scheme and Host the client used).
     #[arg(long, env = "FRONTA_PUBLIC_URL")]
@@ -166,6 +170,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         poll_interval: args.poll,
         shutdown_grace: args.shutdown_grace,
         completer_linger: args.completer_linger,
+        claim_gather: args.claim_gather,
         ..WorkerConfig::default()
     };
     let (app, worker) = server_parts(&opened, config, worker_config)?;

@@ -620,6 +620,7 @@ impl World {
                 completer_batch: 8,
                 // Lingers after a batch of several: the simulation walks that path too.
                 completer_linger: Duration::from_millis(20),
+                claim_gather: Duration::from_millis(20),
             },
         )
         .map_err(|err| format!("a worker: {err}"))?;

@@ -1,10 +1,14 @@
-//! The completer's linger ([`WorkerConfig::completer_linger`]), seen through a store that
-//! records every finish batch, on tokio's paused clock (no wall time is measured):
+//! The worker's two batching waits, seen through a store that records every claim round
+//! and finish batch, on tokio's paused clock (no wall time is measured):
 //!
-//! - under load (finishes arriving faster than a write takes), a batch is held open up to
-//!   the linger, so the same runs are written in fewer, larger batches — and every run is
-//!   still written exactly once, none over `completer_batch`;
-//! - a lone finish on a quiet worker is written at once, however long the linger.
+//! - the completer's linger ([`WorkerConfig::completer_linger`]): under load (finishes
+//!   arriving faster than a write takes), a batch is held open up to the linger, so the
+//!   same runs are written in fewer, larger batches — every run still written exactly
+//!   once, none over `completer_batch`; a lone finish on a quiet worker is written at once,
+//!   however long the linger;
+//! - the claim gather ([`WorkerConfig::claim_gather`]): with a backlog, the next round
+//!   waits for half the slots to free, so the same runs are claimed in fewer, larger
+//!   rounds; a run enqueued at a quiet worker starts at once, however long the gather.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -22,20 +26,21 @@ use fronta_sim::memory::MemoryStore;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// `MemoryStore`, recording the size of every finish batch and when it was written.
+/// `MemoryStore`, recording the size of every finish batch and every claim round.
 struct Recording {
     inner: MemoryStore,
-    batches: Mutex<Vec<(tokio::time::Instant, usize)>>,
+    batches: Mutex<Vec<usize>>,
+    claims: Mutex<Vec<usize>>,
 }
 
 impl Recording {
     fn sizes(&self) -> Vec<usize> {
-        self.batches
-            .lock()
-            .expect("batches")
-            .iter()
-            .map(|(_, size)| *size)
-            .collect()
+        self.batches.lock().expect("batches").clone()
+    }
+
+    /// The runs each claim round answered.
+    fn rounds(&self) -> Vec<usize> {
+        self.claims.lock().expect("claims").clone()
     }
 }
 
@@ -45,7 +50,14 @@ impl RunStore for Recording {
         self.inner.run_enqueue_many(runs).await
     }
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
-        self.inner.run_claim(params).await
+        let batch = self.inner.run_claim(params).await?;
+        self.claims
+            .lock()
+            .expect("claims")
+            .push(batch.claimed.len());
+        // A round takes a while, as on a real database.
+        tokio::time::sleep(Duration::from_micros(300)).await;
+        Ok(batch)
     }
     async fn run_heartbeat_many(
         &self,
@@ -57,10 +69,7 @@ impl RunStore for Recording {
         self.inner.run_checkpoint(params).await
     }
     async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
-        self.batches
-            .lock()
-            .expect("batches")
-            .push((tokio::time::Instant::now(), finishes.len()));
+        self.batches.lock().expect("batches").push(finishes.len());
         // A write takes a while, as on a real database: finishes pile up meanwhile.
         tokio::time::sleep(Duration::from_micros(300)).await;
         self.inner.run_finish_many(finishes).await
@@ -109,6 +118,7 @@ fn setup() -> (Arc<Recording>, Arc<Registry>, Dispatcher) {
     let store = Arc::new(Recording {
         inner: MemoryStore::new(Arc::new(clock)),
         batches: Mutex::new(Vec::new()),
+        claims: Mutex::new(Vec::new()),
     });
     let mut registry = Registry::new();
     registry
@@ -123,26 +133,39 @@ fn setup() -> (Arc<Recording>, Arc<Registry>, Dispatcher) {
     (store, registry, dispatcher)
 }
 
-fn config(linger: Duration, until_idle: bool) -> WorkerConfig {
+/// The two waits of a worker.
+#[derive(Clone, Copy)]
+struct Waits {
+    linger: Duration,
+    gather: Duration,
+}
+
+const NONE: Waits = Waits {
+    linger: Duration::ZERO,
+    gather: Duration::ZERO,
+};
+
+fn config(waits: Waits, until_idle: bool) -> WorkerConfig {
     WorkerConfig {
-        name: "linger".into(),
+        name: "batching".into(),
         max_in_flight: 64,
         poll_interval: Duration::from_millis(5),
         until_idle,
         completer_batch: 200,
-        completer_linger: linger,
+        completer_linger: waits.linger,
+        claim_gather: waits.gather,
         ..WorkerConfig::default()
     }
 }
 
-/// Drains `runs` runs with the given linger; answers the finish batches' sizes.
-async fn drain(runs: u64, linger: Duration) -> Vec<usize> {
+/// Drains `runs` runs with the given waits; answers the store that saw it.
+async fn drain(runs: u64, waits: Waits) -> Arc<Recording> {
     let (store, registry, dispatcher) = setup();
     let requests = (0..runs)
         .map(|n| EnqueueRequest::new("staggered", serde_json::json!({ "n": n }), 0))
         .collect();
     dispatcher.enqueue_many(requests).await.expect("enqueued");
-    let report = Worker::new(store.clone(), registry, config(linger, true))
+    let report = Worker::new(store.clone(), registry, config(waits, true))
         .expect("a worker")
         .run(CancellationToken::new())
         .await
@@ -160,13 +183,26 @@ async fn drain(runs: u64, linger: Duration) -> Vec<usize> {
         sizes.iter().all(|size| *size <= 200),
         "no batch over completer_batch: {sizes:?}"
     );
-    sizes
+    assert_eq!(
+        store.rounds().iter().sum::<usize>() as u64,
+        runs,
+        "every run claimed exactly once"
+    );
+    store
 }
 
 #[tokio::test(start_paused = true)]
 async fn under_load_finishes_are_written_in_fewer_larger_batches() {
-    let eager = drain(3_000, Duration::ZERO).await;
-    let lingering = drain(3_000, Duration::from_millis(5)).await;
+    let eager = drain(3_000, NONE).await.sizes();
+    let lingering = drain(
+        3_000,
+        Waits {
+            linger: Duration::from_millis(5),
+            ..NONE
+        },
+    )
+    .await
+    .sizes();
     assert!(
         lingering.len() * 3 <= eager.len(),
         "a 5 ms linger writes the same 3,000 runs in at most a third of the batches: {} with it, {} without",
@@ -179,7 +215,11 @@ async fn under_load_finishes_are_written_in_fewer_larger_batches() {
 async fn a_lone_finish_on_a_quiet_worker_is_written_at_once() {
     let (store, registry, dispatcher) = setup();
     let linger = Duration::from_secs(1);
-    let worker = Worker::new(store.clone(), registry, config(linger, false)).expect("a worker");
+    let waits = Waits {
+        linger,
+        gather: linger,
+    };
+    let worker = Worker::new(store.clone(), registry, config(waits, false)).expect("a worker");
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(worker.run(shutdown.clone()));
     // Runs one at a time: each written long before the linger would end.
@@ -212,4 +252,24 @@ async fn a_lone_finish_on_a_quiet_worker_is_written_at_once() {
         .expect("the worker task")
         .expect("the worker ends cleanly");
     assert_eq!(store.sizes(), vec![1; 40], "one batch of one per run");
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_a_backlog_runs_are_claimed_in_fewer_larger_rounds() {
+    let eager = drain(3_000, NONE).await.rounds();
+    let gathering = drain(
+        3_000,
+        Waits {
+            gather: Duration::from_millis(2),
+            ..NONE
+        },
+    )
+    .await
+    .rounds();
+    assert!(
+        gathering.len() * 2 <= eager.len(),
+        "a 2 ms gather claims the same 3,000 runs in at most half the rounds: {} with it, {} without",
+        gathering.len(),
+        eager.len()
+    );
 }
