@@ -308,7 +308,13 @@ def value_of(system, workload, f):
         if workload == "enqueue":
             return f["enqueuePerSecond"], f.get("ok", False), {}
         if workload == "drain":
-            return f["drainedPerSecond"], f.get("ok", False), {"capped": f.get("drainCapped"), "cpu_us": f.get("drainCpuMicrosPerRun")}
+            parts = {
+                "claim_rounds": f.get("drainClaimRounds") or None,
+                "claim_ms": f.get("drainClaimMeanMs") or None,
+                "batches": f.get("drainCompleteBatches") or None,
+                "batch_ms": f.get("drainCompleteMeanMs") or None,
+            }
+            return f["drainedPerSecond"], f.get("ok", False), {"capped": f.get("drainCapped"), "cpu_us": f.get("drainCpuMicrosPerRun"), **parts}
         if workload == "latency":
             return f["latencyP50Ms"], f.get("ok", False), {"p95": f["latencyP95Ms"], "p99": f["latencyP99Ms"]}
         if workload == "http":
@@ -488,10 +494,21 @@ def main():
         for (name, workload, key), cell in results.items():
             if workload == "drain" and SYSTEMS[name]["kind"] == "fronta" and cell.extra_median("cpu_us"):
                 p = json.loads(key)
-                cpu_rows.append([SYSTEMS[name]["label"], f"{p['in_flight']} × {p.get('processes', 1)}", f"{cell.extra_median('cpu_us'):.1f}"])
+                rounds, claim_ms = cell.extra_median("claim_rounds"), cell.extra_median("claim_ms")
+                batches, batch_ms = cell.extra_median("batches"), cell.extra_median("batch_ms")
+                cpu_rows.append([
+                    SYSTEMS[name]["label"],
+                    f"{p['in_flight']} × {p.get('processes', 1)}",
+                    f"{cell.extra_median('cpu_us'):.1f}",
+                    f"{rounds:,.0f} × {claim_ms:.2f} ms" if rounds else "—",
+                    f"{batches:,.0f} × {batch_ms:.2f} ms" if batches else "—",
+                ])
         if cpu_rows:
-            out.append("fronta's CPU time per run in the drain (user + system, the bench process and its worker processes):\n")
-            out.append(table(["system", "in flight × processes", "µs CPU per run"], cpu_rows) + "\n")
+            out.append(
+                "fronta's CPU time per run in the drain (user + system, the bench process and its worker processes), "
+                "and, for a drain in the bench process, its claim rounds and completion batches (how many × mean time at the store):\n"
+            )
+            out.append(table(["system", "in flight × processes", "µs CPU per run", "claim rounds", "completion batches"], cpu_rows) + "\n")
 
     if "latency" in sections:
         log("== latency")

@@ -438,6 +438,62 @@ async fn batched_writes_are_one_statement_per_batch() {
     );
 }
 
+/// Every connection of a store runs with JIT off (`SESSION_SETTINGS`): the claim's
+/// estimated cost grows with the backlog, and past `jit_above_cost` each execution would
+/// compile — ~400 ms for a claim of one run with 1,000,000 queued and the table analyzed,
+/// against 0.13 ms without. Here the database lowers every JIT threshold to 0, so a plain
+/// connection compiles even a tiny query (checked when the server has JIT at all: the
+/// control that the check can fail), while the store's connections do not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_connections_never_jit_compile() {
+    let db = TestDb::create().await;
+    let mut plain = db.connection().await;
+    for setting in [
+        "jit_above_cost",
+        "jit_inline_above_cost",
+        "jit_optimize_above_cost",
+    ] {
+        sqlx::query(AssertSqlSafe(format!(
+            "ALTER DATABASE \"{}\" SET {setting} = 0",
+            db.name
+        )))
+        .execute(&mut plain)
+        .await
+        .expect("lower a JIT threshold");
+    }
+    let query = "EXPLAIN (ANALYZE, FORMAT JSON) SELECT sum(x) FROM generate_series(1, 1000) AS x";
+    let compiled = |plan: &Value| plan[0].get("JIT").is_some();
+    let available: bool = sqlx::query_scalar("SELECT pg_jit_available()")
+        .fetch_one(&mut plain)
+        .await
+        .expect("ask whether the server has JIT");
+    let mut fresh = db.connection().await;
+    let plan: Value = sqlx::query_scalar(query)
+        .fetch_one(&mut fresh)
+        .await
+        .expect("explain on a plain connection");
+    assert_eq!(
+        compiled(&plan),
+        available,
+        "control: a plain connection compiles when the server can: {plan}"
+    );
+    let store = db.store(None).await;
+    let mut conn = store.pool().acquire().await.expect("a pooled connection");
+    let jit: String = sqlx::query_scalar("SHOW jit")
+        .fetch_one(&mut *conn)
+        .await
+        .expect("read jit");
+    assert_eq!(jit, "off", "the store's session setting");
+    let plan: Value = sqlx::query_scalar(query)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("explain on a store connection");
+    assert!(
+        !compiled(&plan),
+        "a store connection never compiles: {plan}"
+    );
+}
+
 /// Every pooled connection's socket has `TCP_NODELAY` (sqlx 0.9.0 leaves Nagle's
 /// algorithm on, which holds the last segment of a batch larger than one segment until
 /// the server's delayed acknowledgement, up to 40 ms). With `tcp_nodelay` off the same
