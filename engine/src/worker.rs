@@ -1,8 +1,9 @@
-//! The worker pool: claims only free slots and starts each run at once — again as soon
-//! as a slot frees while the last claim came back full, else on a wake-up (an enqueue or
-//! a put-back) or the poll; a heartbeater
+//! The worker pool: claims only free slots and starts each run at once — again once half
+//! the slots are free (or `claim_gather` has passed) while the last claim came back full,
+//! else on a wake-up (an enqueue or a put-back) or the poll; a heartbeater
 //! renews every active lease in one write per round and delivers cancel flags; a
-//! completer writes finished runs in batches. Handlers run outside any transaction.
+//! completer writes finished runs in batches (held open up to `completer_linger` under
+//! load). Handlers run outside any transaction.
 //!
 //! What a worker does with a claimed run:
 //! - kind unknown here → parked ([`machine::decide_park`]), handler never starts;
