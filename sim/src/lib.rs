@@ -19,6 +19,7 @@
 //! harness covers a whole-database outage), and wall-clock timing.
 
 pub mod faults;
+pub mod hooked;
 pub mod memory;
 pub mod rng;
 pub mod simulation;

@@ -14,21 +14,18 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fronta_engine::store::{
-    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
-    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, StoreResult,
-};
+use fronta_engine::store::{ClaimBatch, ClaimParams, Finish, FinishReply, StoreResult};
 use fronta_engine::{
-    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, NewRun, Outcome, Registry, Run,
-    RunContext, RunId, RunStatus, RunStore, Worker, WorkerConfig,
+    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, Outcome, Registry, RunContext,
+    RunStatus, RunStore, Worker, WorkerConfig,
 };
+use fronta_sim::hooked::{Hooked, Hooks};
 use fronta_sim::memory::MemoryStore;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// `MemoryStore`, recording the size of every finish batch and every claim round.
+/// Records the size of every finish batch and every claim round.
+#[derive(Default)]
 struct Recording {
-    inner: MemoryStore,
     batches: Mutex<Vec<usize>>,
     claims: Mutex<Vec<usize>>,
 }
@@ -45,12 +42,9 @@ impl Recording {
 }
 
 #[async_trait]
-impl RunStore for Recording {
-    async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
-        self.inner.run_enqueue_many(runs).await
-    }
-    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
-        let batch = self.inner.run_claim(params).await?;
+impl Hooks for Recording {
+    async fn claim(&self, store: &MemoryStore, params: ClaimParams) -> StoreResult<ClaimBatch> {
+        let batch = store.run_claim(params).await?;
         self.claims
             .lock()
             .expect("claims")
@@ -59,46 +53,19 @@ impl RunStore for Recording {
         tokio::time::sleep(Duration::from_micros(300)).await;
         Ok(batch)
     }
-    async fn run_heartbeat_many(
+    async fn finish(
         &self,
-        renewals: Vec<LeaseRenewal>,
-    ) -> StoreResult<Vec<HeartbeatReply>> {
-        self.inner.run_heartbeat_many(renewals).await
-    }
-    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
-        self.inner.run_checkpoint(params).await
-    }
-    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
+        store: &MemoryStore,
+        finishes: Vec<Finish>,
+    ) -> StoreResult<Vec<FinishReply>> {
         self.batches.lock().expect("batches").push(finishes.len());
         // A write takes a while, as on a real database: finishes pile up meanwhile.
         tokio::time::sleep(Duration::from_micros(300)).await;
-        self.inner.run_finish_many(finishes).await
-    }
-    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
-        self.inner.run_request_cancel(id).await
-    }
-    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
-        self.inner.run_retry(id).await
-    }
-    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
-        self.inner.run_get(id).await
-    }
-    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
-        self.inner.run_find_by_key(tenant, key).await
-    }
-    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
-        self.inner.run_list(filter).await
-    }
-    async fn run_stats(&self) -> StoreResult<RunStats> {
-        self.inner.run_stats().await
-    }
-    async fn run_busy(&self) -> StoreResult<bool> {
-        self.inner.run_busy().await
-    }
-    fn enqueue_signal(&self) -> Arc<Notify> {
-        self.inner.enqueue_signal()
+        store.run_finish_many(finishes).await
     }
 }
+
+type Store = Hooked<Recording>;
 
 /// Sleeps 1 to 7 ms (by the payload's `n`), so finishes trickle in rather than arrive
 /// all at one instant.
@@ -113,12 +80,11 @@ impl Handler for Staggered {
     }
 }
 
-fn setup() -> (Arc<Recording>, Arc<Registry>, Dispatcher) {
+fn setup() -> (Arc<Store>, Arc<Registry>, Dispatcher) {
     let clock = ManualClock::at_fixed_start();
-    let store = Arc::new(Recording {
-        inner: MemoryStore::new(Arc::new(clock)),
-        batches: Mutex::new(Vec::new()),
-        claims: Mutex::new(Vec::new()),
+    let store = Arc::new(Hooked {
+        store: MemoryStore::new(Arc::new(clock)),
+        hooks: Recording::default(),
     });
     let mut registry = Registry::new();
     registry
@@ -159,7 +125,7 @@ fn config(waits: Waits, until_idle: bool) -> WorkerConfig {
 }
 
 /// Drains `runs` runs with the given waits; answers the store that saw it.
-async fn drain(runs: u64, waits: Waits) -> Arc<Recording> {
+async fn drain(runs: u64, waits: Waits) -> Arc<Store> {
     let (store, registry, dispatcher) = setup();
     let requests = (0..runs)
         .map(|n| EnqueueRequest::new("staggered", serde_json::json!({ "n": n }), 0))
@@ -173,7 +139,7 @@ async fn drain(runs: u64, waits: Waits) -> Arc<Recording> {
     assert_eq!(report.completed, runs, "every run completed: {report:?}");
     let stats = store.run_stats().await.expect("stats");
     assert_eq!(stats.completed, runs, "every run completed in the store");
-    let sizes = store.sizes();
+    let sizes = store.hooks.sizes();
     assert_eq!(
         sizes.iter().sum::<usize>() as u64,
         runs,
@@ -184,7 +150,7 @@ async fn drain(runs: u64, waits: Waits) -> Arc<Recording> {
         "no batch over completer_batch: {sizes:?}"
     );
     assert_eq!(
-        store.rounds().iter().sum::<usize>() as u64,
+        store.hooks.rounds().iter().sum::<usize>() as u64,
         runs,
         "every run claimed exactly once"
     );
@@ -193,7 +159,7 @@ async fn drain(runs: u64, waits: Waits) -> Arc<Recording> {
 
 #[tokio::test(start_paused = true)]
 async fn under_load_finishes_are_written_in_fewer_larger_batches() {
-    let eager = drain(3_000, NONE).await.sizes();
+    let eager = drain(3_000, NONE).await.hooks.sizes();
     let lingering = drain(
         3_000,
         Waits {
@@ -202,6 +168,7 @@ async fn under_load_finishes_are_written_in_fewer_larger_batches() {
         },
     )
     .await
+    .hooks
     .sizes();
     assert!(
         lingering.len() * 3 <= eager.len(),
@@ -251,12 +218,12 @@ async fn a_lone_finish_on_a_quiet_worker_is_written_at_once() {
         .await
         .expect("the worker task")
         .expect("the worker ends cleanly");
-    assert_eq!(store.sizes(), vec![1; 40], "one batch of one per run");
+    assert_eq!(store.hooks.sizes(), vec![1; 40], "one batch of one per run");
 }
 
 #[tokio::test(start_paused = true)]
 async fn with_a_backlog_runs_are_claimed_in_fewer_larger_rounds() {
-    let eager = drain(3_000, NONE).await.rounds();
+    let eager = drain(3_000, NONE).await.hooks.rounds();
     let gathering = drain(
         3_000,
         Waits {
@@ -265,6 +232,7 @@ async fn with_a_backlog_runs_are_claimed_in_fewer_larger_rounds() {
         },
     )
     .await
+    .hooks
     .rounds();
     assert!(
         gathering.len() * 2 <= eager.len(),

@@ -15,72 +15,38 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fronta_engine::store::{
-    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
-    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, StoreResult,
-};
+use fronta_engine::store::{ClaimBatch, ClaimParams, HeartbeatReply, LeaseRenewal, StoreResult};
 use fronta_engine::{
-    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, NewRun, Outcome, Registry, Run,
-    RunContext, RunId, RunStatus, RunStore, StoreError, Worker, WorkerConfig,
+    Dispatcher, EnqueueRequest, Handler, KindConfig, ManualClock, Outcome, Registry, RunContext,
+    RunStatus, RunStore, StoreError, Worker, WorkerConfig,
 };
+use fronta_sim::hooked::{Hooked, Hooks};
 use fronta_sim::memory::MemoryStore;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// `MemoryStore`, with heartbeats failing while `outage` is set; counts claim rounds.
+/// Heartbeats fail while `outage` is set; claim rounds are counted.
+#[derive(Default)]
 struct Outage {
-    inner: MemoryStore,
     outage: AtomicBool,
     claims: AtomicUsize,
 }
 
 #[async_trait]
-impl RunStore for Outage {
-    async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
-        self.inner.run_enqueue_many(runs).await
-    }
-    async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
+impl Hooks for Outage {
+    async fn claim(&self, store: &MemoryStore, params: ClaimParams) -> StoreResult<ClaimBatch> {
         self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.run_claim(params).await
+        store.run_claim(params).await
     }
-    async fn run_heartbeat_many(
+    async fn heartbeat(
         &self,
+        store: &MemoryStore,
         renewals: Vec<LeaseRenewal>,
     ) -> StoreResult<Vec<HeartbeatReply>> {
         if self.outage.load(Ordering::SeqCst) {
             return Err(StoreError::Unavailable("heartbeats are cut".into()));
         }
-        self.inner.run_heartbeat_many(renewals).await
-    }
-    async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()> {
-        self.inner.run_checkpoint(params).await
-    }
-    async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>> {
-        self.inner.run_finish_many(finishes).await
-    }
-    async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
-        self.inner.run_request_cancel(id).await
-    }
-    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
-        self.inner.run_retry(id).await
-    }
-    async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
-        self.inner.run_get(id).await
-    }
-    async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>> {
-        self.inner.run_find_by_key(tenant, key).await
-    }
-    async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
-        self.inner.run_list(filter).await
-    }
-    async fn run_stats(&self) -> StoreResult<RunStats> {
-        self.inner.run_stats().await
-    }
-    async fn run_busy(&self) -> StoreResult<bool> {
-        self.inner.run_busy().await
-    }
-    fn enqueue_signal(&self) -> Arc<Notify> {
-        self.inner.enqueue_signal()
+        store.run_heartbeat_many(renewals).await
     }
 }
 
@@ -123,10 +89,9 @@ impl Handler for Slow {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
     let clock = ManualClock::at_fixed_start();
-    let store = Arc::new(Outage {
-        inner: MemoryStore::new(Arc::new(clock.clone())),
-        outage: AtomicBool::new(false),
-        claims: AtomicUsize::new(0),
+    let store = Arc::new(Hooked {
+        store: MemoryStore::new(Arc::new(clock.clone())),
+        hooks: Outage::default(),
     });
     let probe = Arc::new(Probe::default());
     let mut registry = Registry::new();
@@ -164,7 +129,7 @@ async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
         .await
         .expect("the first execution started");
     // The outage: heartbeats fail, and the lease runs out on the store's clock.
-    store.outage.store(true, Ordering::SeqCst);
+    store.hooks.outage.store(true, Ordering::SeqCst);
     clock.advance(Duration::from_secs(3));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while probe.started.load(Ordering::SeqCst) < 2 {
@@ -174,7 +139,7 @@ async fn a_run_claimed_back_by_its_own_worker_never_runs_twice_at_once() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    store.outage.store(false, Ordering::SeqCst);
+    store.hooks.outage.store(false, Ordering::SeqCst);
     // Give a superseded execution every chance to be seen running beside the new one.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
@@ -220,10 +185,9 @@ impl Handler for Quick {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_worker_claims_once_per_wake_up_not_after_every_run() {
     let clock = ManualClock::at_fixed_start();
-    let store = Arc::new(Outage {
-        inner: MemoryStore::new(Arc::new(clock.clone())),
-        outage: AtomicBool::new(false),
-        claims: AtomicUsize::new(0),
+    let store = Arc::new(Hooked {
+        store: MemoryStore::new(Arc::new(clock.clone())),
+        hooks: Outage::default(),
     });
     let mut registry = Registry::new();
     registry
@@ -250,7 +214,7 @@ async fn an_idle_worker_claims_once_per_wake_up_not_after_every_run() {
     let running = tokio::spawn(worker.run(shutdown.clone()));
     // The first round, at start, finds the queue empty.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while store.claims.load(Ordering::SeqCst) == 0 {
+    while store.hooks.claims.load(Ordering::SeqCst) == 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the worker's first claim"
@@ -279,7 +243,7 @@ async fn an_idle_worker_claims_once_per_wake_up_not_after_every_run() {
     }
     // Let a claim that would follow the last run's end happen before counting.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let claims = store.claims.load(Ordering::SeqCst);
+    let claims = store.hooks.claims.load(Ordering::SeqCst);
     assert_eq!(
         claims,
         1 + RUNS,
