@@ -621,6 +621,21 @@ async fn processes_starting_together_migrate_once() {
 // Wake-ups
 // ---------------------------------------------------------------------------------------
 
+/// Enqueues one run on `producer` and waits (up to 10 s) for `signal` to fire; `what`
+/// names the expectation when it does not.
+async fn enqueue_and_hear(producer: &PgStore, signal: &tokio::sync::Notify, what: &str) {
+    let heard = signal.notified();
+    let mut heard = std::pin::pin!(heard);
+    heard.as_mut().enable();
+    dispatcher(producer)
+        .enqueue(request())
+        .await
+        .expect("enqueue on the producer");
+    tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .unwrap_or_else(|_| panic!("{what}"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_process_enqueue_wakes_this_one_through_listen() {
     let db = TestDb::create().await;
@@ -629,18 +644,12 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
     let signal = consumer.enqueue_signal();
 
     for round in ["enqueue", "second enqueue"] {
-        let notified = signal.notified();
-        let mut notified = std::pin::pin!(notified);
-        notified.as_mut().enable();
-        dispatcher(&producer)
-            .enqueue(request())
-            .await
-            .expect("enqueue on the producer");
-        tokio::time::timeout(Duration::from_secs(10), notified)
-            .await
-            .unwrap_or_else(|_| {
-                panic!("{round}: the consumer's signal fires for the producer's enqueue")
-            });
+        enqueue_and_hear(
+            &producer,
+            &signal,
+            &format!("{round}: the consumer's signal fires for the producer's enqueue"),
+        )
+        .await;
     }
 
     // A finish that puts a run back wakes other processes too.
@@ -685,17 +694,12 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let own = consumer.enqueue_signal();
-    let heard = own.notified();
-    let mut heard = std::pin::pin!(heard);
-    heard.as_mut().enable();
-    dispatcher(&producer)
-        .enqueue(request())
-        .await
-        .expect("enqueue on the producer");
-    tokio::time::timeout(Duration::from_secs(10), heard)
-        .await
-        .expect("the consumer's listener still hears other processes");
+    enqueue_and_hear(
+        &producer,
+        &consumer.enqueue_signal(),
+        "the consumer's listener still hears other processes",
+    )
+    .await;
     assert_eq!(
         consumer.own_wakeups_skipped(),
         skipped_before + 1,
