@@ -63,14 +63,9 @@ pub struct BenchArgs {
     /// Arrival rate in the latency phase, runs per second.
     #[arg(long, default_value_t = 1_000)]
     latency_rate: u64,
-    /// The draining worker's completer linger (see `fronta worker --completer-linger`);
-    /// worker processes get the same.
-    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = crate::duration::parse)]
-    completer_linger: Duration,
-    /// The draining worker's claim gather (see `fronta worker --claim-gather`); worker
-    /// processes get the same.
-    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = crate::duration::parse)]
-    claim_gather: Duration,
+    /// The draining worker's batching waits; worker processes get the same.
+    #[command(flatten)]
+    batching: crate::BatchingArgs,
     /// Print the figures as JSON.
     #[arg(long)]
     json: bool,
@@ -184,11 +179,7 @@ async fn drain_in_processes(
             .arg(format!("{:?}", db.synchronous).to_lowercase())
             .args(["worker", "--until-idle", "--poll", "5ms", "--concurrency"])
             .arg(args.in_flight.to_string())
-            .arg("--completer-linger")
-            .arg(format!(
-                "{}ms",
-                args.completer_linger.as_secs_f64() * 1000.0
-            ))
+            .args(args.batching.as_flags())
             .env("RUST_LOG", "warn")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
@@ -370,15 +361,13 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     let cpu_before = cpu_seconds();
     let mut drain_parts = (0, 0.0, 0, 0.0);
     if args.processes == 0 {
-        let config = WorkerConfig {
+        let config = args.batching.apply(WorkerConfig {
             name: "bench-drain".into(),
             max_in_flight: args.in_flight,
             poll_interval: Duration::from_millis(5),
             until_idle: true,
-            completer_linger: args.completer_linger,
-            claim_gather: args.claim_gather,
             ..WorkerConfig::default()
-        };
+        });
         let shutdown = CancellationToken::new();
         if let Some(cap) = args.drain_cap {
             let at_cap = shutdown.clone();

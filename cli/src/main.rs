@@ -139,6 +139,50 @@ struct EnqueueArgs {
     priority: i16,
 }
 
+/// The worker's two batching waits: the same flags on `worker`, `serve` and `bench`.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct BatchingArgs {
+    /// Under load, how long finished runs may wait to be written together with more
+    /// (a lone finish on a quiet worker is written at once). 0 never waits.
+    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
+    completer_linger: Duration,
+    /// After a full claim round, how long the next may wait for half the slots to free
+    /// (one round then claims many runs). 0 claims as soon as one slot frees.
+    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
+    claim_gather: Duration,
+}
+
+impl Default for BatchingArgs {
+    fn default() -> Self {
+        Self {
+            completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
+            claim_gather: fronta_engine::worker::DEFAULT_CLAIM_GATHER,
+        }
+    }
+}
+
+impl BatchingArgs {
+    /// `config` with these two waits.
+    pub(crate) fn apply(&self, config: WorkerConfig) -> WorkerConfig {
+        WorkerConfig {
+            completer_linger: self.completer_linger,
+            claim_gather: self.claim_gather,
+            ..config
+        }
+    }
+
+    /// The same settings as flags of a `fronta worker` child process.
+    pub(crate) fn as_flags(&self) -> [String; 4] {
+        let millis = |wait: Duration| format!("{}ms", wait.as_secs_f64() * 1000.0);
+        [
+            "--completer-linger".into(),
+            millis(self.completer_linger),
+            "--claim-gather".into(),
+            millis(self.claim_gather),
+        ]
+    }
+}
+
 #[derive(Args, Debug, Clone)]
 pub(crate) struct WorkerArgs {
     /// Runs executing at once.
@@ -159,14 +203,8 @@ pub(crate) struct WorkerArgs {
     /// On Ctrl-C, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
-    /// Under load, how long finished runs may wait to be written together with more
-    /// (a lone finish on a quiet worker is written at once). 0 never waits.
-    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
-    completer_linger: Duration,
-    /// After a full claim round, how long the next may wait for half the slots to free
-    /// (one round then claims many runs). 0 claims as soon as one slot frees.
-    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
-    claim_gather: Duration,
+    #[command(flatten)]
+    batching: BatchingArgs,
     #[command(flatten)]
     lead: background::LeadArgs,
     /// One step of the built-in `sleep` kind (tests shorten it).
@@ -435,8 +473,7 @@ fn default_worker_args() -> WorkerArgs {
         poll: Duration::from_millis(500),
         max_reclaims: 5,
         shutdown_grace: Duration::from_secs(10),
-        completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
-        claim_gather: fronta_engine::worker::DEFAULT_CLAIM_GATHER,
+        batching: BatchingArgs::default(),
         lead: background::LeadArgs::default(),
         sleep_step: Duration::from_secs(1),
     }
@@ -548,7 +585,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
     };
     let outside = outside::from_env()?;
     let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease, &outside)?;
-    let config = WorkerConfig {
+    let config = args.batching.apply(WorkerConfig {
         name: format!("worker-{}", std::process::id()),
         max_in_flight: args.concurrency,
         default_lease: args.lease,
@@ -556,10 +593,8 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         max_reclaims: args.max_reclaims,
         shutdown_grace: args.shutdown_grace,
         until_idle: args.until_idle,
-        completer_linger: args.completer_linger,
-        claim_gather: args.claim_gather,
         ..WorkerConfig::default()
-    };
+    });
     let worker = Worker::new(store, registry, config)?;
     let shutdown = CancellationToken::new();
     let on_signal = shutdown.clone();

@@ -56,14 +56,8 @@ pub struct ServeArgs {
     /// On SIGINT/SIGTERM, how long running handlers may take before they are stopped.
     #[arg(long, default_value = "10s", value_parser = duration::parse)]
     shutdown_grace: Duration,
-    /// Under load, how long finished runs may wait to be written together with more
-    /// (a lone finish on a quiet worker is written at once). 0 never waits.
-    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
-    completer_linger: Duration,
-    /// After a full claim round, how long the next may wait for half the slots to free
-    /// (one round then claims many runs). 0 claims as soon as one slot frees.
-    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
-    claim_gather: Duration,
+    #[command(flatten)]
+    batching: crate::BatchingArgs,
     /// The URL clients reach this server at, used in webhook URLs
     /// (default: the scheme and Host the client used).
     #[arg(long, env = "FRONTA_PUBLIC_URL")]
@@ -163,16 +157,14 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");
-    let worker_config = WorkerConfig {
+    let worker_config = args.batching.apply(WorkerConfig {
         name: format!("serve-{}", std::process::id()),
         max_in_flight: args.concurrency,
         default_lease: args.lease,
         poll_interval: args.poll,
         shutdown_grace: args.shutdown_grace,
-        completer_linger: args.completer_linger,
-        claim_gather: args.claim_gather,
         ..WorkerConfig::default()
-    };
+    });
     let (app, worker) = server_parts(&opened, config, worker_config)?;
     let worker = if args.no_worker { None } else { Some(worker) };
     if let Some(worker) = &worker {
