@@ -664,6 +664,7 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
     let other = other_signal.notified();
     let mut other = std::pin::pin!(other);
     other.as_mut().enable();
+    let skipped_before = consumer.own_wakeups_skipped();
     consumer
         .run_finish_many(vec![Finish {
             id: claimed.claimed[0].run.id,
@@ -680,20 +681,16 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
         .expect("and the producer");
 
     // A process's own writes wake it once, after their commit; its listener skips the
-    // notification they sent (and counts it), while it still hears other processes.
-    let skipped_before = consumer.own_wakeups_skipped();
+    // notification they sent (and counts it), while it still hears other processes. The
+    // release above was the consumer's own write too: its notification may reach the
+    // consumer's listener after the other processes have heard it, so wait for that
+    // skip before counting the enqueue's.
+    wait_for_skips(&consumer, skipped_before + 1, "the release's").await;
     dispatcher(&consumer)
         .enqueue(request())
         .await
         .expect("enqueue on the consumer");
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while consumer.own_wakeups_skipped() == skipped_before {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the consumer's listener never recognised its own enqueue's notification"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_skips(&consumer, skipped_before + 2, "the enqueue's").await;
     enqueue_and_hear(
         &producer,
         &consumer.enqueue_signal(),
@@ -702,9 +699,22 @@ async fn another_process_enqueue_wakes_this_one_through_listen() {
     .await;
     assert_eq!(
         consumer.own_wakeups_skipped(),
-        skipped_before + 1,
+        skipped_before + 2,
         "another process's notification is not skipped"
     );
+}
+
+/// Waits (up to 10 s) until `store`'s listener has skipped `count` of its own
+/// notifications in all; `which` names the write whose notification is awaited.
+async fn wait_for_skips(store: &PgStore, count: u64, which: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while store.own_wakeups_skipped() < count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the listener never recognised {which} notification as its own"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }
 
 // ---------------------------------------------------------------------------------------
