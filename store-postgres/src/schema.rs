@@ -33,7 +33,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (9, "widgets", WIDGETS_V9),
     (10, "poll cursors", POLL_CURSORS_V10),
     (11, "wake-ups name their sender", SENDER_V11),
+    (12, "an owner token means running", OWNER_IFF_RUNNING_V12),
 ];
+
+/// A run holds an owner token exactly while it is `running`: every write that leaves
+/// `running` clears `locked_by`, and the claim sets both together. As a constraint, the
+/// owner check of a write (`locked_by = $owner`) implies `status = 1` by itself, so the
+/// finish need not name the status (see `runs::FINISH`).
+pub const OWNER_IFF_RUNNING_V12: &str = r#"
+ALTER TABLE runs ADD CONSTRAINT runs_owner_iff_running
+    CHECK ((status = 1) = (locked_by IS NOT NULL));
+"#;
 
 /// `fronta_note_pending` as in migration 1, but its notification's payload is the
 /// session's `fronta.sender` (each store sets it on its connections; empty when unset),

@@ -529,6 +529,126 @@ async fn pooled_connections_send_without_nagles_delay() {
         assert_eq!(enqueued.len(), 1_000);
     }
 }
+/// Every finished run leaves a dead entry in `runs_running` until vacuum: under a drain,
+/// tens of thousands. The finish finds its runs by primary key and never through that
+/// index (a plan that ANDed it with the key, or joined on its estimate, took twice as
+/// long), and the owner check alone fences because a set owner token means `running`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let dispatcher = dispatcher(&store);
+    for _ in 0..8 {
+        let runs: Vec<NewRun> = (0..5_000)
+            .map(|_| prepare(&dispatcher, request()))
+            .collect();
+        store
+            .run_enqueue_many(runs)
+            .await
+            .expect("enqueue 5,000 runs");
+    }
+    let running = store.run_claim(params(2_000)).await.expect("claim 2,000");
+    assert_eq!(running.claimed.len(), 2_000, "2,000 runs are running now");
+    let mut conn = db.connection().await;
+    sqlx::raw_sql("ANALYZE runs")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+    let finishes = completions(&running);
+    let (done, left) = finishes.split_at(1_800);
+    store
+        .run_finish_many(done.to_vec())
+        .await
+        .expect("finish 1,800");
+
+    let ids: Vec<uuid::Uuid> = left.iter().map(|finish| finish.id.0).collect();
+    let owners: Vec<uuid::Uuid> = left.iter().map(|finish| finish.owner.0).collect();
+    let actions = vec![0_i16; left.len()];
+    let delays = vec![0_i64; left.len()];
+    let errors: Vec<Option<String>> = vec![None; left.len()];
+    let results: Vec<Option<Value>> = vec![None; left.len()];
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut conn)
+        .await
+        .expect("begin");
+    let analyzed: Value = sqlx::query_scalar(AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, FORMAT JSON) {FINISH}"
+    )))
+    .bind(Some(clock.now()))
+    .bind(&ids)
+    .bind(&owners)
+    .bind(&actions)
+    .bind(&delays)
+    .bind(&errors)
+    .bind(&results)
+    .fetch_one(&mut conn)
+    .await
+    .expect("explain analyze a finish of 200");
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut conn)
+        .await
+        .expect("rollback");
+    let used = assert_walks_indexes("finish of 200", &analyzed);
+    assert!(
+        used.contains("runs_pkey") && !used.contains("runs_running"),
+        "a finish finds its runs by id, never through runs_running: {used:?}"
+    );
+    let read: f64 = nodes(root(&analyzed))
+        .into_iter()
+        .filter(|node| scans_runs(node))
+        .map(|node| {
+            node["Actual Rows"].as_f64().unwrap_or(0.0)
+                * node["Actual Loops"].as_f64().unwrap_or(1.0)
+        })
+        .sum();
+    assert!(
+        read <= 2.0 * left.len() as f64,
+        "a finish of {} read {read} rows of runs: {analyzed:#}",
+        left.len()
+    );
+
+    // The constraint the owner check leans on: no owner token outside `running`, and
+    // none missing inside it.
+    for (label, write) in [
+        (
+            "a finished run keeping its owner token",
+            "UPDATE runs SET status = 2 WHERE id = $1",
+        ),
+        (
+            "a running run without an owner token",
+            "UPDATE runs SET locked_by = NULL WHERE id = $1",
+        ),
+    ] {
+        let refused = sqlx::query(AssertSqlSafe(write))
+            .bind(ids[0])
+            .execute(&mut conn)
+            .await
+            .expect_err(label);
+        let code = refused
+            .as_database_error()
+            .and_then(|err| err.code())
+            .map(|code| code.into_owned());
+        assert_eq!(
+            code.as_deref(),
+            Some("23514"),
+            "{label} is a check violation: {refused}"
+        );
+    }
+    let pending: uuid::Uuid = sqlx::query_scalar("SELECT id FROM runs WHERE status = 0 LIMIT 1")
+        .fetch_one(&mut conn)
+        .await
+        .expect("a pending run");
+    let refused = sqlx::query("UPDATE runs SET locked_by = gen_random_uuid() WHERE id = $1")
+        .bind(pending)
+        .execute(&mut conn)
+        .await
+        .expect_err("a pending run with an owner token is refused");
+    assert!(
+        refused.to_string().contains("runs_owner_iff_running"),
+        "the constraint names itself: {refused}"
+    );
+}
 
 /// A prepared statement switches to a generic plan after five executions, and the
 /// generic plan of a batched finish cannot see the batch's size: it joined 1,000 finishes

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fronta_engine::{
     CancelReply, ClaimBatch, Finish, FinishAction, FinishReply, OwnerToken, RunId, RunStatus,
@@ -28,6 +28,9 @@ const CLAIMERS: usize = 3;
 const CANCELLERS: usize = 2;
 /// Runs per enqueue batch.
 const BATCH: usize = 500;
+/// How long claimers wait for the cancellers: a canceller that died (a store error)
+/// would otherwise leave them waiting forever.
+const CANCELLERS_DEADLINE: Duration = Duration::from_secs(120);
 
 fn races() -> usize {
     match std::env::var("FRONTA_CANCEL_RACES") {
@@ -155,6 +158,7 @@ pub async fn cancels_racing_claims_and_finishes_never_lose_a_cancel(factory: &dy
     let seen: Arc<Mutex<HashMap<RunId, usize>>> = Arc::default();
 
     let mut tasks = Vec::new();
+    let started = Instant::now();
     for _ in 0..CLAIMERS {
         let (store, log, index_of, seen, cancels_left) = (
             env.store.clone(),
@@ -171,6 +175,11 @@ pub async fn cancels_racing_claims_and_finishes_never_lose_a_cancel(factory: &dy
                     if cancels_left.load(Ordering::SeqCst) == 0 {
                         return;
                     }
+                    assert!(
+                        started.elapsed() < CANCELLERS_DEADLINE,
+                        "{} cancels never came in {CANCELLERS_DEADLINE:?} (did a canceller fail?)",
+                        cancels_left.load(Ordering::SeqCst)
+                    );
                     tokio::task::yield_now().await;
                     continue;
                 }
