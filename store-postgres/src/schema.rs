@@ -40,7 +40,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
 /// `running` clears `locked_by`, and the claim sets both together. As a constraint, the
 /// owner check of a write (`locked_by = $owner`) implies `status = 1` by itself, so the
 /// finish need not name the status (see `runs::FINISH`).
+///
+/// Before the constraint, a cancel racing a claim could write `cancelled` and keep the
+/// claim's token (see `runs::REQUEST_CANCEL`). Such rows are repaired first: a run that
+/// left `running` drops its token (no write can use it: the run is terminal or pending),
+/// and a `running` run without one — none is known to exist — gets a token nobody holds,
+/// so it is reclaimed when its lease ends.
 pub const OWNER_IFF_RUNNING_V12: &str = r#"
+UPDATE runs SET locked_by = NULL, locked_until = NULL
+    WHERE status <> 1 AND locked_by IS NOT NULL;
+UPDATE runs SET locked_by = gen_random_uuid()
+    WHERE status = 1 AND locked_by IS NULL;
 ALTER TABLE runs ADD CONSTRAINT runs_owner_iff_running
     CHECK ((status = 1) = (locked_by IS NOT NULL));
 "#;

@@ -16,8 +16,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use fronta_engine::{
     CancelReply, ClaimBatch, ClaimParams, Clock, Dispatcher, EnqueueRequest, Enqueued, Finish,
-    FinishAction, FinishReply, LeaseRenewal, ManualClock, NewRun, RunId, RunStatus, RunStore,
-    StoreError,
+    FinishAction, FinishReply, LeaseRenewal, ManualClock, NewRun, OwnerToken, RunId, RunStatus,
+    RunStore, StoreError,
 };
 use fronta_store_postgres::runs::{CLAIM_FIRSTS, CLAIM_MORE, FINISH, HEARTBEAT};
 use fronta_store_postgres::{PgConfig, PgStore, schema};
@@ -707,6 +707,94 @@ async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan()
 // ---------------------------------------------------------------------------------------
 // Migrations
 // ---------------------------------------------------------------------------------------
+
+/// Migration 12 adds `runs_owner_iff_running` to databases that may hold rows an older
+/// cancel wrote in a race (`cancelled` with the claim's token kept): it repairs them
+/// first instead of failing the start-up, and leaves sound rows alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_constraint_migration_repairs_rows_written_before_it() {
+    let db = TestDb::create().await;
+    let mut conn = db.connection().await;
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (
+            version    bigint      PRIMARY KEY,
+            name       text        NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("create schema_migrations");
+    for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v < 12) {
+        sqlx::raw_sql(*sql)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|err| panic!("migration {version}: {err}"));
+        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(version)
+            .bind(*name)
+            .execute(&mut conn)
+            .await
+            .expect("record the migration");
+    }
+    let held = uuid::Uuid::new_v4();
+    let (stale, orphan, sound) = (
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+        uuid::Uuid::new_v4(),
+    );
+    for (id, status, owner) in [
+        (stale, 4_i16, Some(uuid::Uuid::new_v4())),
+        (orphan, 1, None),
+        (sound, 1, Some(held)),
+    ] {
+        sqlx::query(
+            "INSERT INTO runs (id, tenant, kind, payload, trigger, status, run_at, max_retries,
+                               locked_by, locked_until, created_at, updated_at)
+             VALUES ($1, 't', 'k', '{}', 'api', $2, now(), 0, $3, now() + interval '1 minute',
+                     now(), now())",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(owner)
+        .execute(&mut conn)
+        .await
+        .expect("insert a row as an older version could leave it");
+    }
+
+    let store = db.store(None).await;
+    let owner_of = |id: uuid::Uuid| {
+        let store = store.clone();
+        async move {
+            store
+                .run_get(RunId(id))
+                .await
+                .expect("read the run")
+                .expect("the run exists")
+                .locked_by
+        }
+    };
+    assert_eq!(
+        owner_of(stale).await,
+        None,
+        "a cancelled run drops its stale token"
+    );
+    assert!(
+        owner_of(orphan).await.is_some(),
+        "a running run without a token gets one nobody holds (reclaimed when its lease ends)"
+    );
+    assert_eq!(
+        owner_of(sound).await,
+        Some(OwnerToken(held)),
+        "a sound run keeps its token"
+    );
+    let constrained: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'runs_owner_iff_running')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("read pg_constraint");
+    assert!(constrained, "the constraint is in place after the repair");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_starting_together_migrate_once() {
