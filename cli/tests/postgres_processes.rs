@@ -221,9 +221,13 @@ async fn killed_leader_and_cut_connections_lose_nothing_and_leadership_moves() {
         &db.url,
         &["probe", "--count", "300", "--payload", r#"{"ms": 20}"#],
     );
+    // Two slots per worker for the six durable runs: once all six are under way, every
+    // worker holds two of them, so the leader killed below always leaves durable runs
+    // to reclaim (with four slots the leader could hold none, and the test would fail
+    // for want of a reclaim, depending on which worker started first).
     let args = [
         "--concurrency",
-        "4",
+        "2",
         "--lease",
         "1s",
         "--poll",
