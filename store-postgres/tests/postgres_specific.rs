@@ -135,6 +135,36 @@ fn assert_walks_indexes(label: &str, explained: &Value) -> HashSet<String> {
     check_walks_indexes(label, explained).unwrap_or_else(|problem| panic!("{problem}"))
 }
 
+/// Rows the scans of `runs` in an `EXPLAIN ANALYZE` read, over all their loops.
+fn rows_of_runs_read(analyzed: &Value) -> f64 {
+    nodes(root(analyzed))
+        .into_iter()
+        .filter(|node| scans_runs(node))
+        .map(|node| {
+            node["Actual Rows"].as_f64().unwrap_or(0.0)
+                * node["Actual Loops"].as_f64().unwrap_or(1.0)
+        })
+        .sum()
+}
+
+/// Enqueues `count` runs (`request_of(index)`) in calls of 5,000.
+async fn enqueue_in_chunks(
+    store: &PgStore,
+    dispatcher: &Dispatcher,
+    count: usize,
+    request_of: impl Fn(usize) -> EnqueueRequest,
+) {
+    for start in (0..count).step_by(5_000) {
+        let runs: Vec<NewRun> = (start..(start + 5_000).min(count))
+            .map(|index| prepare(dispatcher, request_of(index)))
+            .collect();
+        store
+            .run_enqueue_many(runs)
+            .await
+            .expect("enqueue a chunk of runs");
+    }
+}
+
 async fn explain_generic(
     conn: &mut PgConnection,
     name: &str,
@@ -170,20 +200,10 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     let store = db.store(Some(Arc::new(clock.clone()))).await;
     let dispatcher = dispatcher(&store);
     let tenants = ["north", "south", "east", "west"];
-    for chunk in 0..10 {
-        let runs: Vec<NewRun> = (0..5_000)
-            .map(|index| {
-                prepare(
-                    &dispatcher,
-                    request().tenant(tenants[(chunk * 5_000 + index) % 4]),
-                )
-            })
-            .collect();
-        store
-            .run_enqueue_many(runs)
-            .await
-            .expect("enqueue 5,000 runs");
-    }
+    enqueue_in_chunks(&store, &dispatcher, 50_000, |index| {
+        request().tenant(tenants[index % 4])
+    })
+    .await;
     let running = store.run_claim(params(2_000)).await.expect("claim 2,000");
     assert_eq!(running.claimed.len(), 2_000, "2,000 runs are running now");
     let mut conn = db.connection().await;
@@ -313,14 +333,7 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
         .execute(&mut conn)
         .await
         .expect("rollback");
-    let read: f64 = nodes(root(&analyzed))
-        .into_iter()
-        .filter(|node| scans_runs(node))
-        .map(|node| {
-            node["Actual Rows"].as_f64().unwrap_or(0.0)
-                * node["Actual Loops"].as_f64().unwrap_or(1.0)
-        })
-        .sum();
+    let read = rows_of_runs_read(&analyzed);
     eprintln!("one claim round of 8 read {read} rows of runs");
     assert!(
         read <= 16.0,
@@ -539,15 +552,7 @@ async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
     let clock = ManualClock::at_fixed_start();
     let store = db.store(Some(Arc::new(clock.clone()))).await;
     let dispatcher = dispatcher(&store);
-    for _ in 0..8 {
-        let runs: Vec<NewRun> = (0..5_000)
-            .map(|_| prepare(&dispatcher, request()))
-            .collect();
-        store
-            .run_enqueue_many(runs)
-            .await
-            .expect("enqueue 5,000 runs");
-    }
+    enqueue_in_chunks(&store, &dispatcher, 40_000, |_| request()).await;
     let running = store.run_claim(params(2_000)).await.expect("claim 2,000");
     assert_eq!(running.claimed.len(), 2_000, "2,000 runs are running now");
     let mut conn = db.connection().await;
@@ -594,14 +599,7 @@ async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
         used.contains("runs_pkey") && !used.contains("runs_running"),
         "a finish finds its runs by id, never through runs_running: {used:?}"
     );
-    let read: f64 = nodes(root(&analyzed))
-        .into_iter()
-        .filter(|node| scans_runs(node))
-        .map(|node| {
-            node["Actual Rows"].as_f64().unwrap_or(0.0)
-                * node["Actual Loops"].as_f64().unwrap_or(1.0)
-        })
-        .sum();
+    let read = rows_of_runs_read(&analyzed);
     assert!(
         read <= 2.0 * left.len() as f64,
         "a finish of {} read {read} rows of runs: {analyzed:#}",
