@@ -312,10 +312,7 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     );
 
     // Executed (and rolled back): a round of 8 over 48,000 queued runs reads a handful.
-    sqlx::raw_sql("BEGIN")
-        .execute(&mut conn)
-        .await
-        .expect("begin");
+    let mut tx = sqlx::Connection::begin(&mut conn).await.expect("begin");
     let analyzed: Value = sqlx::query_scalar(AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {CLAIM_FIRSTS}"
     )))
@@ -326,13 +323,10 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     .bind(8_i64)
     .bind(5_i64)
     .bind("")
-    .fetch_one(&mut conn)
+    .fetch_one(&mut *tx)
     .await
     .expect("explain analyze the first claim level");
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut conn)
-        .await
-        .expect("rollback");
+    tx.rollback().await.expect("rollback");
     let read = rows_of_runs_read(&analyzed);
     eprintln!("one claim round of 8 read {read} rows of runs");
     assert!(
@@ -573,10 +567,7 @@ async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
     let delays = vec![0_i64; left.len()];
     let errors: Vec<Option<String>> = vec![None; left.len()];
     let results: Vec<Option<Value>> = vec![None; left.len()];
-    sqlx::raw_sql("BEGIN")
-        .execute(&mut conn)
-        .await
-        .expect("begin");
+    let mut tx = sqlx::Connection::begin(&mut conn).await.expect("begin");
     let analyzed: Value = sqlx::query_scalar(AssertSqlSafe(format!(
         "EXPLAIN (ANALYZE, FORMAT JSON) {FINISH}"
     )))
@@ -587,13 +578,10 @@ async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
     .bind(&delays)
     .bind(&errors)
     .bind(&results)
-    .fetch_one(&mut conn)
+    .fetch_one(&mut *tx)
     .await
     .expect("explain analyze a finish of 200");
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut conn)
-        .await
-        .expect("rollback");
+    tx.rollback().await.expect("rollback");
     let used = assert_walks_indexes("finish of 200", &analyzed);
     assert!(
         used.contains("runs_pkey") && !used.contains("runs_running"),
