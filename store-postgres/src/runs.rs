@@ -322,7 +322,8 @@ pub const FORGET_TENANTS: &str = "DELETE FROM run_tenants
 
 /// Renew leases `($2 id, $3 owner, $4 lease_ms)`, owner-checked; answers the renewed
 /// `(id, owner)` pairs with their `cancel_requested` (a batch may carry one run under a
-/// stale and a current token: each is answered by its own).
+/// stale and a current token: each is answered by its own). Fenced by the owner check
+/// alone, and so found by id, never through `runs_running`, as [`FINISH`] is.
 pub const HEARTBEAT: &str = concat!(
     "UPDATE runs SET
         locked_until = ",
@@ -336,7 +337,7 @@ pub const HEARTBEAT: &str = concat!(
     "
     FROM unnest($2::uuid[], $3::uuid[], $4::int8[]) AS renewal(id, owner, lease_ms)
     WHERE runs.id = ANY($2::uuid[])
-      AND runs.id = renewal.id AND runs.status = 1 AND runs.locked_by = renewal.owner
+      AND runs.id = renewal.id AND runs.locked_by = renewal.owner
     RETURNING runs.id, renewal.owner, runs.cancel_requested"
 );
 
