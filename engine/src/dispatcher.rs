@@ -1,6 +1,10 @@
 //! The dispatcher: validates an enqueue (known kind, `max_retries` not negative, a JSON
 //! object or other value as payload) and hands it to the store — in its own transaction
 //! ([`Dispatcher::enqueue`]) or inside the caller's ([`Dispatcher::enqueue_in`]).
+//!
+//! A worker's own dispatcher ([`crate::Worker::dispatcher`]) also carries the worker's
+//! intake: a single enqueue while that worker waits idle is inserted already claimed and
+//! handed to it ([`crate::handoff`]), so the run starts after one commit, not two.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -9,9 +13,10 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::error::EngineError;
+use crate::handoff::Intake;
 use crate::model::{DEFAULT_TENANT, NewRun, RunId, Trigger};
 use crate::registry::{PayloadCheck, Registry};
-use crate::store::{Enqueued, RunInsert, RunStore};
+use crate::store::{Enqueued, Finish, FinishAction, HandOff, RunInsert, RunStore};
 
 /// The longest accepted unique key or tenant name, in bytes.
 pub const MAX_KEY_LEN: usize = 512;
@@ -77,12 +82,15 @@ impl EnqueueRequest {
 pub struct Dispatcher {
     store: Arc<dyn RunStore>,
     kinds: Arc<HashMap<String, Option<PayloadCheck>>>,
+    /// The intake of the worker this dispatcher hands idle-time enqueues to, if any.
+    intake: Option<Arc<Intake>>,
 }
 
 impl std::fmt::Debug for Dispatcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Dispatcher")
             .field("kinds", &self.kinds.keys().collect::<Vec<_>>())
+            .field("hands_off", &self.intake.is_some())
             .finish()
     }
 }
@@ -98,6 +106,7 @@ impl Dispatcher {
                     .map(|kind| (kind.to_owned(), None))
                     .collect(),
             ),
+            intake: None,
         }
     }
 
@@ -106,7 +115,15 @@ impl Dispatcher {
         Self {
             store,
             kinds: Arc::new(registry.payload_checks()),
+            intake: None,
         }
+    }
+
+    /// This dispatcher, handing single enqueues to the worker behind `intake` when it
+    /// waits idle.
+    pub(crate) fn with_intake(mut self, intake: Arc<Intake>) -> Self {
+        self.intake = Some(intake);
+        self
     }
 
     pub fn store(&self) -> &Arc<dyn RunStore> {
@@ -158,8 +175,43 @@ impl Dispatcher {
     }
 
     /// Validate and enqueue in the store's own transaction.
+    ///
+    /// With an intake (a worker's own dispatcher), a run that is due at once is handed
+    /// to the worker when it waits idle with a free slot: the store inserts it already
+    /// claimed, or queues it when that would overtake a due run (see
+    /// [`RunStore::run_enqueue_started`]).
     pub async fn enqueue(&self, request: EnqueueRequest) -> Result<Enqueued, EngineError> {
         let run = self.prepare(request)?;
+        let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+        if let Some(intake) = self.intake.as_ref().filter(|_| due_now)
+            && let Some(reservation) = intake.reserve()
+        {
+            let lease = intake.lease_of(&run.kind);
+            return match self.store.run_enqueue_started(run, lease).await? {
+                HandOff::Queued(answer) => Ok(answer),
+                HandOff::Started(claimed) => {
+                    let id = claimed.run.id;
+                    tracing::debug!(run = %id, kind = %claimed.run.kind, "enqueued straight into the idle worker (hand-off)");
+                    if let Err(claimed) = reservation.deliver(claimed) {
+                        tracing::info!(run = %id, "the worker stopped before its handed-over run started: the run goes back to the queue");
+                        let released = self
+                            .store
+                            .run_finish_many(vec![Finish {
+                                id,
+                                owner: claimed.owner,
+                                action: FinishAction::Release,
+                            }])
+                            .await;
+                        // The run is stored either way: unreleased, it is reclaimed when
+                        // its lease ends. The enqueue itself succeeded.
+                        if let Err(err) = released {
+                            tracing::warn!(run = %id, error = %err, "could not give a handed-over run back: it is reclaimed when its lease ends");
+                        }
+                    }
+                    Ok(Enqueued::Inserted(id))
+                }
+            };
+        }
         let mut answers = self.store.run_enqueue_many(vec![run]).await?;
         answers
             .pop()

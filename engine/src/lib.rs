@@ -13,6 +13,7 @@
 pub mod clock;
 pub mod dispatcher;
 pub mod error;
+pub mod handoff;
 pub mod machine;
 pub mod metrics;
 pub mod model;
@@ -29,7 +30,7 @@ pub use model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 pub use registry::{Handler, KindConfig, Outcome, Registry, RunContext, Shape};
 pub use store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
-    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert,
-    RunStats, RunStore, StatusCounts,
+    FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter,
+    RunInsert, RunStats, RunStore, StatusCounts,
 };
 pub use worker::{Worker, WorkerConfig, WorkerReport};

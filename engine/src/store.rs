@@ -61,6 +61,17 @@ pub struct ClaimedRun {
     pub reclaimed: bool,
 }
 
+/// What [`RunStore::run_enqueue_started`] did with its run.
+#[derive(Debug, Clone)]
+pub enum HandOff {
+    /// Inserted already running and owned by the caller, who must start it (or give it
+    /// back with `Release`): nothing else will.
+    Started(ClaimedRun),
+    /// Inserted pending (or an existing holder of its unique key answered), exactly as
+    /// [`RunStore::run_enqueue_many`] would have: workers claim it as usual.
+    Queued(Enqueued),
+}
+
 /// The result of one claim round.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimBatch {
@@ -338,6 +349,19 @@ impl RunStats {
 /// - a terminal run is never changed by a finish (a late completion never overwrites a
 ///   cancel): the owner token was cleared, so the write is lease lost.
 ///
+/// Hand-off (`run_enqueue_started`): one run, for a worker of this process that has a
+/// free slot and found nothing due at its last claim (the dispatcher asks only then):
+/// - the run is inserted *running* in one transaction, as if enqueued and claimed at the
+///   same instant: a fresh owner token, `locked_until = now + lease`, `heartbeat_at =
+///   started_at = now`, counters 0 — one commit where enqueue then claim take two — and
+///   no enqueue signal is woken (nobody else has anything to claim);
+/// - only when that overtakes nothing the contract orders: the run has no `delay` and no
+///   `run_at`, no pending run of its tenant at its priority is due, and no other run holds
+///   its unique key. Otherwise it is enqueued exactly as `run_enqueue_many` does it and
+///   answered `Queued`;
+/// - a store may always answer `Queued` (the default implementation does): the hand-off
+///   is a shortcut, never a promise.
+///
 /// Cancel (`run_request_cancel`): pending → `cancelled` at once; running → the
 /// `cancel_requested` flag (kept across reclaims), status unchanged; terminal → nothing;
 /// unknown id → `NotFound`.
@@ -356,6 +380,17 @@ impl RunStats {
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
     async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>>;
+
+    /// Enqueue one run and, when it would overtake nothing, hand it straight to the
+    /// caller already claimed with `lease` (see Hand-off above). The default enqueues it.
+    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+        let _ = lease;
+        let mut answers = self.run_enqueue_many(vec![run]).await?;
+        let answer = answers
+            .pop()
+            .ok_or_else(|| StoreError::Internal("the store answered no enqueue".into()))?;
+        Ok(HandOff::Queued(answer))
+    }
 
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch>;
 

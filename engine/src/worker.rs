@@ -16,6 +16,10 @@
 //!   (or `Complete` when it had finished);
 //! - shutdown → no more claims; runs get `shutdown_grace` to finish, then are stopped
 //!   and given back (`Release`, owner-checked, no counter spent).
+//!
+//! While it waits idle after a claim that came back short, the worker's intake is open:
+//! its own dispatcher's enqueues are handed to it already claimed, one commit instead of
+//! two ([`crate::handoff`]). Any wake-up closes the intake before the next claim.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -28,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::dispatcher::Dispatcher;
 use crate::error::{EngineError, StoreError};
+use crate::handoff::Intake;
 use crate::machine::{self, RetryLadder};
 use crate::metrics::WorkerMetrics;
 use crate::model::{OwnerToken, Run, RunId, RunStatus};
@@ -165,6 +170,8 @@ pub struct WorkerReport {
     pub released: u64,
     pub abandoned: u64,
     pub crash_looped: u64,
+    /// Of `claimed`, the runs this worker's dispatcher handed to it at enqueue.
+    pub handed_off: u64,
 }
 
 #[derive(Default)]
@@ -180,6 +187,7 @@ struct Counters {
     released: AtomicU64,
     abandoned: AtomicU64,
     crash_looped: AtomicU64,
+    handed_off: AtomicU64,
 }
 
 impl Counters {
@@ -201,6 +209,7 @@ impl Counters {
             released: get(&self.released),
             abandoned: get(&self.abandoned),
             crash_looped: get(&self.crash_looped),
+            handed_off: get(&self.handed_off),
         }
     }
 }
@@ -228,6 +237,9 @@ pub struct Worker {
     config: WorkerConfig,
     counters: Arc<Counters>,
     metrics: Arc<WorkerMetrics>,
+    intake: Arc<Intake>,
+    /// Runs handed over by the intake; taken by [`Worker::run`].
+    handed: Option<mpsc::UnboundedReceiver<ClaimedRun>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -246,7 +258,9 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, EngineError> {
         config.validate()?;
-        let dispatcher = Dispatcher::from_registry(store.clone(), &registry);
+        let (intake, handed) = Intake::new(registry.leases(), config.default_lease);
+        let dispatcher =
+            Dispatcher::from_registry(store.clone(), &registry).with_intake(intake.clone());
         Ok(Self {
             store,
             registry,
@@ -254,9 +268,13 @@ impl Worker {
             config,
             counters: Arc::new(Counters::default()),
             metrics: Arc::new(WorkerMetrics::default()),
+            intake,
+            handed: Some(handed),
         })
     }
 
+    /// This worker's dispatcher: its single enqueues are handed straight to the worker
+    /// when it waits idle ([`crate::handoff`]); clones share that.
     pub fn dispatcher(&self) -> &Dispatcher {
         &self.dispatcher
     }
@@ -291,8 +309,12 @@ impl Worker {
     }
 
     /// Work until `shutdown` fires (or, with `until_idle`, until nothing is left to do).
-    pub async fn run(self, shutdown: CancellationToken) -> Result<WorkerReport, EngineError> {
+    pub async fn run(mut self, shutdown: CancellationToken) -> Result<WorkerReport, EngineError> {
         let name = self.config.name.clone();
+        let mut handed = self
+            .handed
+            .take()
+            .ok_or_else(|| EngineError::Config("a worker runs once".into()))?;
         tracing::info!(worker = %name, max_in_flight = self.config.max_in_flight,
             lease = ?self.config.default_lease, heartbeat = ?self.heartbeat_every(),
             kinds = ?self.registry.kinds().collect::<Vec<_>>(), "worker started");
@@ -334,13 +356,21 @@ impl Worker {
             while let Some(joined) = tasks.try_join_next_with_id() {
                 self.reap(joined, &active, &mut task_runs, &finisher);
             }
+            while let Ok(run) = handed.try_recv() {
+                self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
+            }
             // Register for the wake-up before claiming, so an enqueue between the claim
             // and the wait is not missed.
             let notified = enqueue_signal.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
 
-            let free = self.config.max_in_flight.saturating_sub(tasks.len());
+            // Slots reserved by a hand-off in flight are not free: its run will arrive.
+            self.intake.close();
+            let free = self
+                .config
+                .max_in_flight
+                .saturating_sub(tasks.len() + self.intake.reserved());
             let mut claimed_now = 0;
             if free > 0 {
                 let round = Instant::now();
@@ -366,12 +396,17 @@ impl Worker {
             }
             if claimed_now > 0 && claimed_now >= free {
                 // The queue may hold more: go round again as soon as a slot frees.
-                if let Some(joined) = tokio::select! {
+                tokio::select! {
                     biased;
-                    _ = shutdown.cancelled() => None,
-                    joined = tasks.join_next_with_id(), if !tasks.is_empty() => joined,
-                } {
-                    self.reap(joined, &active, &mut task_runs, &finisher);
+                    _ = shutdown.cancelled() => {}
+                    Some(run) = handed.recv() => {
+                        // A hand-off reserved before the intake closed: it has its slot.
+                        self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
+                        continue;
+                    }
+                    Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                        self.reap(joined, &active, &mut task_runs, &finisher);
+                    }
                 }
                 // Gather: let more slots free before the next round, so one round
                 // claims many runs rather than one per finished run (each round is a
@@ -411,14 +446,24 @@ impl Worker {
             // signals after its commit), or the poll (delayed runs coming due, expired
             // leases, other processes without notifications). With every slot busy no
             // claim was made, and a slot freeing is the reason.
+            //
+            // After a short claim the intake is open: an enqueue of this process is
+            // handed over claimed, and the worker keeps waiting (the queue is still
+            // empty as far as it knows). Leaving the wait closes it.
             let queue_emptied = free > 0;
             let poll = tokio::time::sleep(self.config.poll_interval);
             tokio::pin!(poll);
             loop {
                 let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
+                if queue_emptied {
+                    self.intake.open(free_after);
+                }
                 tokio::select! {
                     biased;
                     _ = shutdown.cancelled() => break 'work,
+                    Some(run) = handed.recv() => {
+                        self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
+                    }
                     Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                         self.reap(joined, &active, &mut task_runs, &finisher);
                         let idle_check = self.config.until_idle && tasks.is_empty();
@@ -432,6 +477,23 @@ impl Worker {
             }
         }
 
+        // No more hand-offs: runs delivered but not started go back to the queue, and a
+        // delivery from now on fails, so its dispatcher gives the run back itself.
+        self.intake.close();
+        handed.close();
+        while let Ok(ClaimedRun { run, owner, .. }) = handed.try_recv() {
+            self.intake.taken();
+            tracing::info!(worker = %name, run = %run.id, "stopping: a handed-over run goes back to the queue");
+            let id = run.id;
+            finisher.send(
+                Finish {
+                    id,
+                    owner,
+                    action: FinishAction::Release,
+                },
+                Arc::new(run),
+            );
+        }
         self.shut_down(&mut tasks, &active, &mut task_runs, &finisher)
             .await;
         heartbeat_stop.cancel();
@@ -503,6 +565,20 @@ impl Worker {
         for claimed in batch.claimed {
             self.start_one(claimed, active, tasks, task_runs, finisher);
         }
+    }
+
+    /// Start a run the intake delivered (see [`crate::handoff`]).
+    fn start_handed(
+        &self,
+        claimed: ClaimedRun,
+        active: &ActiveMap,
+        tasks: &mut JoinSet<Ended>,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        self.intake.taken();
+        Counters::bump(&self.counters.handed_off, 1);
+        self.start_one(claimed, active, tasks, task_runs, finisher);
     }
 
     fn start_one(

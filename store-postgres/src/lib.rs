@@ -47,7 +47,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
-    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply, HandOff,
     HeartbeatReply, LeaseRenewal, RunFilter, RunStats, RunStore, StoreResult,
 };
 use fronta_engine::{Clock, NewRun, Run, RunId, StoreError};
@@ -515,6 +515,20 @@ impl RunStore for PgStore {
             self.inner.signal.notify_waiters();
         }
         Ok(answers)
+    }
+
+    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+        if run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero()) {
+            let mut conn = self.connection().await?;
+            if let Some(claimed) = runs::hand_off(&mut conn, self.ctx(), &run, lease).await? {
+                return Ok(HandOff::Started(claimed));
+            }
+        }
+        let mut answers = self.run_enqueue_many(vec![run]).await?;
+        let answer = answers
+            .pop()
+            .ok_or_else(|| StoreError::Internal("invariant: one answer per run".into()))?;
+        Ok(HandOff::Queued(answer))
     }
 
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {

@@ -127,6 +127,48 @@ pub const INSERT_RUNS: &str = concat!(
     SELECT ARRAY(SELECT id FROM inserted) AS ids, (SELECT tenants FROM noted) AS tenants"
 );
 
+/// A hand-off (`run_enqueue_started`): insert one run already *running* — a fresh
+/// owner token, the lease `$10` (ms), `heartbeat_at = started_at = run_at = now` — when
+/// that overtakes nothing: no due pending run of its tenant at its priority or above, and
+/// no pending or running holder of its unique key (the `ON CONFLICT` arbiter skips the
+/// row). Neither `run_tenants` nor `fronta_runs` hears of it: it was never pending.
+///
+/// The two probes are separate on purpose: `priority = $8 AND run_at <= now` walks
+/// `runs_pending` from the front of that priority's entries and stops at the first one
+/// not yet due, however many scheduled runs the tenant has; higher priorities are read
+/// whole (normally few). `$2..$9`: id, tenant, kind, payload, trigger, unique_key,
+/// priority, max_retries. Answers the run's columns, or no row when it was not started.
+pub const HAND_OFF: &str = concat!(
+    "INSERT INTO runs (id, tenant, kind, payload, trigger, unique_key, priority, status,
+                      run_at, max_retries, locked_by, locked_until, heartbeat_at, started_at,
+                      created_at, updated_at)
+    SELECT $2, $3, $4, $5, $6, $7, $8, 1, ",
+    now!(),
+    ", $9, gen_random_uuid(), ",
+    now!(),
+    " + $10::int8 * interval '1 millisecond', ",
+    now!(),
+    ", ",
+    now!(),
+    ", ",
+    now!(),
+    ", ",
+    now!(),
+    "
+    WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.tenant = $3 AND runs.status = 0
+                        AND runs.priority = $8 AND runs.run_at <= ",
+    now!(),
+    ")
+      AND NOT EXISTS (SELECT 1 FROM runs WHERE runs.tenant = $3 AND runs.status = 0
+                        AND runs.priority > $8 AND runs.run_at <= ",
+    now!(),
+    ")
+    ON CONFLICT (tenant, unique_key) WHERE unique_key IS NOT NULL AND status IN (0, 1)
+        DO NOTHING
+    RETURNING ",
+    columns!()
+);
+
 /// The pending or running holders of `($1 tenant, $2 unique_key)` pairs, by 1-based ordinal.
 pub const FIND_KEY_HOLDERS: &str = "SELECT wanted.ord, runs.id
     FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS wanted(tenant, unique_key, ord)
@@ -685,6 +727,37 @@ async fn insert_rows(
         })?;
     let inserted: Vec<Uuid> = row.try_get(0).map_err(decode)?;
     Ok(inserted.into_iter().collect())
+}
+
+/// Insert `run` already claimed with `lease` when it overtakes nothing ([`HAND_OFF`]);
+/// `None` when it was not inserted (the caller enqueues it the usual way).
+pub(crate) async fn hand_off(
+    conn: &mut PgConnection,
+    ctx: Ctx<'_>,
+    run: &NewRun,
+    lease: Duration,
+) -> SqlResult<Option<ClaimedRun>> {
+    ctx.trip();
+    let row = sqlx::query(HAND_OFF)
+        .bind(ctx.now)
+        .bind(run.id.0)
+        .bind(run.tenant.as_str())
+        .bind(run.kind.as_str())
+        .bind(&run.payload)
+        .bind(run.trigger.as_str())
+        .bind(run.unique_key.as_deref())
+        .bind(run.priority)
+        .bind(i64::from(run.max_retries))
+        .bind(millis(lease))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|err| match map_err(err) {
+            StoreError::Conflict(message) => {
+                StoreError::Conflict(format!("a run id already exists: {message}"))
+            }
+            other => other,
+        })?;
+    row.map(|row| claimed_of(run_of(&row)?, false)).transpose()
 }
 
 /// Whether a batched write keeps a prepared statement (sqlx's `persistent`): never. A prepared statement switches to a generic plan after five runs, and

@@ -19,7 +19,7 @@ use fronta_engine::{
     FinishAction, FinishReply, LeaseRenewal, ManualClock, NewRun, OwnerToken, RunId, RunStatus,
     RunStore, StoreError,
 };
-use fronta_store_postgres::runs::{CLAIM_FIRSTS, CLAIM_MORE, FINISH, HEARTBEAT};
+use fronta_store_postgres::runs::{CLAIM_FIRSTS, CLAIM_MORE, FINISH, HAND_OFF, HEARTBEAT};
 use fronta_store_postgres::{PgConfig, PgStore, schema};
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgConnection};
@@ -634,6 +634,106 @@ async fn finish_finds_runs_by_id_past_the_dead_entries_of_runs_running() {
         refused.to_string().contains("runs_owner_iff_running"),
         "the constraint names itself: {refused}"
     );
+}
+
+/// Index pages and heap pages the scans of `runs` in an `EXPLAIN (ANALYZE, BUFFERS)`
+/// touched: what a probe that steps over index entries without returning them costs.
+fn pages_of_runs_touched(analyzed: &Value) -> f64 {
+    nodes(root(analyzed))
+        .into_iter()
+        .filter(|node| scans_runs(node))
+        .map(|node| {
+            node["Shared Hit Blocks"].as_f64().unwrap_or(0.0)
+                + node["Shared Read Blocks"].as_f64().unwrap_or(0.0)
+        })
+        .sum()
+}
+
+/// The hand-off's probes for a due run of the tenant stop at the first entry of
+/// `runs_pending` not yet due: a tenant with 20,000 runs scheduled for later costs a few
+/// pages, not a walk of them all. A handed-over run is never listed in `run_tenants`
+/// and notifies no other process (it was never pending), while an ordinary enqueue of
+/// the same process does (the control that shows the check can hear).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_off_probes_stop_at_the_first_run_not_yet_due_and_wake_nobody() {
+    let db = TestDb::create().await;
+    let clock = ManualClock::at_fixed_start();
+    let store = db.store(Some(Arc::new(clock.clone()))).await;
+    let dispatcher = dispatcher(&store);
+    enqueue_in_chunks(&store, &dispatcher, 20_000, |index| {
+        request()
+            .tenant("scheduled")
+            .delay(Duration::from_secs(3600 + index as u64))
+    })
+    .await;
+    let mut conn = db.connection().await;
+    sqlx::raw_sql("ANALYZE runs")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+
+    let run = prepare(&dispatcher, request().tenant("scheduled"));
+    let mut tx = sqlx::Connection::begin(&mut conn).await.expect("begin");
+    let analyzed: Value = sqlx::query_scalar(AssertSqlSafe(format!(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {HAND_OFF}"
+    )))
+    .bind(Some(clock.now()))
+    .bind(run.id.0)
+    .bind(run.tenant.as_str())
+    .bind(run.kind.as_str())
+    .bind(&run.payload)
+    .bind(run.trigger.as_str())
+    .bind(run.unique_key.as_deref())
+    .bind(run.priority)
+    .bind(i64::from(run.max_retries))
+    .bind(60_000_i64)
+    .fetch_one(&mut *tx)
+    .await
+    .expect("explain analyze a hand-off");
+    tx.rollback().await.expect("rollback");
+    let used = assert_walks_indexes("hand-off", &analyzed);
+    assert!(
+        used.contains("runs_pending"),
+        "the probes walk runs_pending: {used:?}"
+    );
+    let pages = pages_of_runs_touched(&analyzed);
+    assert!(
+        pages <= 12.0,
+        "the probes touched {pages} pages of runs past 20,000 scheduled runs: {analyzed:#}"
+    );
+
+    // Nobody hears of a handed-over run; an ordinary enqueue is heard (the control).
+    let listener = db.store(None).await;
+    let signal = listener.enqueue_signal();
+    let heard = signal.notified();
+    let mut heard = std::pin::pin!(heard);
+    heard.as_mut().enable();
+    let answer = store
+        .run_enqueue_started(prepare(&dispatcher, request().tenant("fresh")), LEASE)
+        .await
+        .expect("hand-off");
+    assert!(
+        matches!(answer, fronta_engine::HandOff::Started(_)),
+        "an idle tenant's run is handed over: {answer:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), heard.as_mut())
+            .await
+            .is_err(),
+        "a handed-over run notifies no other process"
+    );
+    assert!(
+        !listed_tenants(&store).await.contains(&"fresh".to_owned()),
+        "a handed-over run was never pending: its tenant is not listed"
+    );
+    dispatcher
+        .enqueue(request().tenant("fresh"))
+        .await
+        .expect("an ordinary enqueue");
+    tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .expect("an ordinary enqueue is heard by the other process");
+    assert!(listed_tenants(&store).await.contains(&"fresh".to_owned()));
 }
 
 /// A prepared statement switches to a generic plan after five executions, and the

@@ -39,7 +39,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
-    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply, HandOff,
     HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert, RunStats, RunStore,
     StoreResult,
 };
@@ -347,6 +347,11 @@ impl RunStore for SqliteStore {
                 .collect()
         })
         .await
+    }
+
+    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+        self.write(move |state, conn, now| runs::hand_off(state, conn, &run, lease, now))
+            .await
     }
 
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {

@@ -7,7 +7,7 @@ use fronta_engine::StoreError;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
-    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
+    HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
@@ -168,6 +168,78 @@ pub fn insert(
     Ok(Enqueued::Existing(RunId(
         uuid_of(existing).map_err(map_err)?,
     )))
+}
+
+/// A hand-off (`run_enqueue_started`, inside the writer's transaction): insert `run`
+/// already running — a fresh owner token, `lease`, `heartbeat_at = started_at = run_at =
+/// now` — when that overtakes nothing: it is due at once, no pending run of its tenant at
+/// its priority or above is due, and its unique key is free (`INSERT OR IGNORE` skips the
+/// row). Otherwise [`insert`] enqueues it as usual. A started run raises no `enqueued`
+/// flag: nobody needs waking. The probe at its own priority stops at the first entry of
+/// `runs_pending` not yet due; higher priorities are read whole (normally few).
+pub fn hand_off(
+    state: &mut WriterState,
+    conn: &Connection,
+    run: &NewRun,
+    lease: Duration,
+    now: i64,
+) -> SqlResult<HandOff> {
+    let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+    let overtakes: bool = due_now
+        && conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE tenant = ?1 AND status = 0 \
+                                AND priority = ?2 AND run_at <= ?3) \
+                     OR EXISTS (SELECT 1 FROM runs WHERE tenant = ?1 AND status = 0 \
+                                AND priority > ?2 AND run_at <= ?3)",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![run.tenant, run.priority, now], |row| row.get(0))
+            })
+            .map_err(map_err)?;
+    if !due_now || overtakes {
+        return insert(state, conn, run, now).map(HandOff::Queued);
+    }
+    let payload = serde_json::to_string(&run.payload)
+        .map_err(|err| StoreError::Invalid(format!("payload is not serializable: {err}")))?;
+    let owner = OwnerToken::fresh();
+    let started = conn
+        .prepare_cached(&format!(
+            "INSERT OR IGNORE INTO runs (id, tenant, kind, payload, trigger, unique_key, \
+             priority, status, run_at, max_retries, locked_by, locked_until, heartbeat_at, \
+             started_at, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?8, ?8, ?8, ?8) \
+             RETURNING {COLUMNS}"
+        ))
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                params![
+                    run.id.0.as_bytes().as_slice(),
+                    run.tenant,
+                    run.kind,
+                    payload,
+                    run.trigger.as_str(),
+                    run.unique_key,
+                    run.priority,
+                    now,
+                    run.max_retries,
+                    owner.0.as_bytes().as_slice(),
+                    at(now, lease),
+                ],
+                |row| run_of(row, now),
+            )
+            .optional()
+        })
+        .map_err(map_err)?;
+    match started {
+        Some(run) => Ok(HandOff::Started(ClaimedRun {
+            run,
+            owner,
+            reclaimed: false,
+        })),
+        // Its key is held (or its id exists): `insert` answers that as usual.
+        None => insert(state, conn, run, now).map(HandOff::Queued),
+    }
 }
 
 /// One claim round: expired leases first, then due runs, fair between tenants.

@@ -173,6 +173,10 @@ macro_rules! conformance_suite {
             store_cases::put_back_turned_cancel_spends_no_counter,
             store_cases::unique_key_repeated_within_one_batch_inserts_once,
             store_cases::dispatcher_refuses_unknown_kind_and_negative_max_retries_and_writes_nothing,
+            // Hand-off (enqueue straight into an idle worker).
+            store_cases::hand_off_inserts_a_run_already_claimed_when_nothing_is_due,
+            store_cases::hand_off_queues_a_run_that_would_overtake_a_due_one,
+            worker_cases::idle_worker_takes_its_own_enqueues_by_hand_off,
             // Claim.
             store_cases::claim_sets_owner_status_lease_and_started_at,
             store_cases::claim_respects_its_limit,

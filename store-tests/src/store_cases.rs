@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimedRun, EngineError, EnqueueRequest, Enqueued, Finish,
-    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, OwnerToken, RunFilter, RunId,
+    FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, OwnerToken, RunFilter, RunId,
     RunStatus, StoreError, Trigger,
 };
 
@@ -2299,4 +2299,188 @@ pub async fn run_busy_tells_running_or_due_runs_from_idle(factory: &dyn StoreFac
         env.store.run_busy().await.expect("busy"),
         "the delayed run came due"
     );
+}
+
+/// Hand one run to `run_enqueue_started` with `lease`.
+async fn hand_off(env: &Env, request: EnqueueRequest, lease: Duration) -> (RunId, HandOff) {
+    let run = env
+        .dispatcher
+        .prepare(request)
+        .expect("the request is valid");
+    let id = run.id;
+    let answer = env
+        .store
+        .run_enqueue_started(run, lease)
+        .await
+        .expect("run_enqueue_started succeeds");
+    (id, answer)
+}
+
+/// Hand-off: with nothing due to overtake, the run is inserted already running, exactly
+/// as a claim at that instant would leave it (fresh owner token that fences like a
+/// claim's, `locked_until = now + lease`, `heartbeat_at = started_at = run_at = now`,
+/// counters 0, not a reclaim); no claim returns it, and no enqueue signal fires.
+pub async fn hand_off_inserts_a_run_already_claimed_when_nothing_is_due(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let lease = Duration::from_secs(45);
+    let signal = env.store.enqueue_signal();
+    let notified = signal.notified();
+    let mut notified = std::pin::pin!(notified);
+    notified.as_mut().enable();
+    let t0 = env.now();
+
+    let (id, answer) = hand_off(&env, request(KIND_A), lease).await;
+    let HandOff::Started(claimed) = answer else {
+        panic!("an idle store hands the run over, got {answer:?}");
+    };
+    assert_eq!(claimed.run.id, id, "the handed run is the enqueued one");
+    assert!(!claimed.reclaimed, "a hand-off is no reclaim");
+    let stored = env.get(id).await;
+    for (run, label) in [(&claimed.run, "answered"), (&stored, "stored")] {
+        assert_eq!(run.status, RunStatus::Running, "{label}: running");
+        assert_eq!(
+            run.locked_by,
+            Some(claimed.owner),
+            "{label}: holds the token"
+        );
+        assert_eq!(
+            run.locked_until,
+            Some(after(t0, lease)),
+            "{label}: lease from now"
+        );
+        assert_eq!(run.heartbeat_at, Some(t0), "{label}: heartbeat now");
+        assert_eq!(run.started_at, Some(t0), "{label}: started now");
+        assert_eq!(run.run_at, t0, "{label}: due now");
+        assert_eq!(
+            (run.attempts, run.reclaims, run.parks),
+            (0, 0, 0),
+            "{label}: no counter spent"
+        );
+    }
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), notified)
+            .await
+            .is_err(),
+        "a handed-over run wakes no worker: nobody else has anything to claim"
+    );
+    assert!(
+        env.claim(params(10)).await.claimed.is_empty(),
+        "a claim never returns a handed-over run"
+    );
+
+    // The token fences like a claim's: a stranger is refused, the owner finishes.
+    let stranger = env
+        .finish(id, OwnerToken::fresh(), FinishAction::Cancel)
+        .await;
+    assert_eq!(
+        stranger,
+        FinishReply::LeaseLost { id },
+        "a stranger is fenced"
+    );
+    let done = env
+        .finish(id, claimed.owner, FinishAction::Complete { result: None })
+        .await;
+    assert_eq!(
+        done,
+        FinishReply::Applied {
+            id,
+            status: RunStatus::Completed
+        },
+        "the owner completes it"
+    );
+}
+
+/// Hand-off never overtakes: a due pending run of the tenant at the run's priority or
+/// above, a delay, a `run_at` or a held unique key each make it an ordinary enqueue
+/// (`Queued`, answered as `run_enqueue_many` answers). Runs that a claim would take after
+/// it (lower priority, scheduled for later, other tenants) do not stop it.
+pub async fn hand_off_queues_a_run_that_would_overtake_a_due_one(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let lease = LEASE;
+
+    // A due run of the tenant at the same priority: queued behind it.
+    let waiting = env.enqueue(request(KIND_A).tenant("same")).await;
+    let (behind, answer) = hand_off(&env, request(KIND_A).tenant("same"), lease).await;
+    assert!(
+        matches!(answer, HandOff::Queued(Enqueued::Inserted(id)) if id == behind),
+        "queued behind a due run of its priority, got {answer:?}"
+    );
+    assert_eq!(env.get(behind).await.status, RunStatus::Queued);
+    assert_ne!(waiting, behind);
+
+    // A due run of higher priority: queued.
+    env.enqueue(request(KIND_A).tenant("high").priority(5))
+        .await;
+    let (low, answer) = hand_off(&env, request(KIND_A).tenant("high"), lease).await;
+    assert!(
+        matches!(answer, HandOff::Queued(Enqueued::Inserted(id)) if id == low),
+        "queued behind a due run of higher priority, got {answer:?}"
+    );
+
+    // A due run of lower priority would be claimed after it anyway: started.
+    env.enqueue(request(KIND_A).tenant("low")).await;
+    let (_, answer) = hand_off(&env, request(KIND_A).tenant("low").priority(5), lease).await;
+    assert!(
+        matches!(answer, HandOff::Started(_)),
+        "a lower-priority due run does not stop it, got {answer:?}"
+    );
+
+    // Runs of the tenant scheduled for later do not stop it.
+    env.enqueue(
+        request(KIND_A)
+            .tenant("scheduled")
+            .delay(Duration::from_secs(60)),
+    )
+    .await;
+    let (_, answer) = hand_off(&env, request(KIND_A).tenant("scheduled"), lease).await;
+    assert!(
+        matches!(answer, HandOff::Started(_)),
+        "a run scheduled for later does not stop it, got {answer:?}"
+    );
+
+    // A delay or a run_at: queued for its time, like any enqueue.
+    let (delayed, answer) = hand_off(
+        &env,
+        request(KIND_A)
+            .tenant("later")
+            .delay(Duration::from_secs(10)),
+        lease,
+    )
+    .await;
+    assert!(
+        matches!(answer, HandOff::Queued(Enqueued::Inserted(id)) if id == delayed),
+        "a delayed run is queued, got {answer:?}"
+    );
+    assert_eq!(env.get(delayed).await.status, RunStatus::Scheduled);
+    let mut at = request(KIND_A).tenant("later");
+    at.run_at = Some(env.now());
+    let (timed, answer) = hand_off(&env, at, lease).await;
+    assert!(
+        matches!(answer, HandOff::Queued(Enqueued::Inserted(id)) if id == timed),
+        "a run with a run_at is queued, got {answer:?}"
+    );
+
+    // A unique key held by a running (handed-over) run: the holder answers.
+    let (holder, answer) =
+        hand_off(&env, request(KIND_A).tenant("keyed").unique_key("k"), lease).await;
+    assert!(
+        matches!(answer, HandOff::Started(_)),
+        "a free key is no obstacle, got {answer:?}"
+    );
+    let (_, answer) = hand_off(&env, request(KIND_A).tenant("keyed").unique_key("k"), lease).await;
+    assert!(
+        matches!(answer, HandOff::Queued(Enqueued::Existing(id)) if id == holder),
+        "a held key answers its holder and inserts nothing, got {answer:?}"
+    );
+    let keyed = env
+        .store
+        .run_list(RunFilter {
+            tenant: Some("keyed".into()),
+            ..RunFilter::default()
+        })
+        .await
+        .expect("run_list succeeds");
+    assert_eq!(keyed.len(), 1, "one run holds the key: {keyed:?}");
 }

@@ -1137,3 +1137,85 @@ pub async fn dropped_worker_stops_renewing_its_leases(factory: &dyn StoreFactory
         "the lease was not renewed after the worker was dropped"
     );
 }
+
+/// An enqueue through a worker's own dispatcher while that worker waits idle is handed to
+/// it already claimed (one commit, no claim round): each such run runs exactly once and
+/// is counted as `handed_off`. Once the worker stops, its dispatcher enqueues as usual.
+pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let calls: Arc<Mutex<HashMap<RunId, usize>>> = Arc::default();
+    let mut registry = Registry::new();
+    let counted = calls.clone();
+    register(
+        &mut registry,
+        "noop",
+        KindConfig::fire_and_forget(LONG_TIMEOUT),
+        move |ctx: RunContext| {
+            *counted
+                .lock()
+                .expect("the call map is not poisoned")
+                .entry(ctx.run.id)
+                .or_default() += 1;
+            async { Outcome::done() }
+        },
+    );
+    let config = WorkerConfig {
+        // No poll in this case: only enqueues wake the worker.
+        poll_interval: Duration::from_secs(600),
+        until_idle: false,
+        ..config("hand-off")
+    };
+    let worker = Worker::new(env.store.clone(), Arc::new(registry), config)
+        .expect("the worker config is valid");
+    let own = worker.dispatcher().clone();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(worker.run(shutdown.clone()));
+
+    // The first run may come by hand-off or by claim; once it is completed the worker
+    // waits idle, its intake open (a completion wakes nobody).
+    let first = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
+    wait_for_status(&env.store, first, RunStatus::Completed).await;
+    let mut ids = vec![first];
+    for index in 0..5 {
+        let id = enqueue(
+            &own,
+            EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
+        )
+        .await;
+        wait_for_status(&env.store, id, RunStatus::Completed).await;
+        ids.push(id);
+    }
+    shutdown.cancel();
+    let report = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the worker stops")
+        .expect("the worker task did not panic")
+        .expect("the worker ran without error");
+    assert!(
+        report.handed_off >= 5,
+        "the runs enqueued while the worker waited idle were handed over: {report:?}"
+    );
+    assert_eq!(report.claimed, 6, "every run was started once: {report:?}");
+    assert_eq!(report.completed, 6, "{report:?}");
+    let calls = calls.lock().expect("the call map is not poisoned").clone();
+    for id in &ids {
+        assert_eq!(
+            calls.get(id),
+            Some(&1),
+            "run {id} ran exactly once: {calls:?}"
+        );
+    }
+
+    // The worker is gone: its dispatcher queues like any other.
+    let after_stop = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
+    assert_eq!(
+        env.store
+            .run_get(after_stop)
+            .await
+            .expect("run_get succeeds")
+            .expect("the run exists")
+            .status,
+        RunStatus::Queued,
+        "a stopped worker takes no hand-off"
+    );
+}
