@@ -217,8 +217,8 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(worker) = worker {
         let report = worker.await.context("the worker task")??;
         eprintln!(
-            "worker done: {} claimed, {} completed, {} failed, {} released",
-            report.claimed, report.completed, report.failed, report.released
+            "worker done: {} claimed ({} of them handed over at enqueue), {} completed, {} failed, {} released",
+            report.claimed, report.handed_off, report.completed, report.failed, report.released
         );
     }
     served.context("serving HTTP")?;
@@ -248,8 +248,14 @@ pub(crate) fn server_parts(
             outside.longest_call()
         );
     }
-    let (registry, dispatcher) =
+    let (registry, _) =
         crate::runtime_registry(store, &settings, worker_config.default_lease, &outside)?;
+    // The API enqueues through the worker's own dispatcher: a webhook or a manual run that
+    // arrives while the worker waits idle is handed to it already claimed (one commit).
+    // With `--no-worker` the worker never runs, its intake never opens, and every enqueue
+    // is an ordinary one.
+    let worker = Worker::new(runs.clone(), registry, worker_config)?;
+    let dispatcher = worker.dispatcher().clone();
     let app = App::new(
         config,
         Ports {
@@ -266,7 +272,6 @@ pub(crate) fn server_parts(
         dispatcher,
     )
     .map_err(|problem| anyhow::anyhow!("server configuration: {problem}"))?;
-    let worker = Worker::new(runs, registry, worker_config)?;
     Ok((app, worker))
 }
 
