@@ -24,8 +24,8 @@ use fronta_engine::clock::add;
 use fronta_engine::store::StoreResult;
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Clock, Enqueued, Finish,
-    FinishAction, FinishReply, HeartbeatReply, LeaseRenewal, NewRun, OwnerToken, RetryReply, Run,
-    RunFilter, RunId, RunStats, RunStatus, RunStore, StoreError,
+    FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, NewRun, OwnerToken,
+    RetryReply, Run, RunFilter, RunId, RunStats, RunStatus, RunStore, StoreError,
 };
 use tokio::sync::Notify;
 
@@ -266,6 +266,44 @@ impl RunStore for MemoryStore {
             self.signal.notify_waiters();
         }
         Ok(answers)
+    }
+
+    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+        let now = self.now();
+        let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+        if due_now {
+            let mut rows = self.lock()?;
+            let overtakes = rows.runs.values().any(|other| {
+                is_pending(other)
+                    && other.tenant == run.tenant
+                    && other.priority >= run.priority
+                    && other.run_at <= now
+            });
+            let key_held = run
+                .unique_key
+                .as_deref()
+                .is_some_and(|key| rows.key_holder(&run.tenant, key, None).is_some());
+            if !overtakes && !key_held && !rows.by_id.contains_key(&run.id) {
+                let seq = rows.next_seq;
+                rows.insert(run, now);
+                let params = ClaimParams {
+                    limit: 1,
+                    default_lease: lease,
+                    leases: HashMap::new(),
+                    max_reclaims: 0,
+                };
+                let claimed = rows.take(seq, &params, now, false).ok_or_else(|| {
+                    StoreError::Internal("invariant: the inserted run is there".into())
+                })?;
+                return Ok(HandOff::Started(claimed));
+            }
+        }
+        // Anything else is an ordinary enqueue (a duplicate id fails there, as usual).
+        let mut answers = self.run_enqueue_many(vec![run]).await?;
+        let answer = answers
+            .pop()
+            .ok_or_else(|| StoreError::Internal("invariant: one answer per run".into()))?;
+        Ok(HandOff::Queued(answer))
     }
 
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
