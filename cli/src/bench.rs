@@ -120,6 +120,8 @@ struct Figures {
     /// claim rounds (how many, and their mean at the store), so a slow start says where
     /// its time went.
     latency_enqueue_mean_ms: f64,
+    /// The median enqueue call: the mean carries the rare slow commit.
+    latency_enqueue_p50_ms: f64,
     latency_claim_rounds: u64,
     latency_claim_mean_ms: f64,
     /// Latency runs the worker got by hand-off at enqueue (one commit), not by a claim.
@@ -425,7 +427,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
     }
 
     // 3. Latency at a paced rate with an idle worker.
-    let mut latency_parts = (0.0, 0, 0.0, 0);
+    let mut latency_parts = (0.0, 0, 0.0, 0, 0.0);
     let (p50, p95, p99, max) = if args.latency_runs > 0 {
         eprintln!(
             "latency: {} runs at {}/s…",
@@ -445,6 +447,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         let dispatcher = worker.dispatcher().clone();
         let worker = tokio::spawn(worker.run(shutdown.clone()));
         let mut enqueue_time = Duration::ZERO;
+        let mut enqueue_calls = Vec::with_capacity(args.latency_runs as usize);
         let gap = Duration::from_secs_f64(1.0 / args.latency_rate as f64);
         let mut next = tokio::time::Instant::now();
         for _ in 0..args.latency_runs {
@@ -459,7 +462,9 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
                     0,
                 ))
                 .await?;
-            enqueue_time += called.elapsed();
+            let took = called.elapsed();
+            enqueue_time += took;
+            enqueue_calls.push(took);
         }
         let deadline = Instant::now() + Duration::from_secs(60);
         while (latencies.lock().map(|all| all.len()).unwrap_or(0) as u64) < args.latency_runs {
@@ -476,6 +481,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             claims.count,
             claims.mean_ms(),
             report.handed_off,
+            median(&mut enqueue_calls).as_secs_f64() * 1000.0,
         );
         let mut all = latencies.lock().map(|all| all.clone()).unwrap_or_default();
         all.sort_unstable();
@@ -512,6 +518,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         latency_p99_ms: p99,
         latency_max_ms: max,
         latency_enqueue_mean_ms: latency_parts.0,
+        latency_enqueue_p50_ms: latency_parts.4,
         latency_claim_rounds: latency_parts.1,
         latency_claim_mean_ms: latency_parts.2,
         latency_handed_off: latency_parts.3,
@@ -560,8 +567,8 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
                 p50, p95, p99, max, args.latency_runs, args.latency_rate
             );
             println!(
-                "                 of which: enqueue call {:.3} ms (mean); {} handed over at enqueue; {} claim rounds of {:.3} ms (mean)",
-                latency_parts.0, latency_parts.3, latency_parts.1, latency_parts.2
+                "                 of which: enqueue call {:.3} ms (mean), {:.3} ms (p50); {} handed over at enqueue; {} claim rounds of {:.3} ms (mean)",
+                latency_parts.0, latency_parts.4, latency_parts.3, latency_parts.1, latency_parts.2
             );
         }
         println!(
@@ -606,4 +613,10 @@ fn print_enqueue_only(
         println!("  check    {queued} runs queued for {} enqueued", args.runs);
     }
     Ok(())
+}
+
+/// The median of `times` (zero when empty); sorts them.
+fn median(times: &mut [Duration]) -> Duration {
+    times.sort_unstable();
+    times.get(times.len() / 2).copied().unwrap_or_default()
 }
