@@ -104,10 +104,18 @@ pub struct WorkerMetrics {
     /// From a run being due (`run_at`) to its handler starting here; reclaims are left
     /// out (their wait is the dead owner's lease, not the queue's).
     pub start_delay: Histogram,
+    /// Runs this worker's own dispatcher handed to it at enqueue, already claimed (one
+    /// commit instead of two: [`crate::handoff`]); the rest of its runs came by claim.
+    pub handed_off: AtomicU64,
 }
 
 impl WorkerMetrics {
-    /// The three histograms as Prometheus text.
+    /// Hand-offs so far ([`WorkerMetrics::handed_off`]).
+    pub fn handed_off(&self) -> u64 {
+        self.handed_off.load(Ordering::Relaxed)
+    }
+
+    /// The three histograms and the hand-off counter as Prometheus text.
     pub fn write_prometheus(&self, out: &mut String) {
         self.claim.write_prometheus(
             out,
@@ -123,6 +131,12 @@ impl WorkerMetrics {
             out,
             "fronta_run_start_delay_seconds",
             "From a run being due to its start in this process (reclaims left out).",
+        );
+        let name = "fronta_worker_handed_off_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Runs enqueued here while this process's worker waited idle, started without a claim.\n# TYPE {name} counter\n{name} {}",
+            self.handed_off()
         );
     }
 }
@@ -146,6 +160,19 @@ mod tests {
         assert_eq!(at_10s, Some(&(10.0, 2)), "30 s is above every bound");
         assert_eq!(snapshot.cumulative.last(), Some(&(f64::INFINITY, 3)));
         assert!((snapshot.sum_seconds - 30.0033).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_worker_series_include_the_hand_off_counter() {
+        let metrics = WorkerMetrics::default();
+        metrics.handed_off.fetch_add(3, Ordering::Relaxed);
+        let mut out = String::new();
+        metrics.write_prometheus(&mut out);
+        assert!(out.contains("# TYPE fronta_worker_handed_off_total counter\n"));
+        assert!(
+            out.ends_with("\nfronta_worker_handed_off_total 3\n"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -578,6 +578,7 @@ impl Worker {
     ) {
         self.intake.taken();
         Counters::bump(&self.counters.handed_off, 1);
+        self.metrics.handed_off.fetch_add(1, Ordering::Relaxed);
         self.start_one(claimed, active, tasks, task_runs, finisher);
     }
 

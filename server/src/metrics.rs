@@ -18,7 +18,8 @@
 //!   due and not yet started), from the same `run_stats`;
 //! - when this process runs a worker (`App::observe_worker`): the histograms
 //!   `fronta_worker_claim_duration_seconds`, `fronta_worker_complete_duration_seconds`
-//!   and `fronta_run_start_delay_seconds` (`fronta_engine::metrics`).
+//!   and `fronta_run_start_delay_seconds`, and the counter `fronta_worker_handed_off_total`
+//!   (runs started by hand-off at enqueue, without a claim) (`fronta_engine::metrics`).
 //!
 //! Decisions: the route needs no token (scrapers rarely carry one, and it shows counts,
 //! never tenant data); put it behind the proxy's access rules if that matters. The

@@ -212,6 +212,11 @@ async fn the_exposition_parses_and_moves_after_a_webhook() {
         );
     }
     assert_eq!(
+        sample(&drained, "fronta_worker_handed_off_total"),
+        0.0,
+        "the drain claimed its run: the webhook's enqueue was not this worker's own"
+    );
+    assert_eq!(
         sample(&drained, "fronta_run_start_delay_seconds_count"),
         1.0,
         "one run started"

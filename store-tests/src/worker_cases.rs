@@ -1219,3 +1219,184 @@ pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreF
         "a stopped worker takes no hand-off"
     );
 }
+
+/// Counts one worker's handler calls per run and the most handlers it ran at once.
+#[derive(Default)]
+struct SlotLedger {
+    calls: Mutex<HashMap<RunId, usize>>,
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
+}
+
+impl SlotLedger {
+    /// A registry whose `noop` handler holds its slot for `hold`, counted in this ledger.
+    fn registry(self: &Arc<Self>, hold: Duration) -> Registry {
+        let mut registry = Registry::new();
+        let ledger = self.clone();
+        register(
+            &mut registry,
+            "noop",
+            KindConfig::fire_and_forget(LONG_TIMEOUT),
+            move |ctx: RunContext| {
+                let ledger = ledger.clone();
+                async move {
+                    let now = ledger.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    ledger.most_in_flight.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(hold).await;
+                    *ledger
+                        .calls
+                        .lock()
+                        .expect("calls lock")
+                        .entry(ctx.run.id)
+                        .or_default() += 1;
+                    ledger.in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Outcome::done()
+                }
+            },
+        );
+        registry
+    }
+
+    fn calls(&self) -> HashMap<RunId, usize> {
+        self.calls.lock().expect("calls lock").clone()
+    }
+}
+
+/// Many callers enqueue at once through one worker's own dispatcher while a second
+/// worker claims from the same store: hand-offs race claims, wake-ups and each other.
+/// Whatever the interleaving, every run runs exactly once, on one worker, and the
+/// handing worker never runs more handlers at once than its `max_in_flight` (a hand-off
+/// reserves a free slot, and a claim never takes a reserved one).
+pub async fn hand_offs_racing_claims_keep_the_slots_and_run_each_once(factory: &dyn StoreFactory) {
+    const CALLERS: usize = 8;
+    const PER_CALLER: usize = 20;
+    const SLOTS: usize = 2;
+    const MAX_ROUNDS: usize = 10;
+    const WANTED_HAND_OFFS: u64 = 10;
+    let env = Env::open(factory).await;
+    let hold = Duration::from_millis(1);
+    let (handing, claiming) = (
+        Arc::new(SlotLedger::default()),
+        Arc::new(SlotLedger::default()),
+    );
+    let worker_config = |name: &str| WorkerConfig {
+        max_in_flight: SLOTS,
+        until_idle: false,
+        ..config(name)
+    };
+    let worker = Worker::new(
+        env.store.clone(),
+        Arc::new(handing.registry(hold)),
+        worker_config("handing"),
+    )
+    .expect("the worker config is valid");
+    let own = worker.dispatcher().clone();
+    let metrics = worker.metrics();
+    let shutdown = CancellationToken::new();
+    let handing_task = tokio::spawn(worker.run(shutdown.clone()));
+    let other = Running::spawn(
+        &env.store,
+        claiming.registry(hold),
+        worker_config("claiming"),
+    );
+
+    // One run first, so the burst meets a worker that has claimed and waits idle.
+    let first = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
+    wait_for_status(&env.store, first, RunStatus::Completed).await;
+    let mut ids = vec![first];
+    // Bursts until some hand-offs raced the claims (most rounds have dozens; a loaded
+    // machine may need more rounds), so the checks below always test a real race.
+    for round in 0..MAX_ROUNDS {
+        if round > 0 && metrics.handed_off() >= WANTED_HAND_OFFS {
+            break;
+        }
+        let callers: Vec<JoinHandle<Vec<RunId>>> = (0..CALLERS)
+            .map(|caller| {
+                let own = own.clone();
+                tokio::spawn(async move {
+                    let mut ids = Vec::with_capacity(PER_CALLER);
+                    for index in 0..PER_CALLER {
+                        let request = EnqueueRequest::new(
+                            "noop",
+                            serde_json::json!({ "round": round, "caller": caller, "index": index }),
+                            0,
+                        )
+                        .tenant(format!("tenant-{}", (caller + index) % 3));
+                        ids.push(enqueue(&own, request).await);
+                        // Staggered gaps: arrivals slower than both workers drain, so
+                        // the handing worker keeps going idle, but overlapping across
+                        // callers.
+                        let gap = 4 + (caller + index) % 5;
+                        tokio::time::sleep(Duration::from_millis(gap as u64)).await;
+                    }
+                    ids
+                })
+            })
+            .collect();
+        for caller in callers {
+            ids.extend(caller.await.expect("a caller did not panic"));
+        }
+    }
+    let total = ids.len();
+    wait_until("every run completed", || async {
+        env.store
+            .run_stats()
+            .await
+            .expect("run_stats succeeds")
+            .completed
+            == total as u64
+    })
+    .await;
+    shutdown.cancel();
+    let handing_report = tokio::time::timeout(PATIENCE, handing_task)
+        .await
+        .expect("the handing worker stops")
+        .expect("the worker task did not panic")
+        .expect("the worker ran without error");
+    let claiming_report = other.stop().await;
+
+    let (by_handing, by_claiming) = (handing.calls(), claiming.calls());
+    for id in &ids {
+        let runs =
+            by_handing.get(id).copied().unwrap_or(0) + by_claiming.get(id).copied().unwrap_or(0);
+        assert_eq!(runs, 1, "run {id} ran exactly once across both workers");
+    }
+    assert_eq!(
+        by_handing.len() + by_claiming.len(),
+        total,
+        "no handler ran a run that was not enqueued"
+    );
+    assert_eq!(
+        handing_report.claimed + claiming_report.claimed,
+        total as u64,
+        "every run was started once: {handing_report:?} {claiming_report:?}"
+    );
+    assert!(
+        handing_report.handed_off > 0,
+        "the race had hand-offs in it (else it tests nothing): {handing_report:?}"
+    );
+    assert_eq!(
+        metrics.handed_off(),
+        handing_report.handed_off,
+        "the metrics count every hand-off the report does"
+    );
+    for (name, ledger) in [("handing", &handing), ("claiming", &claiming)] {
+        let most = ledger.most_in_flight.load(Ordering::SeqCst);
+        assert!(
+            most <= SLOTS,
+            "the {name} worker ran {most} handlers at once with {SLOTS} slots"
+        );
+    }
+    let stats = env.store.run_stats().await.expect("run_stats succeeds");
+    assert_eq!(
+        (stats.completed, stats.total(), stats.reclaims),
+        (total as u64, total as u64, 0),
+        "every run is stored completed, none reclaimed: {stats:?}"
+    );
+    eprintln!(
+        "hand-off race: {total} runs, {} handed over, {} claimed by the handing worker, {} by the other",
+        handing_report.handed_off,
+        handing_report.claimed - handing_report.handed_off,
+        claiming_report.claimed
+    );
+}
