@@ -272,9 +272,11 @@ def fronta_workload(system, url, workload, p, cfg):
     if workload == "latency":
         return fronta_cmd(system, url, ["--runs", "1", "--callers", "1", "--in-flight", "64", "--latency-runs", str(p["jobs"]), "--latency-rate", str(p["rate"]), "--json"])
     if workload == "http":
-        if system["db"] != "sqlite":
-            return None
-        return [str(FRONTA), "--synchronous", system["sync"], "bench", "webhook", "--seconds", str(max(1, round(p["seconds"]))), "--rate", str(p["rate"]), "--paced-connections", "4", "--requests", "2000", "--json"]
+        webhook = ["webhook", "--seconds", str(max(1, round(p["seconds"]))), "--rate", str(p["rate"]), "--paced-connections", "4", "--requests", "2000", "--json"]
+        if system["db"] == "sqlite":
+            # The webhook bench makes its own fresh SQLite file.
+            return [str(FRONTA), "--synchronous", system["sync"], "bench"] + webhook
+        return fronta_cmd(system, url, webhook)
     if workload == "claim":
         return fronta_cmd(system, url, ["claim", "--queued", str(p["queued"]), "--tenants", str(p["tenants"]), "--samples", str(p["samples"]), "--json"])
     if workload == "rss":
@@ -609,9 +611,10 @@ def targets(results, cfg, info):
         cell = find(results, name, "latency")
         p50 = cell.median if cell and cell.values else None
         lines.append(f"| p50 enqueue→start ≤ 1 ms idle ({SYSTEMS[name]['label']}) | {f'{p50:.2f} ms' if p50 is not None else '—'} | {verdict(None if p50 is None else p50 <= 1)} |")
-    cell = find(results, "fronta-sqlite-full", "http")
-    p99 = cell.extra_median("p99") if cell and cell.values else None
-    lines.append(f"| webhook p99 ≤ 3 ms at 1,000 req/s (SQLite FULL) | {f'{p99:.2f} ms' if p99 is not None else '—'} | {verdict(None if p99 is None else p99 <= 3)} |")
+    for name in ("fronta-sqlite-full", "fronta-pg"):
+        cell = find(results, name, "http")
+        p99 = cell.extra_median("p99") if cell and cell.values else None
+        lines.append(f"| webhook p99 ≤ 3 ms at 1,000 req/s ({SYSTEMS[name]['label']}) | {f'{p99:.2f} ms' if p99 is not None else '—'} | {verdict(None if p99 is None else p99 <= 3)} |")
     for name in ("fronta-sqlite-normal", "fronta-pg"):
         low = find(results, name, "claim", queued=min(cfg["claim_queued"]))
         high = find(results, name, "claim", queued=max(cfg["claim_queued"]))

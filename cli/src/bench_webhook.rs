@@ -1,7 +1,8 @@
 //! `fronta bench webhook`: the webhook ingestion path over real HTTP. The real server
-//! (the router of `fronta serve`) runs in this process on a fresh SQLite file with no
-//! worker; a tenant and a webhook automation are made through the API; then kept-alive
-//! HTTP/1.1 connections on loopback post webhooks:
+//! (the router of `fronta serve`) runs in this process with no worker, on a fresh SQLite
+//! file or on the empty Postgres database `--database postgres://…` names; a tenant and
+//! a webhook automation are made through the API; then kept-alive HTTP/1.1 connections
+//! on loopback post webhooks:
 //!
 //! 1. **paced** — `--rate` requests/s (default 1,000) for `--seconds` from
 //!    `--paced-connections` connections; the latency of each 202, from the first byte
@@ -30,7 +31,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::http_client::{Client, Connection};
-use crate::{DbArgs, Store, serve};
+use crate::{DbArgs, Store, is_postgres, open_store, serve};
 
 /// The target the paced phase is judged against.
 const TARGET_P99_MS: f64 = 3.0;
@@ -120,17 +121,31 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
             "--seconds, --rate, --paced-connections, --requests and --connections must be at least 1"
         );
     }
-    if db.database.is_some() {
-        bail!("bench webhook always uses a fresh SQLite file; leave out --database");
-    }
     let temp = tempfile::tempdir()?;
-    let path = temp.path().join("bench-webhook.db");
-    let mut sqlite = SqliteConfig::new(&path);
-    sqlite.synchronous = db.synchronous;
-    let store = Store::Sqlite(
-        SqliteStore::open(sqlite).with_context(|| format!("opening {}", path.display()))?,
-    );
+    let store = match db.database.as_deref() {
+        None => {
+            let path = temp.path().join("bench-webhook.db");
+            let mut sqlite = SqliteConfig::new(&path);
+            sqlite.synchronous = db.synchronous;
+            Store::Sqlite(
+                SqliteStore::open(sqlite).with_context(|| format!("opening {}", path.display()))?,
+            )
+        }
+        Some(url) if is_postgres(url) => open_store(db, "fronta-bench-webhook").await?,
+        Some(url) => bail!(
+            "bench webhook uses a fresh SQLite file of its own, or an empty Postgres database \
+             (--database postgres://…); {url:?} is neither: leave out --database for SQLite"
+        ),
+    };
     let runs = store.runs();
+    // The check counts every run in the store as this bench's.
+    let before = runs.run_stats().await?;
+    if before.total() > 0 {
+        bail!(
+            "bench webhook needs an empty database: this one holds {} runs",
+            before.total()
+        );
+    }
     let admin = fronta_desk::token::generate("fa_");
     let config = ServerConfig {
         admin_token_hash: Some(fronta_desk::token::hash(&admin)),
@@ -153,7 +168,13 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
         app,
         shutdown.clone().cancelled_owned(),
     ));
-    let result = measure(address, &admin, runs, db, &args).await;
+    let database = match store {
+        Store::Sqlite(_) => Database::Sqlite {
+            synchronous: format!("{:?}", db.synchronous).to_lowercase(),
+        },
+        Store::Postgres(_) => Database::Postgres,
+    };
+    let result = measure(address, &admin, runs, &database, &args).await;
     shutdown.cancel();
     server
         .await
@@ -163,18 +184,30 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
     result
 }
 
+/// The store the bench ingests into, as its figures name it.
+enum Database {
+    Sqlite { synchronous: String },
+    Postgres,
+}
+
+impl std::fmt::Display for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Sqlite { synchronous } => write!(f, "SQLite synchronous={synchronous}"),
+            Database::Postgres => f.write_str("Postgres (synchronous_commit as the server has it)"),
+        }
+    }
+}
+
 async fn measure(
     address: SocketAddr,
     admin: &str,
     runs: Arc<dyn RunStore>,
-    db: &DbArgs,
+    database: &Database,
     args: &WebhookBenchArgs,
 ) -> anyhow::Result<()> {
     let webhook = setup(Client::new(address), admin).await?;
-    let synchronous = format!("{:?}", db.synchronous).to_lowercase();
-    eprintln!(
-        "webhook bench: server on http://{address}, SQLite synchronous={synchronous}, no worker"
-    );
+    eprintln!("webhook bench: server on http://{address}, {database}, no worker");
 
     // 1. Paced.
     eprintln!(
@@ -308,8 +341,8 @@ async fn measure(
     let paced_p99 = paced_figures["p99Ms"].as_f64().unwrap_or(f64::MAX);
     let throughput_p99 = throughput_figures["p99Ms"].as_f64().unwrap_or(f64::MAX);
     let figures = json!({
-        "database": "sqlite",
-        "synchronous": synchronous,
+        "database": match database { Database::Sqlite { .. } => "sqlite", Database::Postgres => "postgres" },
+        "synchronous": match database { Database::Sqlite { synchronous } => Value::from(synchronous.as_str()), Database::Postgres => Value::Null },
         "paced": {
             "rate": args.rate,
             "seconds": args.seconds,
@@ -338,7 +371,7 @@ async fn measure(
         let verdict = |ok: bool| if ok { "meets" } else { "MISSES" };
         let ms = |value: &Value, key: &str| value[key].as_f64().unwrap_or(0.0);
         println!(
-            "fronta bench webhook — real HTTP/1.1 keep-alive on loopback, SQLite synchronous={synchronous}, no worker"
+            "fronta bench webhook — real HTTP/1.1 keep-alive on loopback, {database}, no worker"
         );
         println!(
             "  paced        {} req/s × {} s, {} connections: p50 {:.2} ms  p95 {:.2} ms  p99 {:.2} ms  max {:.2} ms   ({} target p99 ≤ {TARGET_P99_MS} ms; {} sends late)",

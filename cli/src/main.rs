@@ -348,7 +348,7 @@ impl Store {
     }
 }
 
-fn is_postgres(url: &str) -> bool {
+pub(crate) fn is_postgres(url: &str) -> bool {
     url.starts_with("postgres://") || url.starts_with("postgresql://")
 }
 

@@ -89,6 +89,18 @@ impl Server {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
+        let (status, body) = self.call_text(method, path, token, body);
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    /// `call`, answering the body as text.
+    fn call_text(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, String) {
         let mut stream = TcpStream::connect(&self.address).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -115,11 +127,20 @@ impl Server {
             .nth(1)
             .and_then(|code| code.parse().ok())
             .unwrap_or_else(|| panic!("a status line: {answer:?}"));
-        let json = answer
+        let body = answer
             .split_once("\r\n\r\n")
-            .and_then(|(_, body)| serde_json::from_str(body).ok())
-            .unwrap_or(Value::Null);
-        (status, json)
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// The value of the unlabelled Prometheus series `name` at `GET /metrics`.
+    fn metric(&self, name: &str) -> Option<f64> {
+        let (status, text) = self.call_text("GET", "/metrics", None, None);
+        assert_eq!(status, 200, "metrics: {text}");
+        text.lines()
+            .filter_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .find_map(|value| value.trim().parse().ok())
     }
 }
 
@@ -197,6 +218,38 @@ fn serve_prints_the_admin_token_once_runs_webhooks_and_stops_on_sigterm() {
             "the in-process worker made the ticket: {tickets}"
         );
         std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The worker waits idle between webhooks: one arriving then is handed to it at
+    // enqueue, already claimed (one commit), and counted. A webhook that meets the
+    // worker in its poll's claim is queued instead, so a few more orders are sent until
+    // one was handed over.
+    let mut order = 7;
+    while server
+        .metric("fronta_worker_handed_off_total")
+        .expect("the serve process reports its worker's hand-offs")
+        < 1.0
+    {
+        order += 1;
+        assert!(
+            order <= 30,
+            "no webhook of 23 was handed to the idle worker"
+        );
+        let (status, accepted) =
+            server.call("POST", path, None, Some(json!({"id": order.to_string()})));
+        assert_eq!(status, 202, "webhook accepted: {accepted}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, tickets) = server.call("GET", "/api/tickets", Some(&token), None);
+            if tickets["items"].as_array().map(Vec::len) == Some(order - 6) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the worker made order {order}'s ticket: {tickets}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
     server.stop();
 
