@@ -192,7 +192,7 @@ impl Dispatcher {
                 HandOff::Started(claimed) => {
                     let id = claimed.run.id;
                     tracing::debug!(run = %id, kind = %claimed.run.kind, "enqueued straight into the idle worker (hand-off)");
-                    if let Err(claimed) = reservation.deliver(claimed) {
+                    if let Err(claimed) = reservation.deliver(*claimed) {
                         tracing::info!(run = %id, "the worker stopped before its handed-over run started: the run goes back to the queue");
                         let released = self
                             .store

@@ -66,7 +66,7 @@ pub struct ClaimedRun {
 pub enum HandOff {
     /// Inserted already running and owned by the caller, who must start it (or give it
     /// back with `Release`): nothing else will.
-    Started(ClaimedRun),
+    Started(Box<ClaimedRun>),
     /// Inserted pending (or an existing holder of its unique key answered), exactly as
     /// [`RunStore::run_enqueue_many`] would have: workers claim it as usual.
     Queued(Enqueued),

@@ -295,7 +295,7 @@ impl RunStore for MemoryStore {
                 let claimed = rows.take(seq, &params, now, false).ok_or_else(|| {
                     StoreError::Internal("invariant: the inserted run is there".into())
                 })?;
-                return Ok(HandOff::Started(claimed));
+                return Ok(HandOff::Started(Box::new(claimed)));
             }
         }
         // Anything else is an ordinary enqueue (a duplicate id fails there, as usual).

@@ -521,7 +521,7 @@ impl RunStore for PgStore {
         if run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero()) {
             let mut conn = self.connection().await?;
             if let Some(claimed) = runs::hand_off(&mut conn, self.ctx(), &run, lease).await? {
-                return Ok(HandOff::Started(claimed));
+                return Ok(HandOff::Started(Box::new(claimed)));
             }
         }
         let mut answers = self.run_enqueue_many(vec![run]).await?;

@@ -232,11 +232,11 @@ pub fn hand_off(
         })
         .map_err(map_err)?;
     match started {
-        Some(run) => Ok(HandOff::Started(ClaimedRun {
+        Some(run) => Ok(HandOff::Started(Box::new(ClaimedRun {
             run,
             owner,
             reclaimed: false,
-        })),
+        }))),
         // Its key is held (or its id exists): `insert` answers that as usual.
         None => insert(state, conn, run, now).map(HandOff::Queued),
     }
