@@ -434,12 +434,12 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
             args.latency_runs, args.latency_rate
         );
         let shutdown = CancellationToken::new();
-        let config = WorkerConfig {
+        let config = args.batching.apply(WorkerConfig {
             name: "bench-latency".into(),
             max_in_flight: args.in_flight,
             poll_interval: Duration::from_millis(50),
             ..WorkerConfig::default()
-        };
+        });
         let worker = Worker::new(store.clone(), registry.clone(), config)?;
         let worker_metrics = worker.metrics();
         // The worker's own dispatcher, as in `fronta serve`: an enqueue while the worker

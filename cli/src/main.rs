@@ -139,7 +139,8 @@ struct EnqueueArgs {
     priority: i16,
 }
 
-/// The worker's two batching waits: the same flags on `worker`, `serve` and `bench`.
+/// The worker's two batching waits and its hand-off: the same flags on `worker`, `serve`
+/// and `bench`.
 #[derive(Args, Debug, Clone)]
 pub(crate) struct BatchingArgs {
     /// Under load, how long finished runs may wait to be written together with more
@@ -150,6 +151,11 @@ pub(crate) struct BatchingArgs {
     /// (one round then claims many runs). 0 claims as soon as one slot frees.
     #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
     claim_gather: Duration,
+    /// While the worker waits idle, start this process's own enqueues (webhooks, manual
+    /// runs) by hand-off: inserted already claimed, one commit instead of two. false:
+    /// every run starts by a claim.
+    #[arg(long, env = "FRONTA_HAND_OFF", default_value_t = true, action = clap::ArgAction::Set)]
+    hand_off: bool,
 }
 
 impl Default for BatchingArgs {
@@ -157,28 +163,32 @@ impl Default for BatchingArgs {
         Self {
             completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
             claim_gather: fronta_engine::worker::DEFAULT_CLAIM_GATHER,
+            hand_off: true,
         }
     }
 }
 
 impl BatchingArgs {
-    /// `config` with these two waits.
+    /// `config` with these settings.
     pub(crate) fn apply(&self, config: WorkerConfig) -> WorkerConfig {
         WorkerConfig {
             completer_linger: self.completer_linger,
             claim_gather: self.claim_gather,
+            hand_off: self.hand_off,
             ..config
         }
     }
 
     /// The same settings as flags of a `fronta worker` child process.
-    pub(crate) fn as_flags(&self) -> [String; 4] {
+    pub(crate) fn as_flags(&self) -> [String; 6] {
         let millis = |wait: Duration| format!("{}ms", wait.as_secs_f64() * 1000.0);
         [
             "--completer-linger".into(),
             millis(self.completer_linger),
             "--claim-gather".into(),
             millis(self.claim_gather),
+            "--hand-off".into(),
+            self.hand_off.to_string(),
         ]
     }
 }

@@ -79,6 +79,12 @@ pub struct WorkerConfig {
     /// worker whose last claim came back short (a quiet queue) never waits.
     /// `Duration::ZERO`: claim as soon as one slot frees.
     pub claim_gather: Duration,
+    /// While the worker waits idle after a short claim, its own dispatcher's single
+    /// enqueues are handed to it already claimed: one commit from enqueue to start
+    /// instead of two ([`crate::handoff`]). `false`: every enqueue is an ordinary one and
+    /// every run starts by a claim (to measure the difference, or to keep every start on
+    /// the claim path).
+    pub hand_off: bool,
 }
 
 /// The previous batch size from which the completer lingers (see
@@ -117,6 +123,7 @@ impl Default for WorkerConfig {
             completer_batch: 1000,
             completer_linger: DEFAULT_COMPLETER_LINGER,
             claim_gather: DEFAULT_CLAIM_GATHER,
+            hand_off: true,
         }
     }
 }
@@ -455,7 +462,7 @@ impl Worker {
             tokio::pin!(poll);
             loop {
                 let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
-                if queue_emptied {
+                if queue_emptied && self.config.hand_off {
                     self.intake.open(free_after);
                 }
                 tokio::select! {

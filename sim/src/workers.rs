@@ -26,7 +26,10 @@
 //! completer die with it, the store keeps its leases) and comes back, when a storage
 //! storm starts (calls fail, or apply and then lose their answer), when one worker is
 //! cut off from the store for longer than a lease (the others take its runs over; its
-//! late writes must be refused), and which runs are cancelled. Time is tokio's paused clock ([`PausedClock`]): a simulated minute takes
+//! late writes must be refused), which runs are cancelled, and which of the runs arriving
+//! during the chaos come through a live worker's own dispatcher (handed to that worker
+//! already claimed when it waits idle, so the checks cover hand-offs under the same
+//! crashes, storms and cuts). Time is tokio's paused clock ([`PausedClock`]): a simulated minute takes
 //! milliseconds, and the store judges leases by the same clock.
 //!
 //! # Replaying
@@ -43,8 +46,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_engine::store::{
-    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply,
-    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, StoreResult,
+    CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
+    FinishReply, HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
+    StoreResult,
 };
 use fronta_engine::{
     Clock, Dispatcher, EnqueueRequest, Handler, KindConfig, NewRun, Outcome, OwnerToken, Registry,
@@ -109,6 +113,8 @@ pub struct WorkerSimReport {
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
+    /// Runs a worker's own dispatcher handed to it at enqueue (already claimed).
+    pub hand_offs: u64,
     /// Invariant checks that held.
     pub checks: u64,
 }
@@ -126,6 +132,7 @@ impl WorkerSimReport {
         self.completed += other.completed;
         self.failed += other.failed;
         self.cancelled += other.cancelled;
+        self.hand_offs += other.hand_offs;
         self.checks += other.checks;
     }
 }
@@ -182,6 +189,7 @@ struct Ledger {
     /// Seq of a cancel answered `Requested` (the run was running).
     cancel_requested_at: HashMap<RunId, u64>,
     faults: u64,
+    hand_offs: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -208,6 +216,14 @@ impl Ledger {
         } else if let Some(lease) = lease {
             self.leases.insert(id, tokio::time::Instant::now() + lease);
         }
+    }
+
+    /// A hand-off: a new run, already claimed by the worker it is handed to.
+    fn handed(&mut self, claimed: &ClaimedRun, lease: Duration) {
+        self.owners.insert(claimed.run.id, claimed.owner);
+        self.leases
+            .insert(claimed.run.id, tokio::time::Instant::now() + lease);
+        self.hand_offs += 1;
     }
 
     /// A claim of a run whose owner's lease still runs is a steal.
@@ -336,6 +352,20 @@ impl Faulty {
 impl RunStore for Faulty {
     async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
         self.inner.run_enqueue_many(runs).await
+    }
+    /// A hand-off fails only before it applies: after, the answer would carry the only
+    /// copy of a new run's id, and the world (which enqueues again through the plain
+    /// dispatcher on an error) would lose track of it. Lost answers that leave a run
+    /// leased to nobody are drawn for claims.
+    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+        if !matches!(self.draw(), Fault::None) {
+            return Self::unavailable("hand-off");
+        }
+        let answer = self.inner.run_enqueue_started(run, lease).await?;
+        if let HandOff::Started(claimed) = &answer {
+            lock(&self.ledger).handed(claimed, lease);
+        }
+        Ok(answer)
     }
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
         match self.draw() {
@@ -575,6 +605,8 @@ impl Handler for Planned {
 /// One worker slot: its task and its way to the store, while alive.
 struct Slot {
     task: Option<(CancellationToken, JoinHandle<()>, Arc<Faulty>)>,
+    /// The worker's own dispatcher: its enqueues may be handed to it.
+    own: Option<Dispatcher>,
 }
 
 impl Slot {
@@ -596,7 +628,18 @@ struct World {
 }
 
 impl World {
-    fn start_worker(&mut self) -> Result<(CancellationToken, JoinHandle<()>, Arc<Faulty>), String> {
+    /// A new worker in `slot` (a new process: a new worker and its own dispatcher).
+    fn start_in(&mut self, slot: &mut Slot) -> Result<(), String> {
+        let (task, own) = self.start_worker()?;
+        slot.task = Some(task);
+        slot.own = Some(own);
+        Ok(())
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_worker(
+        &mut self,
+    ) -> Result<((CancellationToken, JoinHandle<()>, Arc<Faulty>), Dispatcher), String> {
         self.started += 1;
         let faulty = Arc::new(Faulty {
             inner: self.store.clone(),
@@ -621,16 +664,18 @@ impl World {
                 // Lingers after a batch of several: the simulation walks that path too.
                 completer_linger: Duration::from_millis(20),
                 claim_gather: Duration::from_millis(20),
+                hand_off: true,
             },
         )
         .map_err(|err| format!("a worker: {err}"))?;
+        let own = worker.dispatcher().clone();
         let shutdown = CancellationToken::new();
         let token = shutdown.clone();
         let task = tokio::spawn(async move {
             // A worker that ends on its own (an error) is restarted by the controller.
             let _ = worker.run(token).await;
         });
-        Ok((shutdown, task, faulty))
+        Ok(((shutdown, task, faulty), own))
     }
 }
 
@@ -714,9 +759,12 @@ pub async fn simulate_workers(
 
     let mut slots: Vec<Slot> = Vec::new();
     for _ in 0..config.workers {
-        slots.push(Slot {
-            task: Some(world.start_worker()?),
-        });
+        let mut slot = Slot {
+            task: None,
+            own: None,
+        };
+        world.start_in(&mut slot)?;
+        slots.push(slot);
     }
 
     // The chaos: one event at a time, at drawn intervals.
@@ -743,7 +791,7 @@ pub async fn simulate_workers(
             // A crashed worker comes back (a new process: a new worker).
             20..=44 => {
                 if let Some(slot) = slots.iter_mut().find(|slot| slot.task.is_none()) {
-                    slot.task = Some(world.start_worker()?);
+                    world.start_in(slot)?;
                 }
             }
             // A storage storm: every worker's calls fail now and then.
@@ -817,11 +865,28 @@ pub async fn simulate_workers(
                         break;
                     }
                     let request = enqueue(&mut rng, next_index);
-                    let id = dispatcher
-                        .enqueue(request)
-                        .await
-                        .map_err(|err| format!("enqueue: {err}"))?
-                        .id();
+                    // Half of them arrive in a live worker's process, through its own
+                    // dispatcher (a hand-off when that worker waits idle); one that
+                    // fails there is enqueued again through the plain dispatcher.
+                    let live: Vec<&Dispatcher> = slots
+                        .iter()
+                        .filter(|slot| slot.alive())
+                        .filter_map(|slot| slot.own.as_ref())
+                        .collect();
+                    let own = (!live.is_empty() && rng.chance(50))
+                        .then(|| live[rng.index(live.len())].clone());
+                    let through_own = match own {
+                        Some(own) => own.enqueue(request.clone()).await.ok(),
+                        None => None,
+                    };
+                    let answer = match through_own {
+                        Some(answer) => answer,
+                        None => dispatcher
+                            .enqueue(request)
+                            .await
+                            .map_err(|err| format!("enqueue: {err}"))?,
+                    };
+                    let id = answer.id();
                     lock(&ledger).index.insert(id, next_index);
                     ids.push(id);
                     next_index += 1;
@@ -850,7 +915,7 @@ pub async fn simulate_workers(
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         }
         if !slot.alive() {
-            slot.task = Some(world.start_worker()?);
+            world.start_in(slot)?;
         }
     }
 
@@ -897,6 +962,7 @@ pub async fn simulate_workers(
     let ledger = lock(&ledger);
     report.runs = ids.len() as u64;
     report.faults = ledger.faults;
+    report.hand_offs = ledger.hand_offs;
     report.executions = ledger
         .executions
         .values()

@@ -54,7 +54,7 @@ fn real_workers_keep_every_promise_through_crashes_storms_and_cancels() {
         }
     }
     eprintln!(
-        "worker simulation: {} seeds in {:.1?}: {} runs, {} executions, {} crashes, {} storms, {} cuts, {} faults, {} reclaims, {} cancels; {} completed, {} failed, {} cancelled; {} checks held",
+        "worker simulation: {} seeds in {:.1?}: {} runs, {} executions, {} crashes, {} storms, {} cuts, {} faults, {} reclaims, {} cancels, {} hand-offs; {} completed, {} failed, {} cancelled; {} checks held",
         plan.count,
         started.elapsed(),
         total.runs,
@@ -65,6 +65,7 @@ fn real_workers_keep_every_promise_through_crashes_storms_and_cancels() {
         total.faults,
         total.reclaims,
         total.cancels,
+        total.hand_offs,
         total.completed,
         total.failed,
         total.cancelled,
@@ -77,6 +78,10 @@ fn real_workers_keep_every_promise_through_crashes_storms_and_cancels() {
         assert!(total.faults > 0, "no storage fault was drawn");
         assert!(total.reclaims > 0, "no lease expired: {total:?}");
         assert!(total.cancelled > 0, "no cancel landed: {total:?}");
+        assert!(
+            total.hand_offs > 0,
+            "no run was handed over at enqueue: {total:?}"
+        );
         assert!(total.completed > total.failed, "{total:?}");
     }
 }

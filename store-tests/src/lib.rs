@@ -178,6 +178,7 @@ macro_rules! conformance_suite {
             store_cases::hand_off_queues_a_run_that_would_overtake_a_due_one,
             worker_cases::idle_worker_takes_its_own_enqueues_by_hand_off,
             worker_cases::hand_offs_racing_claims_keep_the_slots_and_run_each_once,
+            worker_cases::worker_without_hand_off_claims_every_run,
             // Claim.
             store_cases::claim_sets_owner_status_lease_and_started_at,
             store_cases::claim_respects_its_limit,

@@ -2390,6 +2390,33 @@ pub async fn hand_off_inserts_a_run_already_claimed_when_nothing_is_due(
         },
         "the owner completes it"
     );
+
+    // Given back (a stopping worker's `Release`), a handed-over run is pending like any
+    // other, and the next claim takes it — also for a tenant that never had a run
+    // enqueued the ordinary way (a store that lists tenants with pending runs learns of
+    // it from the release).
+    let (given_back, answer) =
+        hand_off(&env, request(KIND_A).tenant("only-hand-offs"), lease).await;
+    let HandOff::Started(claimed) = answer else {
+        panic!("an idle store hands the run over, got {answer:?}");
+    };
+    let released = env
+        .finish(given_back, claimed.owner, FinishAction::Release)
+        .await;
+    assert_eq!(
+        released,
+        FinishReply::Applied {
+            id: given_back,
+            status: RunStatus::Queued
+        },
+        "the owner gives it back"
+    );
+    let batch = env.claim(params(10)).await;
+    assert_eq!(
+        batch.claimed.iter().map(|c| c.run.id).collect::<Vec<_>>(),
+        vec![given_back],
+        "the next claim takes the given-back run"
+    );
 }
 
 /// Hand-off never overtakes: a due pending run of the tenant at the run's priority or

@@ -1220,6 +1220,53 @@ pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreF
     );
 }
 
+/// With `hand_off: false` the worker never opens its intake: its own dispatcher's
+/// enqueues are ordinary ones, and every run starts by a claim.
+pub async fn worker_without_hand_off_claims_every_run(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let ledger = Arc::new(SlotLedger::default());
+    let config = WorkerConfig {
+        hand_off: false,
+        until_idle: false,
+        ..config("claims-only")
+    };
+    let worker = Worker::new(
+        env.store.clone(),
+        Arc::new(ledger.registry(Duration::ZERO)),
+        config,
+    )
+    .expect("the worker config is valid");
+    let own = worker.dispatcher().clone();
+    let metrics = worker.metrics();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(worker.run(shutdown.clone()));
+    let mut ids = Vec::new();
+    for index in 0..5 {
+        let id = enqueue(
+            &own,
+            EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
+        )
+        .await;
+        wait_for_status(&env.store, id, RunStatus::Completed).await;
+        ids.push(id);
+    }
+    shutdown.cancel();
+    let report = tokio::time::timeout(PATIENCE, task)
+        .await
+        .expect("the worker stops")
+        .expect("the worker task did not panic")
+        .expect("the worker ran without error");
+    assert_eq!(
+        (report.claimed, report.handed_off, metrics.handed_off()),
+        (5, 0, 0),
+        "every run started by a claim: {report:?}"
+    );
+    let calls = ledger.calls();
+    for id in &ids {
+        assert_eq!(calls.get(id), Some(&1), "run {id} ran exactly once");
+    }
+}
+
 /// Counts one worker's handler calls per run and the most handlers it ran at once.
 #[derive(Default)]
 struct SlotLedger {
