@@ -3,6 +3,13 @@
 apalis-postgres, each on a fresh database, 64 in flight.
 
     python3 bench/profile_pg.py [JOBS]          # default 20,000
+    python3 bench/profile_pg.py --machine [JOBS]  # machine CPU per job, 2 processes
+
+`--machine` answers what a 2-process drain costs the whole machine per job (every core's
+busy time from /proc/stat: the workers, Postgres and everything else), for fronta and
+graphile-worker, each less an enqueue-only run of the same jobs (the drain command
+enqueues its backlog first, untimed). On 2 cores, 2 × 10^6 / (µs per job) is the most
+jobs/s the machine could drain at that cost.
 
 For each: the drain's rate, the CPU seconds of the Postgres backends serving its database
 (summed from /proc/PID/stat while it runs), and the database's counters afterwards
@@ -43,6 +50,54 @@ def backend_cpu(db):
     return out
 
 
+def machine_busy():
+    """Busy CPU seconds of the whole machine so far (every core, /proc/stat)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cost(command_of):
+    """(busy machine CPU seconds, figures) of one command on a fresh database."""
+    db = "profile_" + uuid.uuid4().hex[:10]
+    psql("postgres", f"create database {db}")
+    before = machine_busy()
+    done = subprocess.run(command_of(f"{PG}/{db}?sslmode=disable"), capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn"))
+    busy = machine_busy() - before
+    psql("postgres", f"drop database {db} with (force)")
+    text = done.stdout.strip()
+    lines = [line for line in text.splitlines() if line.startswith("{")]
+    figures = {"error": done.stderr.strip()[-200:]}
+    for candidate in (text, lines[-1] if lines else ""):
+        try:
+            figures = json.loads(candidate)
+            break
+        except json.JSONDecodeError:
+            pass
+    return busy, figures
+
+
+def machine(jobs):
+    fronta = str(BENCH.parent / "target" / "release" / "fronta")
+    graphile = ["node", str(BENCH / "peers" / "graphile-worker" / "bench.js")]
+    n = int(jobs)
+    systems = [
+        ("fronta", lambda url: [fronta, "--database", url, "bench", "--runs", jobs, "--callers", "1", "--batch", "1000", "--in-flight", "64", "--latency-runs", "0", "--processes", "2", "--json"],
+         lambda url: [fronta, "--database", url, "bench", "--runs", jobs, "--callers", "1", "--batch", "1000", "--no-drain", "--json"]),
+        ("graphile-worker", lambda url: [*graphile, "--db", url, "--workload", "drain", "--jobs", jobs, "--in-flight", "64", "--processes", "2", "--cap-seconds", "120"],
+         lambda url: [*graphile, "--db", url, "--workload", "enqueue", "--jobs", jobs, "--callers", "1", "--batch", "1000"]),
+    ]
+    for label, drain, enqueue in systems:
+        drained, figures = machine_cost(drain)
+        enqueued, _ = machine_cost(enqueue)
+        rate = figures.get("drainedPerSecond") or figures.get("perSecond")
+        per_job = (drained - enqueued) * 1e6 / n
+        print(f"{label}, 2 processes: drain run {drained:.2f} s busy, enqueue-only run {enqueued:.2f} s; "
+              f"{per_job:.1f} µs of machine CPU per job drained; drain rate {rate:,.0f} jobs/s "
+              f"(exactly-once check ok: {figures.get('ok')}); bound on 2 cores at this cost: {2e6 / per_job:,.0f} jobs/s")
+
+
 def profile(label, command_of):
     db = "profile_" + uuid.uuid4().hex[:10]
     psql("postgres", f"create database {db}")
@@ -73,6 +128,9 @@ def profile(label, command_of):
 
 
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--machine":
+        machine(sys.argv[2] if len(sys.argv) > 2 else "100000")
+        return
     jobs = sys.argv[1] if len(sys.argv) > 1 else "20000"
     fronta = str(BENCH.parent / "target" / "release" / "fronta")
     drain = ["--runs", jobs, "--callers", "1", "--batch", "1000", "--in-flight", "64", "--latency-runs", "0", "--json"]
