@@ -1331,10 +1331,16 @@ pub async fn hand_offs_racing_claims_keep_the_slots_and_run_each_once(factory: &
         until_idle: false,
         ..config(name)
     };
+    // The handing worker claims only when woken (no 10 ms poll): between rounds it
+    // waits idle, its intake open, so every round starts with hand-offs racing claims
+    // however slow the machine is.
     let worker = Worker::new(
         env.store.clone(),
         Arc::new(handing.registry(hold)),
-        worker_config("handing"),
+        WorkerConfig {
+            poll_interval: Duration::from_secs(600),
+            ..worker_config("handing")
+        },
     )
     .expect("the worker config is valid");
     let own = worker.dispatcher().clone();
@@ -1351,12 +1357,24 @@ pub async fn hand_offs_racing_claims_keep_the_slots_and_run_each_once(factory: &
     let first = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
     wait_for_status(&env.store, first, RunStatus::Completed).await;
     let mut ids = vec![first];
-    // Bursts until some hand-offs raced the claims (most rounds have dozens; a loaded
-    // machine may need more rounds), so the checks below always test a real race.
+    // Bursts until some hand-offs raced the claims (most rounds have dozens; on a loaded
+    // machine the callers keep the workers claiming, and a round has a few, at its
+    // start), so the checks below always test a real race. Each round starts once the
+    // last one's runs are done: both workers idle.
     for round in 0..MAX_ROUNDS {
         if round > 0 && metrics.handed_off() >= WANTED_HAND_OFFS {
             break;
         }
+        let done = ids.len() as u64;
+        wait_until("the last round's runs completed", || async {
+            env.store
+                .run_stats()
+                .await
+                .expect("run_stats succeeds")
+                .completed
+                == done
+        })
+        .await;
         let callers: Vec<JoinHandle<Vec<RunId>>> = (0..CALLERS)
             .map(|caller| {
                 let own = own.clone();
