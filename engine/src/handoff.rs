@@ -41,8 +41,6 @@ struct Gate {
     free: usize,
     /// Reservations taken and not yet delivered or dropped.
     reserved: usize,
-    /// Hand-offs delivered since the worker started.
-    delivered: u64,
 }
 
 /// The worker's side of the hand-off. Shared (`Arc`) with its dispatcher.
@@ -103,12 +101,6 @@ impl Intake {
         let mut gate = self.gate();
         gate.reserved = gate.reserved.saturating_sub(1);
         gate.free = gate.free.saturating_sub(1);
-        gate.delivered += 1;
-    }
-
-    /// Hand-offs delivered so far.
-    pub fn delivered(&self) -> u64 {
-        self.gate().delivered
     }
 
     /// One free slot of an open intake, or `None`.

@@ -194,7 +194,6 @@ struct Counters {
     released: AtomicU64,
     abandoned: AtomicU64,
     crash_looped: AtomicU64,
-    handed_off: AtomicU64,
 }
 
 impl Counters {
@@ -202,7 +201,8 @@ impl Counters {
         counter.fetch_add(by, Ordering::Relaxed);
     }
 
-    fn report(&self) -> WorkerReport {
+    /// The counts so far; hand-offs are counted once, in the worker's metrics.
+    fn report(&self, metrics: &WorkerMetrics) -> WorkerReport {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         WorkerReport {
             claimed: get(&self.claimed),
@@ -216,7 +216,7 @@ impl Counters {
             released: get(&self.released),
             abandoned: get(&self.abandoned),
             crash_looped: get(&self.crash_looped),
-            handed_off: get(&self.handed_off),
+            handed_off: metrics.handed_off(),
         }
     }
 }
@@ -508,7 +508,7 @@ impl Worker {
         finisher.flushed().await;
         drop(finisher);
         completer.join().await;
-        let report = self.counters.report();
+        let report = self.counters.report(&self.metrics);
         tracing::info!(worker = %name, ?report, "worker stopped");
         Ok(report)
     }
@@ -584,7 +584,6 @@ impl Worker {
         finisher: &Finisher,
     ) {
         self.intake.taken();
-        Counters::bump(&self.counters.handed_off, 1);
         self.metrics.handed_off.fetch_add(1, Ordering::Relaxed);
         self.start_one(claimed, active, tasks, task_runs, finisher);
     }
