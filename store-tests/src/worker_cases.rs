@@ -15,7 +15,7 @@ use fronta_engine::registry::StopReason;
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimParams, Dispatcher, EngineError, EnqueueRequest,
     FinishAction, FinishReply, KindConfig, LeaseLost, Outcome, Registry, RetryLadder, RunContext,
-    RunId, RunStatus, RunStore, Worker, WorkerConfig, WorkerReport,
+    RunId, RunStatus, RunStore, Worker, WorkerConfig, WorkerMetrics, WorkerReport,
 };
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -77,19 +77,29 @@ async fn run_until_idle(
         .expect("the worker ran without error")
 }
 
-/// A worker running in its own task until told to stop.
+/// A worker running in its own task until told to stop, with its own dispatcher (whose
+/// enqueues it may take by hand-off) and its metrics.
 struct Running {
     shutdown: CancellationToken,
     task: JoinHandle<Result<WorkerReport, EngineError>>,
+    own: Dispatcher,
+    metrics: Arc<WorkerMetrics>,
 }
 
 impl Running {
     fn spawn(store: &Arc<dyn RunStore>, registry: Registry, config: WorkerConfig) -> Self {
         let worker = Worker::new(store.clone(), Arc::new(registry), config)
             .expect("the worker config is valid");
+        let own = worker.dispatcher().clone();
+        let metrics = worker.metrics();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(worker.run(shutdown.clone()));
-        Self { shutdown, task }
+        Self {
+            shutdown,
+            task,
+            own,
+            metrics,
+        }
     }
 
     async fn stop(self) -> WorkerReport {
@@ -136,38 +146,10 @@ pub async fn worker_drains_many_runs_each_exactly_once(factory: &dyn StoreFactor
         .map(|enqueued| enqueued.id())
         .collect();
 
-    let calls: Arc<Mutex<HashMap<RunId, usize>>> = Arc::default();
-    let in_flight = Arc::new(AtomicUsize::new(0));
-    let most_in_flight = Arc::new(AtomicUsize::new(0));
-    let mut registry = Registry::new();
-    {
-        let (calls, in_flight, most_in_flight) =
-            (calls.clone(), in_flight.clone(), most_in_flight.clone());
-        register(
-            &mut registry,
-            "noop",
-            KindConfig::fire_and_forget(LONG_TIMEOUT),
-            move |ctx: RunContext| {
-                let (calls, in_flight, most_in_flight) =
-                    (calls.clone(), in_flight.clone(), most_in_flight.clone());
-                async move {
-                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                    most_in_flight.fetch_max(now, Ordering::SeqCst);
-                    tokio::task::yield_now().await;
-                    *calls
-                        .lock()
-                        .expect("calls lock")
-                        .entry(ctx.run.id)
-                        .or_default() += 1;
-                    in_flight.fetch_sub(1, Ordering::SeqCst);
-                    Outcome::done()
-                }
-            },
-        );
-    }
+    let ledger = Arc::new(SlotLedger::default());
     let report = run_until_idle(
         &env.store,
-        registry,
+        ledger.registry(Duration::ZERO),
         WorkerConfig {
             max_in_flight,
             ..config("drainer")
@@ -185,15 +167,15 @@ pub async fn worker_drains_many_runs_each_exactly_once(factory: &dyn StoreFactor
         (total as u64, total as u64),
         "every run is stored as completed: {stats:?}"
     );
-    let calls = calls.lock().expect("calls lock");
+    let calls = ledger.calls();
     assert_eq!(calls.len(), total, "every run's handler was called");
     for id in &ids {
         assert_eq!(calls.get(id), Some(&1), "run {id} was handled exactly once");
     }
+    let most_in_flight = ledger.most_in_flight.load(Ordering::SeqCst);
     assert!(
-        most_in_flight.load(Ordering::SeqCst) <= max_in_flight,
-        "never more than {max_in_flight} handlers at once, saw {}",
-        most_in_flight.load(Ordering::SeqCst)
+        most_in_flight <= max_in_flight,
+        "never more than {max_in_flight} handlers at once, saw {most_in_flight}"
     );
 }
 
@@ -1143,61 +1125,30 @@ pub async fn dropped_worker_stops_renewing_its_leases(factory: &dyn StoreFactory
 /// is counted as `handed_off`. Once the worker stops, its dispatcher enqueues as usual.
 pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreFactory) {
     let env = Env::open(factory).await;
-    let calls: Arc<Mutex<HashMap<RunId, usize>>> = Arc::default();
-    let mut registry = Registry::new();
-    let counted = calls.clone();
-    register(
-        &mut registry,
-        "noop",
-        KindConfig::fire_and_forget(LONG_TIMEOUT),
-        move |ctx: RunContext| {
-            *counted
-                .lock()
-                .expect("the call map is not poisoned")
-                .entry(ctx.run.id)
-                .or_default() += 1;
-            async { Outcome::done() }
-        },
-    );
+    let ledger = Arc::new(SlotLedger::default());
     let config = WorkerConfig {
         // No poll in this case: only enqueues wake the worker.
         poll_interval: Duration::from_secs(600),
         until_idle: false,
         ..config("hand-off")
     };
-    let worker = Worker::new(env.store.clone(), Arc::new(registry), config)
-        .expect("the worker config is valid");
-    let own = worker.dispatcher().clone();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(worker.run(shutdown.clone()));
+    let worker = Running::spawn(&env.store, ledger.registry(Duration::ZERO), config);
+    let own = worker.own.clone();
 
     // The first run may come by hand-off or by claim; once it is completed the worker
     // waits idle, its intake open (a completion wakes nobody).
     let first = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
     wait_for_status(&env.store, first, RunStatus::Completed).await;
     let mut ids = vec![first];
-    for index in 0..5 {
-        let id = enqueue(
-            &own,
-            EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
-        )
-        .await;
-        wait_for_status(&env.store, id, RunStatus::Completed).await;
-        ids.push(id);
-    }
-    shutdown.cancel();
-    let report = tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("the worker stops")
-        .expect("the worker task did not panic")
-        .expect("the worker ran without error");
+    ids.extend(enqueue_one_by_one(&env, &own, 5).await);
+    let report = worker.stop().await;
     assert!(
         report.handed_off >= 5,
         "the runs enqueued while the worker waited idle were handed over: {report:?}"
     );
     assert_eq!(report.claimed, 6, "every run was started once: {report:?}");
     assert_eq!(report.completed, 6, "{report:?}");
-    let calls = calls.lock().expect("the call map is not poisoned").clone();
+    let calls = ledger.calls();
     for id in &ids {
         assert_eq!(
             calls.get(id),
@@ -1220,6 +1171,22 @@ pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreF
     );
 }
 
+/// Enqueue `count` runs of `noop` through `own`, each once the one before completed (so
+/// the worker waits idle between them); answers their ids.
+async fn enqueue_one_by_one(env: &Env, own: &Dispatcher, count: usize) -> Vec<RunId> {
+    let mut ids = Vec::with_capacity(count);
+    for index in 0..count {
+        let id = enqueue(
+            own,
+            EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
+        )
+        .await;
+        wait_for_status(&env.store, id, RunStatus::Completed).await;
+        ids.push(id);
+    }
+    ids
+}
+
 /// With `hand_off: false` the worker never opens its intake: its own dispatcher's
 /// enqueues are ordinary ones, and every run starts by a claim.
 pub async fn worker_without_hand_off_claims_every_run(factory: &dyn StoreFactory) {
@@ -1230,32 +1197,10 @@ pub async fn worker_without_hand_off_claims_every_run(factory: &dyn StoreFactory
         until_idle: false,
         ..config("claims-only")
     };
-    let worker = Worker::new(
-        env.store.clone(),
-        Arc::new(ledger.registry(Duration::ZERO)),
-        config,
-    )
-    .expect("the worker config is valid");
-    let own = worker.dispatcher().clone();
-    let metrics = worker.metrics();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(worker.run(shutdown.clone()));
-    let mut ids = Vec::new();
-    for index in 0..5 {
-        let id = enqueue(
-            &own,
-            EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
-        )
-        .await;
-        wait_for_status(&env.store, id, RunStatus::Completed).await;
-        ids.push(id);
-    }
-    shutdown.cancel();
-    let report = tokio::time::timeout(PATIENCE, task)
-        .await
-        .expect("the worker stops")
-        .expect("the worker task did not panic")
-        .expect("the worker ran without error");
+    let worker = Running::spawn(&env.store, ledger.registry(Duration::ZERO), config);
+    let metrics = worker.metrics.clone();
+    let ids = enqueue_one_by_one(&env, &worker.own, 5).await;
+    let report = worker.stop().await;
     assert_eq!(
         (report.claimed, report.handed_off, metrics.handed_off()),
         (5, 0, 0),
@@ -1276,7 +1221,8 @@ struct SlotLedger {
 }
 
 impl SlotLedger {
-    /// A registry whose `noop` handler holds its slot for `hold`, counted in this ledger.
+    /// A registry whose `noop` handler holds its slot for `hold` (zero: it yields once),
+    /// counted in this ledger.
     fn registry(self: &Arc<Self>, hold: Duration) -> Registry {
         let mut registry = Registry::new();
         let ledger = self.clone();
@@ -1289,7 +1235,11 @@ impl SlotLedger {
                 async move {
                     let now = ledger.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
                     ledger.most_in_flight.fetch_max(now, Ordering::SeqCst);
-                    tokio::time::sleep(hold).await;
+                    if hold.is_zero() {
+                        tokio::task::yield_now().await;
+                    } else {
+                        tokio::time::sleep(hold).await;
+                    }
                     *ledger
                         .calls
                         .lock()
@@ -1334,19 +1284,15 @@ pub async fn hand_offs_racing_claims_keep_the_slots_and_run_each_once(factory: &
     // The handing worker claims only when woken (no 10 ms poll): between rounds it
     // waits idle, its intake open, so every round starts with hand-offs racing claims
     // however slow the machine is.
-    let worker = Worker::new(
-        env.store.clone(),
-        Arc::new(handing.registry(hold)),
+    let worker = Running::spawn(
+        &env.store,
+        handing.registry(hold),
         WorkerConfig {
             poll_interval: Duration::from_secs(600),
             ..worker_config("handing")
         },
-    )
-    .expect("the worker config is valid");
-    let own = worker.dispatcher().clone();
-    let metrics = worker.metrics();
-    let shutdown = CancellationToken::new();
-    let handing_task = tokio::spawn(worker.run(shutdown.clone()));
+    );
+    let (own, metrics) = (worker.own.clone(), worker.metrics.clone());
     let other = Running::spawn(
         &env.store,
         claiming.registry(hold),
@@ -1412,12 +1358,7 @@ pub async fn hand_offs_racing_claims_keep_the_slots_and_run_each_once(factory: &
             == total as u64
     })
     .await;
-    shutdown.cancel();
-    let handing_report = tokio::time::timeout(PATIENCE, handing_task)
-        .await
-        .expect("the handing worker stops")
-        .expect("the worker task did not panic")
-        .expect("the worker ran without error");
+    let handing_report = worker.stop().await;
     let claiming_report = other.stop().await;
 
     let (by_handing, by_claiming) = (handing.calls(), claiming.calls());
