@@ -602,18 +602,25 @@ impl Handler for Planned {
     }
 }
 
-/// One worker slot: its task and its way to the store, while alive.
+/// A started worker: its task, its way to the store, and its own dispatcher (whose
+/// enqueues it may take by hand-off).
+struct Live {
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+    faulty: Arc<Faulty>,
+    own: Dispatcher,
+}
+
+/// One worker slot: its worker while it has one.
 struct Slot {
-    task: Option<(CancellationToken, JoinHandle<()>, Arc<Faulty>)>,
-    /// The worker's own dispatcher: its enqueues may be handed to it.
-    own: Option<Dispatcher>,
+    task: Option<Live>,
 }
 
 impl Slot {
     fn alive(&self) -> bool {
         self.task
             .as_ref()
-            .is_some_and(|(_, task, _)| !task.is_finished())
+            .is_some_and(|live| !live.task.is_finished())
     }
 }
 
@@ -628,18 +635,8 @@ struct World {
 }
 
 impl World {
-    /// A new worker in `slot` (a new process: a new worker and its own dispatcher).
-    fn start_in(&mut self, slot: &mut Slot) -> Result<(), String> {
-        let (task, own) = self.start_worker()?;
-        slot.task = Some(task);
-        slot.own = Some(own);
-        Ok(())
-    }
-
-    #[allow(clippy::type_complexity)]
-    fn start_worker(
-        &mut self,
-    ) -> Result<((CancellationToken, JoinHandle<()>, Arc<Faulty>), Dispatcher), String> {
+    /// A new worker (a new process: a new worker and its own dispatcher).
+    fn start_worker(&mut self) -> Result<Live, String> {
         self.started += 1;
         let faulty = Arc::new(Faulty {
             inner: self.store.clone(),
@@ -675,7 +672,12 @@ impl World {
             // A worker that ends on its own (an error) is restarted by the controller.
             let _ = worker.run(token).await;
         });
-        Ok(((shutdown, task, faulty), own))
+        Ok(Live {
+            shutdown,
+            task,
+            faulty,
+            own,
+        })
     }
 }
 
@@ -759,12 +761,9 @@ pub async fn simulate_workers(
 
     let mut slots: Vec<Slot> = Vec::new();
     for _ in 0..config.workers {
-        let mut slot = Slot {
-            task: None,
-            own: None,
-        };
-        world.start_in(&mut slot)?;
-        slots.push(slot);
+        slots.push(Slot {
+            task: Some(world.start_worker()?),
+        });
     }
 
     // The chaos: one event at a time, at drawn intervals.
@@ -782,16 +781,16 @@ pub async fn simulate_workers(
             // leases until they expire.
             0..=19 => {
                 let slot = rng.index(slots.len());
-                if let Some((_, task, _)) = slots[slot].task.take() {
-                    task.abort();
-                    let _ = task.await;
+                if let Some(live) = slots[slot].task.take() {
+                    live.task.abort();
+                    let _ = live.task.await;
                     report.crashes += 1;
                 }
             }
             // A crashed worker comes back (a new process: a new worker).
             20..=44 => {
                 if let Some(slot) = slots.iter_mut().find(|slot| slot.task.is_none()) {
-                    world.start_in(slot)?;
+                    slot.task = Some(world.start_worker()?);
                 }
             }
             // A storage storm: every worker's calls fail now and then.
@@ -808,7 +807,7 @@ pub async fn simulate_workers(
             // take its runs over, and when it comes back its writes must be refused.
             53..=62 => {
                 let slot = rng.index(slots.len());
-                if let Some((_, _, faulty)) = &slots[slot].task {
+                if let Some(Live { faulty, .. }) = &slots[slot].task {
                     report.cuts += 1;
                     let until = now
                         + config.lease
@@ -871,7 +870,7 @@ pub async fn simulate_workers(
                     let live: Vec<&Dispatcher> = slots
                         .iter()
                         .filter(|slot| slot.alive())
-                        .filter_map(|slot| slot.own.as_ref())
+                        .filter_map(|slot| slot.task.as_ref().map(|live| &live.own))
                         .collect();
                     let own = (!live.is_empty() && rng.chance(50))
                         .then(|| live[rng.index(live.len())].clone());
@@ -908,14 +907,14 @@ pub async fn simulate_workers(
     }
     weather.set(0);
     for slot in &mut slots {
-        if let Some((_, _, faulty)) = &slot.task {
+        if let Some(Live { faulty, .. }) = &slot.task {
             *faulty
                 .cut_until
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
         }
         if !slot.alive() {
-            world.start_in(slot)?;
+            slot.task = Some(world.start_worker()?);
         }
     }
 
@@ -953,9 +952,9 @@ pub async fn simulate_workers(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     for slot in &mut slots {
-        if let Some((shutdown, task, _)) = slot.task.take() {
-            shutdown.cancel();
-            let _ = task.await;
+        if let Some(live) = slot.task.take() {
+            live.shutdown.cancel();
+            let _ = live.task.await;
         }
     }
 
