@@ -4,23 +4,16 @@
 //! Postgres as on SQLite. Figures are printed, never judged here: only what the bench
 //! checks (each run once, every 202 stored) and what it did (hand-offs) are asserted.
 
-#[path = "../../store-postgres/tests/support/mod.rs"]
 mod support;
-
-use std::process::Command;
 
 use serde_json::Value;
 
-const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
-
-/// Run `fronta --database url <args> --json` and parse its figures.
+/// Run `fronta --database url <args> --json` and parse its figures (stdout holds only
+/// them; logs go to stderr).
 fn bench_json(url: &str, args: &[&str]) -> Value {
-    let output = Command::new(FRONTA)
-        .arg("--database")
-        .arg(url)
+    let output = support::fronta(url)
         .args(args)
         .arg("--json")
-        .env("RUST_LOG", "warn")
         .output()
         .expect("fronta runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -29,17 +22,13 @@ fn bench_json(url: &str, args: &[&str]) -> Value {
         "fronta {args:?} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    serde_json::from_str(stdout.trim())
-        .or_else(|_| {
-            let last = stdout.lines().rfind(|line| line.starts_with('{'));
-            serde_json::from_str(last.unwrap_or_default())
-        })
+    serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|err| panic!("not JSON ({err}):\n{stdout}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_bench_ingests_into_postgres_and_reads_every_run_back() {
-    let db = support::TestDb::create().await;
+    let db = support::pg::TestDb::create().await;
     let figures = bench_json(
         &db.url,
         &[
@@ -64,11 +53,8 @@ async fn the_webhook_bench_ingests_into_postgres_and_reads_every_run_back() {
     );
 
     // The database now holds runs: a second bench on it would count them as its own.
-    let output = Command::new(FRONTA)
-        .arg("--database")
-        .arg(&db.url)
+    let output = support::fronta(&db.url)
         .args(["bench", "webhook", "--seconds", "1"])
-        .env("RUST_LOG", "warn")
         .output()
         .expect("fronta runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
@@ -80,7 +66,7 @@ async fn the_webhook_bench_ingests_into_postgres_and_reads_every_run_back() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_latency_phase_on_postgres_starts_runs_by_hand_off() {
-    let db = support::TestDb::create().await;
+    let db = support::pg::TestDb::create().await;
     let figures = bench_json(
         &db.url,
         &[

@@ -1,5 +1,5 @@
 //! Helpers shared by the process-level harnesses (`crash.rs`, `chaos.rs`, `fencing.rs`,
-//! `poison.rs`): the real `fronta` binary with the test kinds registered, reading every
+//! `poison.rs`, `postgres_bench.rs`): the real `fronta` binary with the test kinds registered, reading every
 //! run back through the store crates, and the checker of the `steps` kind's log.
 
 #![allow(dead_code)] // each test binary uses a different part
