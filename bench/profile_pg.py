@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -58,24 +59,32 @@ def machine_busy():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
-def machine_cost(command_of):
-    """(busy machine CPU seconds, figures) of one command on a fresh database."""
+@contextmanager
+def fresh_db():
+    """The name of a new database, dropped afterwards."""
     db = "profile_" + uuid.uuid4().hex[:10]
     psql("postgres", f"create database {db}")
-    before = machine_busy()
-    done = subprocess.run(command_of(f"{PG}/{db}?sslmode=disable"), capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn"))
-    busy = machine_busy() - before
-    psql("postgres", f"drop database {db} with (force)")
-    text = done.stdout.strip()
-    lines = [line for line in text.splitlines() if line.startswith("{")]
-    figures = {"error": done.stderr.strip()[-200:]}
-    for candidate in (text, lines[-1] if lines else ""):
-        try:
-            figures = json.loads(candidate)
-            break
-        except json.JSONDecodeError:
-            pass
-    return busy, figures
+    try:
+        yield db
+    finally:
+        psql("postgres", f"drop database {db} with (force)")
+
+
+def run(command):
+    """Run a bench command (its figures are its stdout, one JSON document)."""
+    return subprocess.run(command, capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn"))
+
+
+def machine_cost(command_of):
+    """(busy machine CPU seconds, figures) of one command on a fresh database."""
+    with fresh_db() as db:
+        before = machine_busy()
+        done = run(command_of(f"{PG}/{db}?sslmode=disable"))
+        busy = machine_busy() - before
+    try:
+        return busy, json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return busy, {"error": done.stderr.strip()[-200:]}
 
 
 def machine(jobs):
@@ -99,8 +108,11 @@ def machine(jobs):
 
 
 def profile(label, command_of):
-    db = "profile_" + uuid.uuid4().hex[:10]
-    psql("postgres", f"create database {db}")
+    with fresh_db() as db:
+        profile_on(db, label, command_of)
+
+
+def profile_on(db, label, command_of):
     seen, stop = {}, []
 
     def sample():
@@ -111,12 +123,11 @@ def profile(label, command_of):
 
     sampler = threading.Thread(target=sample)
     sampler.start()
-    done = subprocess.run(command_of(f"{PG}/{db}"), capture_output=True, text=True, env=dict(os.environ, RUST_LOG="warn"))
+    done = run(command_of(f"{PG}/{db}"))
     stop.append(True)
     sampler.join()
     counters = psql(db, "select xact_commit, tup_returned from pg_stat_database where datname = current_database()")
     tables = psql(db, "select relname, seq_scan, seq_tup_read from pg_stat_user_tables order by seq_tup_read desc limit 1")
-    psql("postgres", f"drop database {db} with (force)")
     try:
         figures = json.loads(done.stdout)
         rate = figures.get("drainedPerSecond") or figures.get("perSecond")
