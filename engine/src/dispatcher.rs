@@ -182,7 +182,7 @@ impl Dispatcher {
     /// [`RunStore::run_enqueue_started`]).
     pub async fn enqueue(&self, request: EnqueueRequest) -> Result<Enqueued, EngineError> {
         let run = self.prepare(request)?;
-        let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+        let due_now = run.due_at_once();
         if let Some(intake) = self.intake.as_ref().filter(|_| due_now)
             && let Some(reservation) = intake.reserve()
         {

@@ -236,6 +236,14 @@ pub struct NewRun {
     pub max_retries: u32,
 }
 
+impl NewRun {
+    /// Due the moment it is stored: no `run_at` and no delay (or a zero one). Only such a
+    /// run may be handed off at enqueue.
+    pub fn due_at_once(&self) -> bool {
+        self.run_at.is_none() && self.delay.is_none_or(|delay| delay.is_zero())
+    }
+}
+
 /// The tenant of runs enqueued without one (CLI, tests, platform maintenance).
 pub const DEFAULT_TENANT: &str = "default";
 

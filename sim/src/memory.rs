@@ -270,7 +270,7 @@ impl RunStore for MemoryStore {
 
     async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
         let now = self.now();
-        let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+        let due_now = run.due_at_once();
         if due_now {
             let mut rows = self.lock()?;
             let overtakes = rows.runs.values().any(|other| {

@@ -518,7 +518,7 @@ impl RunStore for PgStore {
     }
 
     async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
-        if run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero()) {
+        if run.due_at_once() {
             let mut conn = self.connection().await?;
             if let Some(claimed) = runs::hand_off(&mut conn, self.ctx(), &run, lease).await? {
                 return Ok(HandOff::Started(Box::new(claimed)));

@@ -184,7 +184,7 @@ pub fn hand_off(
     lease: Duration,
     now: i64,
 ) -> SqlResult<HandOff> {
-    let due_now = run.run_at.is_none() && run.delay.is_none_or(|delay| delay.is_zero());
+    let due_now = run.due_at_once();
     let overtakes: bool = due_now
         && conn
             .prepare_cached(
