@@ -596,38 +596,48 @@ fn a_poll_automation_hands_on_only_new_items_also_across_a_restart() {
     let server = start(&db, Some(admin));
     wait_for(&[1, 2, 3, 4], "after the restart only 3 and 4 are new");
 
-    let (status, page) = server.call(
-        "GET",
-        &format!("/api/runs?automation={automation}"),
-        Some(&token),
-        None,
-    );
-    assert_eq!(status, 200, "runs: {page}");
-    let runs = page["items"].as_array().cloned().unwrap_or_default();
-    assert!(
-        runs.iter().all(|run| run["trigger"] == "poll"),
-        "recorded as poll: {runs:?}"
-    );
-    let mut polled: Vec<String> = Vec::new();
-    for run in runs.iter().filter(|run| run["status"] == "completed") {
-        let (_, one) = server.call(
+    // The sink sees item 4 a moment before the run that sent it records its own
+    // completion, so the runs are read until both polls stand completed.
+    let polls_logged = || -> Vec<String> {
+        let (status, page) = server.call(
             "GET",
-            &format!("/api/runs/{}", run["id"].as_str().expect("id")),
+            &format!("/api/runs?automation={automation}"),
             Some(&token),
             None,
         );
-        if let Some(line) = one["steps"]
-            .as_array()
-            .and_then(|steps| steps.iter().find(|step| step["name"] == "poll"))
-        {
-            polled.push(line["message"].as_str().unwrap_or("").to_owned());
+        assert_eq!(status, 200, "runs: {page}");
+        let runs = page["items"].as_array().cloned().unwrap_or_default();
+        assert!(
+            runs.iter().all(|run| run["trigger"] == "poll"),
+            "recorded as poll: {runs:?}"
+        );
+        let mut polled: Vec<String> = Vec::new();
+        for run in runs.iter().filter(|run| run["status"] == "completed") {
+            let (_, one) = server.call(
+                "GET",
+                &format!("/api/runs/{}", run["id"].as_str().expect("id")),
+                Some(&token),
+                None,
+            );
+            if let Some(line) = one["steps"]
+                .as_array()
+                .and_then(|steps| steps.iter().find(|step| step["name"] == "poll"))
+            {
+                polled.push(line["message"].as_str().unwrap_or("").to_owned());
+            }
         }
+        polled.sort();
+        polled
+    };
+    let want = ["2 new items; cursor → 2", "2 new items; cursor 2 → 4"];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let polled = polls_logged();
+        if want.iter().all(|line| polled.iter().any(|got| got == line)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the poll steps' log: {polled:?}");
+        std::thread::sleep(Duration::from_millis(100));
     }
-    polled.sort();
-    assert!(
-        polled.contains(&"2 new items; cursor → 2".to_string())
-            && polled.contains(&"2 new items; cursor 2 → 4".to_string()),
-        "the poll steps' log: {polled:?}"
-    );
     server.stop();
 }
