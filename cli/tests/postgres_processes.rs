@@ -435,13 +435,16 @@ async fn only_the_leader_schedules_and_each_tick_runs_once() {
             .await
             .expect("counts");
     assert_eq!(runs, ticks, "one run per tick, never two");
+    // Both stop at once: a leader steps down as soon as its SIGTERM arrives, and a
+    // follower still running then would take the lock and plan the next tick itself.
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .args(workers.iter().map(|child| child.id().to_string()))
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "SIGTERM sent");
     let mut planners = 0;
     for mut child in workers.drain(..) {
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "SIGTERM sent");
         child.wait().expect("the worker exits");
         let mut stderr = String::new();
         child
