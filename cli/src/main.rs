@@ -79,6 +79,15 @@ struct DbArgs {
     /// on, as sqlx 0.9.0 does, which holds a large batch's last segment up to 40 ms).
     #[arg(long, global = true, env = "FRONTA_PG_TCP_NODELAY", default_value_t = true, action = clap::ArgAction::Set)]
     pg_tcp_nodelay: bool,
+    /// Postgres: enqueues of this process written at once; calls arriving while that
+    /// many are being written wait and then share one statement and one commit (0: every
+    /// enqueue is its own transaction).
+    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_WRITERS", default_value_t = 2)]
+    pg_enqueue_writers: usize,
+    /// Postgres: runs in one shared enqueue commit at most; a call of this many or more
+    /// is written alone.
+    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_GROUP_MAX", default_value_t = 1000)]
+    pg_enqueue_group_max: usize,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -378,6 +387,13 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
         config.max_connections = db.pg_max_connections;
         config.tenant_tidy_every = db.pg_tenant_tidy;
         config.tcp_nodelay = db.pg_tcp_nodelay;
+        if db.pg_enqueue_group_max == 0 {
+            bail!("--pg-enqueue-group-max (FRONTA_PG_ENQUEUE_GROUP_MAX) must be at least 1");
+        }
+        config.enqueue_groups = fronta_store_postgres::group::GroupConfig {
+            writers: db.pg_enqueue_writers,
+            max_runs: db.pg_enqueue_group_max,
+        };
         let store = PgStore::connect(config)
             .await
             .map_err(|err| anyhow::anyhow!("connecting to Postgres: {err}"))?;

@@ -26,6 +26,7 @@
 
 pub mod automations;
 pub mod desk;
+pub mod group;
 pub mod leader;
 pub mod limits;
 pub mod listener;
@@ -99,6 +100,9 @@ pub struct PgConfig {
     /// batch larger than one TCP segment waits up to 40 ms for the server's delayed
     /// acknowledgement. `false` leaves the sockets as sqlx makes them (for measuring).
     pub tcp_nodelay: bool,
+    /// Group enqueue ([`group`]): concurrent enqueues of this process share one
+    /// statement and one commit.
+    pub enqueue_groups: group::GroupConfig,
 }
 
 /// Empty tenants a claim round may meet before it tidies the tenant list at once,
@@ -115,6 +119,7 @@ impl PgConfig {
             listen: true,
             tenant_tidy_every: Duration::from_secs(1),
             tcp_nodelay: true,
+            enqueue_groups: group::GroupConfig::default(),
         }
     }
 }
@@ -128,6 +133,8 @@ impl std::fmt::Debug for PgConfig {
             .field("clock", &self.clock)
             .field("listen", &self.listen)
             .field("tenant_tidy_every", &self.tenant_tidy_every)
+            .field("tcp_nodelay", &self.tcp_nodelay)
+            .field("enqueue_groups", &self.enqueue_groups)
             .field("tcp_nodelay", &self.tcp_nodelay)
             .finish()
     }
@@ -207,6 +214,8 @@ struct Inner {
     url: String,
     /// Called inside every ticket write that changed something (see [`desk`]).
     ticket_event_sink: RwLock<Option<TicketEventSink>>,
+    /// Concurrent enqueues waiting to share a commit.
+    groups: Arc<group::Groups>,
 }
 
 impl Drop for Inner {
@@ -304,6 +313,7 @@ impl PgStore {
                 own_wakeups_skipped,
                 url: config.url,
                 ticket_event_sink: RwLock::new(None),
+                groups: Arc::new(group::Groups::new(config.enqueue_groups)),
             }),
         })
     }
@@ -331,6 +341,31 @@ impl PgStore {
     /// Statements (including `BEGIN`/`COMMIT`) this store has sent, for tests and metrics.
     pub fn round_trips(&self) -> u64 {
         self.inner.round_trips.load(Ordering::Relaxed)
+    }
+
+    /// What group enqueue did so far ([`group`]).
+    pub fn enqueue_group_stats(&self) -> group::GroupStats {
+        self.inner.groups.stats()
+    }
+
+    /// Enqueue `new_runs` in one transaction of their own (see `run_enqueue_many`).
+    async fn enqueue_now(&self, new_runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        // Without unique keys the insert is one statement: atomic on its own. With keys,
+        // a holder may have to be looked up (and a freed key retried) in the same
+        // transaction.
+        let (answers, inserted) = if new_runs.iter().any(|run| run.unique_key.is_some()) {
+            let mut tx = self.begin_tx().await?;
+            let written = runs::insert_many(&mut tx, self.ctx(), &new_runs).await?;
+            self.commit_tx(tx).await?;
+            written
+        } else {
+            let mut conn = self.connection().await?;
+            runs::insert_many(&mut conn, self.ctx(), &new_runs).await?
+        };
+        if inserted {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(answers)
     }
 
     /// Notifications the listener heard from this process's own writes and skipped
@@ -493,28 +528,27 @@ impl PgTx {
     }
 }
 
+impl group::WriteGroup for PgStore {
+    fn write(
+        &self,
+        runs: Vec<NewRun>,
+    ) -> impl std::future::Future<Output = StoreResult<Vec<Enqueued>>> + Send {
+        self.enqueue_now(runs)
+    }
+}
+
 #[async_trait]
 impl RunStore for PgStore {
     async fn run_enqueue_many(&self, new_runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
         if new_runs.is_empty() {
             return Ok(Vec::new());
         }
-        // Without unique keys the insert is one statement: atomic on its own. With keys,
-        // a holder may have to be looked up (and a freed key retried) in the same
-        // transaction.
-        let (answers, inserted) = if new_runs.iter().any(|run| run.unique_key.is_some()) {
-            let mut tx = self.begin_tx().await?;
-            let written = runs::insert_many(&mut tx, self.ctx(), &new_runs).await?;
-            self.commit_tx(tx).await?;
-            written
+        if self.inner.groups.takes(new_runs.len()) {
+            let groups = Arc::clone(&self.inner.groups);
+            groups.enqueue(new_runs, self.clone()).await
         } else {
-            let mut conn = self.connection().await?;
-            runs::insert_many(&mut conn, self.ctx(), &new_runs).await?
-        };
-        if inserted {
-            self.inner.signal.notify_waiters();
+            self.enqueue_now(new_runs).await
         }
-        Ok(answers)
     }
 
     async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
