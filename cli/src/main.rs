@@ -82,7 +82,7 @@ struct DbArgs {
     /// Postgres: enqueues of this process written at once; calls arriving while that
     /// many are being written wait and then share one statement and one commit (0: every
     /// enqueue is its own transaction).
-    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_WRITERS", default_value_t = 2)]
+    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_WRITERS", default_value_t = 1)]
     pg_enqueue_writers: usize,
     /// Postgres: runs in one shared enqueue commit at most; a call of this many or more
     /// is written alone.
