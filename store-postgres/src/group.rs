@@ -173,11 +173,18 @@ impl Groups {
     }
 
     async fn write_until_empty<W: WriteGroup>(self: Arc<Self>, mut group: Vec<Call>, write: W) {
+        let mut slot = Slot {
+            groups: Arc::clone(&self),
+            held: true,
+        };
         loop {
             self.write_one(group, &write).await;
             let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             if queue.waiting.is_empty() {
+                // Under the same lock as the look at the queue: a call queued after it
+                // finds the slot free and starts a writer of its own.
                 queue.writing -= 1;
+                slot.held = false;
                 return;
             }
             group = self.take(&mut queue);
@@ -218,6 +225,33 @@ impl Groups {
                 }
             }
         }
+    }
+}
+
+/// A writer's place, given back if the writer ends without giving it back itself (a
+/// panic, its runtime shutting down): then the calls waiting are dropped, so they answer
+/// `Unavailable` at once instead of waiting for a writer that never comes, and the next
+/// call starts a writer again.
+struct Slot {
+    groups: Arc<Groups>,
+    held: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if !self.held {
+            return;
+        }
+        let dropped = {
+            let mut queue = self
+                .groups
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            queue.writing -= 1;
+            std::mem::take(&mut queue.waiting)
+        };
+        tracing::warn!(waiting = dropped.len(), "postgres: an enqueue writer stopped before its calls were answered");
     }
 }
 
@@ -322,6 +356,41 @@ mod tests {
         for (call, answers) in group.iter().zip(&split) {
             assert_eq!(ids(answers), call.runs.iter().map(|run| run.id).collect::<Vec<_>>());
         }
+    }
+
+    /// Answers every run `Inserted`, but panics on the first write when told to.
+    struct Fake {
+        panic_once: std::sync::atomic::AtomicBool,
+    }
+
+    impl WriteGroup for Arc<Fake> {
+        async fn write(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+            if self.panic_once.swap(false, Ordering::SeqCst) {
+                panic!("a planted writer panic");
+            }
+            Ok(runs.iter().map(|run| Enqueued::Inserted(run.id)).collect())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_panics_answers_unavailable_and_the_next_call_writes_again() {
+        let groups = Arc::new(Groups::new(GroupConfig {
+            writers: 1,
+            max_runs: 10,
+        }));
+        let fake = Arc::new(Fake {
+            panic_once: true.into(),
+        });
+        let lost = groups.enqueue(vec![run("a", None)], fake.clone()).await;
+        assert!(matches!(lost, Err(StoreError::Unavailable(_))), "{lost:?}");
+        let next = run("a", None);
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            groups.enqueue(vec![next.clone()], fake),
+        )
+        .await
+        .expect("the next call is written, not left waiting for the lost writer");
+        assert_eq!(answer, Ok(vec![Enqueued::Inserted(next.id)]), "the slot was given back");
     }
 
     #[test]
