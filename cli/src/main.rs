@@ -82,11 +82,21 @@ struct DbArgs {
     /// Postgres: enqueues of this process written at once; calls arriving while that
     /// many are being written wait and then share one statement and one commit (0: every
     /// enqueue is its own transaction).
-    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_WRITERS", default_value_t = 1)]
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_PG_ENQUEUE_WRITERS",
+        default_value_t = 1
+    )]
     pg_enqueue_writers: usize,
     /// Postgres: runs in one shared enqueue commit at most; a call of this many or more
     /// is written alone.
-    #[arg(long, global = true, env = "FRONTA_PG_ENQUEUE_GROUP_MAX", default_value_t = 1000)]
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_PG_ENQUEUE_GROUP_MAX",
+        default_value_t = 1000
+    )]
     pg_enqueue_group_max: usize,
 }
 

@@ -135,7 +135,10 @@ impl Groups {
     {
         let (reply, answer) = oneshot::channel();
         let start = {
-            let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut queue = self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             queue.waiting.push_back(Call { runs, reply });
             if queue.writing < self.config().writers {
                 queue.writing += 1;
@@ -179,7 +182,10 @@ impl Groups {
         };
         loop {
             self.write_one(group, &write).await;
-            let mut queue = self.queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut queue = self
+                .queue
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if queue.waiting.is_empty() {
                 // Under the same lock as the look at the queue: a call queued after it
                 // finds the slot free and starts a writer of its own.
@@ -202,7 +208,11 @@ impl Groups {
             return;
         }
         let (runs, lengths, order) = merge(&group);
-        tracing::debug!(calls = group.len(), runs = runs.len(), "postgres: one commit for a group of enqueues");
+        tracing::debug!(
+            calls = group.len(),
+            runs = runs.len(),
+            "postgres: one commit for a group of enqueues"
+        );
         match write.write(runs).await {
             Ok(answers) => {
                 let mut answers = unmerge(answers, &order, &lengths);
@@ -212,7 +222,9 @@ impl Groups {
             }
             Err(StoreError::Unavailable(reason)) => {
                 for call in group {
-                    let _ = call.reply.send(Err(StoreError::Unavailable(reason.clone())));
+                    let _ = call
+                        .reply
+                        .send(Err(StoreError::Unavailable(reason.clone())));
                 }
             }
             Err(err) => {
@@ -251,7 +263,10 @@ impl Drop for Slot {
             queue.writing -= 1;
             std::mem::take(&mut queue.waiting)
         };
-        tracing::warn!(waiting = dropped.len(), "postgres: an enqueue writer stopped before its calls were answered");
+        tracing::warn!(
+            waiting = dropped.len(),
+            "postgres: an enqueue writer stopped before its calls were answered"
+        );
     }
 }
 
@@ -328,7 +343,11 @@ mod tests {
         let group = vec![
             call(vec![run("b", Some("z")), run("a", None)]),
             call(vec![run("a", Some("y"))]),
-            call(vec![run("a", None), run("b", Some("a")), run("a", Some("y"))]),
+            call(vec![
+                run("a", None),
+                run("b", Some("a")),
+                run("a", Some("y")),
+            ]),
         ];
         let (runs, lengths, order) = merge(&group);
         assert_eq!(lengths, vec![2, 1, 3]);
@@ -354,7 +373,10 @@ mod tests {
         let split = unmerge(answers, &order, &lengths);
         let ids = |answers: &[Enqueued]| answers.iter().map(|a| a.id()).collect::<Vec<_>>();
         for (call, answers) in group.iter().zip(&split) {
-            assert_eq!(ids(answers), call.runs.iter().map(|run| run.id).collect::<Vec<_>>());
+            assert_eq!(
+                ids(answers),
+                call.runs.iter().map(|run| run.id).collect::<Vec<_>>()
+            );
         }
     }
 
@@ -390,7 +412,11 @@ mod tests {
         )
         .await
         .expect("the next call is written, not left waiting for the lost writer");
-        assert_eq!(answer, Ok(vec![Enqueued::Inserted(next.id)]), "the slot was given back");
+        assert_eq!(
+            answer,
+            Ok(vec![Enqueued::Inserted(next.id)]),
+            "the slot was given back"
+        );
     }
 
     #[test]

@@ -49,7 +49,10 @@ async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
 /// A transaction holding `runs` in `SHARE` mode: every insert waits until it ends.
 async fn hold_inserts(db: &TestDb) -> PgConnection {
     let mut holder = db.connection().await;
-    sqlx::query("BEGIN").execute(&mut holder).await.expect("begin");
+    sqlx::query("BEGIN")
+        .execute(&mut holder)
+        .await
+        .expect("begin");
     sqlx::query("LOCK TABLE runs IN SHARE MODE")
         .execute(&mut holder)
         .await
@@ -58,7 +61,10 @@ async fn hold_inserts(db: &TestDb) -> PgConnection {
 }
 
 async fn release(mut holder: PgConnection) {
-    sqlx::query("COMMIT").execute(&mut holder).await.expect("commit");
+    sqlx::query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .expect("commit");
     let _ = holder.close().await;
 }
 
@@ -129,10 +135,17 @@ async fn calls_arriving_while_the_writer_is_busy_share_one_commit_each_answered_
     for (runs, answer) in calls.iter().zip(rest) {
         let answers = answer.await.expect("task").expect("a grouped call");
         let want: Vec<Enqueued> = runs.iter().map(|run| Enqueued::Inserted(run.id)).collect();
-        assert_eq!(answers, want, "each call is answered its own runs, in its order");
+        assert_eq!(
+            answers, want,
+            "each call is answered its own runs, in its order"
+        );
     }
     let ids: Vec<RunId> = calls.iter().flatten().map(|run| run.id).collect();
-    assert_eq!(stored(&db, &ids).await, ids.len() as i64, "every run is stored");
+    assert_eq!(
+        stored(&db, &ids).await,
+        ids.len() as i64,
+        "every run is stored"
+    );
     assert_eq!(
         store.enqueue_group_stats(),
         GroupStats {
@@ -152,7 +165,10 @@ async fn a_key_repeated_across_the_calls_of_a_group_goes_to_the_earliest_call() 
     let holder = hold_inserts(&db).await;
     let calls = vec![
         vec![prepare(&store, "acme", Some("order-7"))],
-        vec![prepare(&store, "acme", None), prepare(&store, "acme", Some("order-7"))],
+        vec![
+            prepare(&store, "acme", None),
+            prepare(&store, "acme", Some("order-7")),
+        ],
         vec![prepare(&store, "other", Some("order-7"))],
     ];
     let (first, rest) = gather(&db, &store, calls.clone()).await;
@@ -166,7 +182,10 @@ async fn a_key_repeated_across_the_calls_of_a_group_goes_to_the_earliest_call() 
     assert_eq!(answers[0], vec![Enqueued::Inserted(holder_id)]);
     assert_eq!(
         answers[1],
-        vec![Enqueued::Inserted(calls[1][0].id), Enqueued::Existing(holder_id)],
+        vec![
+            Enqueued::Inserted(calls[1][0].id),
+            Enqueued::Existing(holder_id)
+        ],
         "the later call is told the earlier call's run, as if they came one after the other"
     );
     assert_eq!(
@@ -216,7 +235,11 @@ async fn a_bad_call_fails_alone_and_its_group_is_written_call_by_call() {
     assert_eq!(stored(&db, &[good_before.id, good_after.id]).await, 2);
     let stats = store.enqueue_group_stats();
     // The stored run's own enqueue, the held first call, then the group of three.
-    assert_eq!((stats.groups, stats.calls, stats.split), (3, 5, 1), "{stats:?}");
+    assert_eq!(
+        (stats.groups, stats.calls, stats.split),
+        (3, 5, 1),
+        "{stats:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
