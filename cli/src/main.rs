@@ -301,6 +301,37 @@ impl Store {
         }
     }
 
+    /// The store's own counters for `GET /metrics`: group enqueue on Postgres.
+    pub(crate) fn counters(&self) -> Option<fronta_server::metrics::StoreCounters> {
+        use fronta_server::metrics::StoreCounter;
+        match self {
+            Store::Sqlite(_) => None,
+            Store::Postgres(store) => {
+                let store = store.clone();
+                Some(fronta_server::metrics::StoreCounters::new(move || {
+                    let stats = store.enqueue_group_stats();
+                    vec![
+                        StoreCounter {
+                            name: "fronta_pg_enqueue_groups_total",
+                            help: "Enqueue commits written by group enqueue (a lone call is a group of one).",
+                            value: stats.groups,
+                        },
+                        StoreCounter {
+                            name: "fronta_pg_enqueue_grouped_calls_total",
+                            help: "Enqueue calls answered through group enqueue.",
+                            value: stats.calls,
+                        },
+                        StoreCounter {
+                            name: "fronta_pg_enqueue_groups_split_total",
+                            help: "Groups that failed and were written again call by call.",
+                            value: stats.split,
+                        },
+                    ]
+                }))
+            }
+        }
+    }
+
     /// The three ports on this database.
     pub(crate) fn ports(
         &self,

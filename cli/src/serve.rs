@@ -170,6 +170,9 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(worker) = &worker {
         app.observe_worker(worker.metrics());
     }
+    if let Some(counters) = opened.counters() {
+        app.observe_store(counters);
+    }
 
     // Signals are heard from here on, before the address is printed.
     let shutdown = CancellationToken::new();

@@ -4,7 +4,8 @@
 //! stops it cleanly; a second start prints no token and the first one still works;
 //! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken over a plain `TcpStream`.
 //! Timed automations run on their own, and a poll automation against an HTTP source
-//! (wiremock) takes only new items, also across a restart of the binary.
+//! (wiremock) takes only new items, also across a restart of the binary. On Postgres,
+//! `/metrics` counts the commits of group enqueue.
 
 mod support;
 
@@ -26,7 +27,13 @@ struct Server {
 }
 
 fn start(db: &Path, admin_token: Option<&str>) -> Server {
+    start_with(db, admin_token, &[])
+}
+
+/// [`start`] with more environment for the server.
+fn start_with(db: &Path, admin_token: Option<&str>, env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(FRONTA);
+    command.envs(env.iter().copied());
     command
         .arg("--database")
         .arg(db)
@@ -639,5 +646,78 @@ fn a_poll_automation_hands_on_only_new_items_also_across_a_restart() {
         assert!(Instant::now() < deadline, "the poll steps' log: {polled:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    server.stop();
+}
+
+/// On Postgres, webhooks' enqueues go through group enqueue, and `/metrics` counts it:
+/// every call answered, in no more commits than calls. The hand-off is off, so no
+/// webhook's run takes the other path.
+#[test]
+fn on_postgres_metrics_count_the_commits_of_group_enqueue() {
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let db = runtime.block_on(support::pg::TestDb::create());
+    let admin = "fa_group_admin_token";
+    let server = start_with(
+        Path::new(&db.url),
+        Some(admin),
+        &[("FRONTA_HAND_OFF", "false")],
+    );
+    let (_, tenant) = server.call(
+        "POST",
+        "/api/admin/tenants",
+        Some(admin),
+        Some(json!({"name": "Acme"})),
+    );
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, automation) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({
+            "name": "Pings",
+            "trigger": {"type": "webhook"},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "ping"}}]
+        })),
+    );
+    assert_eq!(status, 201, "automation: {automation}");
+    let url = automation["webhookUrl"].as_str().expect("a webhook URL");
+    let path = url[url.find("/webhook/").expect("a path")..].to_owned();
+    let before = server
+        .metric("fronta_pg_enqueue_grouped_calls_total")
+        .expect("a Postgres store reports group enqueue");
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for _ in 0..5 {
+                    let (status, accepted) = server.call("POST", &path, None, Some(json!({})));
+                    assert_eq!(status, 202, "webhook accepted: {accepted}");
+                }
+            });
+        }
+    });
+    let calls = server
+        .metric("fronta_pg_enqueue_grouped_calls_total")
+        .expect("calls")
+        - before;
+    let groups = server
+        .metric("fronta_pg_enqueue_groups_total")
+        .expect("groups");
+    assert!(
+        calls >= 40.0,
+        "each of the 40 webhooks' enqueues was answered by a group: {calls}"
+    );
+    assert!(
+        groups >= 1.0
+            && groups
+                <= server
+                    .metric("fronta_pg_enqueue_grouped_calls_total")
+                    .expect("calls"),
+        "no more commits than calls: {groups} for {calls}"
+    );
+    assert_eq!(
+        server.metric("fronta_pg_enqueue_groups_split_total"),
+        Some(0.0),
+        "no group failed"
+    );
     server.stop();
 }

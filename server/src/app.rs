@@ -21,7 +21,7 @@ use fronta_desk::DeskStore;
 use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
 
 use crate::config::ServerConfig;
-use crate::metrics::WebhookMetrics;
+use crate::metrics::{StoreCounters, WebhookMetrics};
 use crate::ratelimit::Limiter;
 use crate::stream::Hub;
 
@@ -75,6 +75,7 @@ pub(crate) struct Inner {
     pub webhook_metrics: WebhookMetrics,
     /// What `GET /metrics` tells of the worker in this process, when there is one.
     pub worker_metrics: OnceLock<Arc<WorkerMetrics>>,
+    pub store_counters: OnceLock<StoreCounters>,
     /// Serves widgets from their cache and refreshes them.
     pub widgets: WidgetService,
 }
@@ -113,6 +114,7 @@ impl App {
             hub: Hub::default(),
             webhook_metrics: WebhookMetrics::default(),
             worker_metrics: OnceLock::new(),
+            store_counters: OnceLock::new(),
             config,
             ports,
             dispatcher,
@@ -136,6 +138,14 @@ impl App {
     pub fn observe_worker(&self, metrics: Arc<WorkerMetrics>) {
         if self.inner.worker_metrics.set(metrics).is_err() {
             tracing::warn!("a second worker's metrics were offered; /metrics keeps the first");
+        }
+    }
+
+    /// Report counters of this process's store at `GET /metrics` (read at each scrape;
+    /// the first given wins), such as the Postgres store's group enqueue.
+    pub fn observe_store(&self, counters: StoreCounters) {
+        if self.inner.store_counters.set(counters).is_err() {
+            tracing::warn!("a second store's counters were offered; /metrics keeps the first");
         }
     }
 

@@ -19,7 +19,11 @@
 //! - when this process runs a worker (`App::observe_worker`): the histograms
 //!   `fronta_worker_claim_duration_seconds`, `fronta_worker_complete_duration_seconds`
 //!   and `fronta_run_start_delay_seconds`, and the counter `fronta_worker_handed_off_total`
-//!   (runs started by hand-off at enqueue, without a claim) (`fronta_engine::metrics`).
+//!   (runs started by hand-off at enqueue, without a claim) (`fronta_engine::metrics`);
+//! - counters of this process's store, when it offers some (`App::observe_store`): on
+//!   Postgres `fronta_pg_enqueue_groups_total`, `fronta_pg_enqueue_grouped_calls_total`
+//!   and `fronta_pg_enqueue_groups_split_total` (group enqueue: commits written, calls
+//!   they answered, groups written again call by call).
 //!
 //! Decisions: the route needs no token (scrapers rarely carry one, and it shows counts,
 //! never tenant data); put it behind the proxy's access rules if that matters. The
@@ -44,6 +48,43 @@ use fronta_engine::metrics::Histogram;
 
 use crate::app::App;
 use crate::error::ApiError;
+
+/// One counter of the store: its series name, its help line, its value now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreCounter {
+    pub name: &'static str,
+    pub help: &'static str,
+    pub value: u64,
+}
+
+/// Reads the store's counters at each scrape.
+#[derive(Clone)]
+pub struct StoreCounters(std::sync::Arc<dyn Fn() -> Vec<StoreCounter> + Send + Sync>);
+
+impl StoreCounters {
+    pub fn new(read: impl Fn() -> Vec<StoreCounter> + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(read))
+    }
+
+    /// The counters now.
+    pub fn read(&self) -> Vec<StoreCounter> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for StoreCounters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StoreCounters").finish_non_exhaustive()
+    }
+}
+
+/// Write `counters` as Prometheus counters.
+fn write_store_counters(out: &mut String, counters: &[StoreCounter]) {
+    for counter in counters {
+        header(out, counter.name, "counter", counter.help);
+        let _ = writeln!(out, "{} {}", counter.name, counter.value);
+    }
+}
 
 /// What this process measured of webhook requests.
 #[derive(Debug, Default)]
@@ -182,6 +223,9 @@ pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     app.inner().webhook_metrics.write(&mut out);
     if let Some(worker) = app.inner().worker_metrics.get() {
         worker.write_prometheus(&mut out);
+    }
+    if let Some(counters) = app.inner().store_counters.get() {
+        write_store_counters(&mut out, &counters.read());
     }
     header(
         &mut out,

@@ -222,3 +222,37 @@ async fn the_exposition_parses_and_moves_after_a_webhook() {
         "one run started"
     );
 }
+
+#[tokio::test]
+async fn the_store_s_own_counters_are_read_at_each_scrape() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use fronta_server::metrics::{StoreCounter, StoreCounters};
+
+    let harness = Harness::new();
+    let before = scrape(&harness).await;
+    assert!(
+        !before.contains_key("fronta_pg_enqueue_groups_total"),
+        "a store that offers no counters shows none"
+    );
+    let groups = Arc::new(AtomicU64::new(3));
+    let read = groups.clone();
+    harness.app.observe_store(StoreCounters::new(move || {
+        vec![StoreCounter {
+            name: "fronta_pg_enqueue_groups_total",
+            help: "Enqueue commits.",
+            value: read.load(Ordering::Relaxed),
+        }]
+    }));
+    assert_eq!(
+        sample(&scrape(&harness).await, "fronta_pg_enqueue_groups_total"),
+        3.0
+    );
+    groups.store(5, Ordering::Relaxed);
+    assert_eq!(
+        sample(&scrape(&harness).await, "fronta_pg_enqueue_groups_total"),
+        5.0,
+        "read again at the next scrape"
+    );
+}
