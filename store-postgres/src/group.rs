@@ -70,9 +70,12 @@ pub struct GroupStats {
     pub waiting: u64,
 }
 
+/// Where a call's answers go.
+type Reply = oneshot::Sender<StoreResult<Vec<Enqueued>>>;
+
 struct Call {
     runs: Vec<NewRun>,
-    reply: oneshot::Sender<StoreResult<Vec<Enqueued>>>,
+    reply: Reply,
 }
 
 #[derive(Default)]
@@ -99,14 +102,9 @@ impl Groups {
         }
     }
 
-    fn config(&self) -> GroupConfig {
-        self.config
-    }
-
     /// Whether a call of `runs` runs goes through a group at all.
     pub(crate) fn takes(&self, runs: usize) -> bool {
-        let config = self.config();
-        config.writers > 0 && runs < config.max_runs
+        self.config.writers > 0 && runs < self.config.max_runs
     }
 
     pub(crate) fn stats(&self) -> GroupStats {
@@ -140,7 +138,7 @@ impl Groups {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             queue.waiting.push_back(Call { runs, reply });
-            if queue.writing < self.config().writers {
+            if queue.writing < self.config.writers {
                 queue.writing += 1;
                 self.take(&mut queue)
             } else {
@@ -148,8 +146,11 @@ impl Groups {
             }
         };
         if !start.is_empty() {
-            let groups = Arc::clone(self);
-            tokio::spawn(async move { groups.write_until_empty(start, write).await });
+            let slot = Slot {
+                groups: Arc::clone(self),
+                held: true,
+            };
+            tokio::spawn(write_until_empty(slot, start, write));
         }
         answer.await.unwrap_or_else(|_| {
             Err(StoreError::Unavailable(
@@ -162,7 +163,7 @@ impl Groups {
     /// The next group: waiting calls in arrival order up to `max_runs` runs (always at
     /// least one call).
     fn take(&self, queue: &mut Queue) -> Vec<Call> {
-        let max_runs = self.config().max_runs;
+        let max_runs = self.config.max_runs;
         let mut group = Vec::new();
         let mut runs = 0;
         while let Some(call) = queue.waiting.front() {
@@ -175,68 +176,67 @@ impl Groups {
         group
     }
 
-    async fn write_until_empty<W: WriteGroup>(self: Arc<Self>, mut group: Vec<Call>, write: W) {
-        let mut slot = Slot {
-            groups: Arc::clone(&self),
-            held: true,
-        };
-        loop {
-            self.write_one(group, &write).await;
-            let mut queue = self
-                .queue
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            if queue.waiting.is_empty() {
-                // Under the same lock as the look at the queue: a call queued after it
-                // finds the slot free and starts a writer of its own.
-                queue.writing -= 1;
-                slot.held = false;
-                return;
-            }
-            group = self.take(&mut queue);
-        }
-    }
-
-    async fn write_one<W: WriteGroup>(&self, group: Vec<Call>, write: &W) {
+    async fn write_one<W: WriteGroup>(&self, mut group: Vec<Call>, write: &W) {
         self.groups.fetch_add(1, Ordering::Relaxed);
         self.calls.fetch_add(group.len() as u64, Ordering::Relaxed);
         if group.len() == 1 {
-            for call in group {
-                let answer = write.write(call.runs).await;
-                let _ = call.reply.send(answer);
-            }
+            let call = group.remove(0);
+            let answer = write.write(&call.runs).await;
+            let _ = call.reply.send(answer);
             return;
         }
-        let (runs, lengths, order) = merge(&group);
+        let calls = group.len();
+        let (runs, order, replies) = merge(group);
         tracing::debug!(
-            calls = group.len(),
+            calls,
             runs = runs.len(),
             "postgres: one commit for a group of enqueues"
         );
-        match write.write(runs).await {
+        let lengths: Vec<usize> = replies.iter().map(|(length, _)| *length).collect();
+        match write.write(&runs).await {
             Ok(answers) => {
-                let mut answers = unmerge(answers, &order, &lengths);
-                for call in group.into_iter().rev() {
-                    let _ = call.reply.send(Ok(answers.pop().unwrap_or_default()));
+                let answers = unmerge(answers, &order, &lengths);
+                for ((_, reply), answers) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(Ok(answers));
                 }
             }
             Err(StoreError::Unavailable(reason)) => {
-                for call in group {
-                    let _ = call
-                        .reply
-                        .send(Err(StoreError::Unavailable(reason.clone())));
+                for (_, reply) in replies {
+                    let _ = reply.send(Err(StoreError::Unavailable(reason.clone())));
                 }
             }
             Err(err) => {
                 self.split.fetch_add(1, Ordering::Relaxed);
-                tracing::info!(calls = group.len(), error = %err,
+                tracing::info!(calls, error = %err,
                     "postgres: a group of enqueues failed and wrote nothing; writing its calls one by one");
-                for call in group {
-                    let answer = write.write(call.runs).await;
-                    let _ = call.reply.send(answer);
+                let each = unmerge(runs, &order, &lengths);
+                for ((_, reply), runs) in replies.into_iter().zip(each) {
+                    let _ = reply.send(write.write(&runs).await);
                 }
             }
         }
+    }
+}
+
+/// Write `group`, then every group that gathered meanwhile, until none waits; then give
+/// the writer's place back.
+async fn write_until_empty<W: WriteGroup>(mut slot: Slot, mut group: Vec<Call>, write: W) {
+    loop {
+        slot.groups.write_one(group, &write).await;
+        let mut queue = slot
+            .groups
+            .queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if queue.waiting.is_empty() {
+            // Under the same lock as the look at the queue: a call queued after it
+            // finds the place free and starts a writer of its own.
+            queue.writing -= 1;
+            drop(queue);
+            slot.held = false;
+            return;
+        }
+        group = slot.groups.take(&mut queue);
     }
 }
 
@@ -274,35 +274,45 @@ impl Drop for Slot {
 pub(crate) trait WriteGroup: Send + Sync + 'static {
     fn write(
         &self,
-        runs: Vec<NewRun>,
+        runs: &[NewRun],
     ) -> impl std::future::Future<Output = StoreResult<Vec<Enqueued>>> + Send;
 }
 
-/// The group's runs as one list — unkeyed runs first in arrival order, then keyed runs in
-/// (tenant, key) order, the order of arrival among equal keys — with each call's length
-/// and, per position of the list, the run's place in arrival order.
-fn merge(group: &[Call]) -> (Vec<NewRun>, Vec<usize>, Vec<usize>) {
-    let arrived: Vec<&NewRun> = group.iter().flat_map(|call| call.runs.iter()).collect();
-    let lengths = group.iter().map(|call| call.runs.len()).collect();
+/// The group's runs moved into one list — unkeyed runs first in arrival order, then
+/// keyed runs in (tenant, key) order, the order of arrival among equal keys — with, per
+/// position of the list, the run's place in arrival order, and each call's length and
+/// reply.
+fn merge(group: Vec<Call>) -> (Vec<NewRun>, Vec<usize>, Vec<(usize, Reply)>) {
+    let mut arrived = Vec::new();
+    let mut replies = Vec::with_capacity(group.len());
+    for call in group {
+        replies.push((call.runs.len(), call.reply));
+        arrived.extend(call.runs);
+    }
     let mut order: Vec<usize> = (0..arrived.len()).collect();
     order.sort_by(|&a, &b| {
         let key = |index: usize| {
-            let run = arrived[index];
+            let run: &NewRun = &arrived[index];
             run.unique_key
                 .as_deref()
                 .map(|key| (run.tenant.as_str(), key))
         };
         key(a).cmp(&key(b))
     });
-    let runs = order.iter().map(|&index| arrived[index].clone()).collect();
-    (runs, lengths, order)
+    let mut slots: Vec<Option<NewRun>> = arrived.into_iter().map(Some).collect();
+    let runs = order
+        .iter()
+        .filter_map(|&index| slots[index].take())
+        .collect();
+    (runs, order, replies)
 }
 
-/// Each call's answers in its input order, from the answers of the merged list.
-fn unmerge(answers: Vec<Enqueued>, order: &[usize], lengths: &[usize]) -> Vec<Vec<Enqueued>> {
-    let mut arrived: Vec<Option<Enqueued>> = vec![None; order.len()];
-    for (answer, &index) in answers.into_iter().zip(order) {
-        arrived[index] = Some(answer);
+/// Items of the merged list (its runs, or their answers) back in arrival order, cut into
+/// the calls' `lengths`.
+fn unmerge<T>(items: Vec<T>, order: &[usize], lengths: &[usize]) -> Vec<Vec<T>> {
+    let mut arrived: Vec<Option<T>> = (0..order.len()).map(|_| None).collect();
+    for (item, &index) in items.into_iter().zip(order) {
+        arrived[index] = Some(item);
     }
     let mut arrived = arrived.into_iter();
     lengths
@@ -349,7 +359,12 @@ mod tests {
                 run("a", Some("y")),
             ]),
         ];
-        let (runs, lengths, order) = merge(&group);
+        let arrived: Vec<Vec<RunId>> = group
+            .iter()
+            .map(|call| call.runs.iter().map(|run| run.id).collect())
+            .collect();
+        let (runs, order, replies) = merge(group);
+        let lengths: Vec<usize> = replies.iter().map(|(length, _)| *length).collect();
         assert_eq!(lengths, vec![2, 1, 3]);
         let keys: Vec<(String, Option<String>)> = runs
             .iter()
@@ -368,15 +383,17 @@ mod tests {
             ]
         );
         // The earlier arrival of a repeated key comes first: it is the one inserted.
-        assert_eq!(runs[2].id, group[1].runs[0].id);
+        assert_eq!(runs[2].id, arrived[1][0]);
         let answers: Vec<Enqueued> = runs.iter().map(|run| Enqueued::Inserted(run.id)).collect();
         let split = unmerge(answers, &order, &lengths);
         let ids = |answers: &[Enqueued]| answers.iter().map(|a| a.id()).collect::<Vec<_>>();
-        for (call, answers) in group.iter().zip(&split) {
-            assert_eq!(
-                ids(answers),
-                call.runs.iter().map(|run| run.id).collect::<Vec<_>>()
-            );
+        for (want, answers) in arrived.iter().zip(&split) {
+            assert_eq!(&ids(answers), want);
+        }
+        // A failed group's runs go back to their calls the same way.
+        let each = unmerge(runs, &order, &lengths);
+        for (want, runs) in arrived.iter().zip(&each) {
+            assert_eq!(&runs.iter().map(|run| run.id).collect::<Vec<_>>(), want);
         }
     }
 
@@ -386,7 +403,7 @@ mod tests {
     }
 
     impl WriteGroup for Arc<Fake> {
-        async fn write(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+        async fn write(&self, runs: &[NewRun]) -> StoreResult<Vec<Enqueued>> {
             if self.panic_once.swap(false, Ordering::SeqCst) {
                 panic!("a planted writer panic");
             }

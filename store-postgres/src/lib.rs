@@ -135,7 +135,6 @@ impl std::fmt::Debug for PgConfig {
             .field("tenant_tidy_every", &self.tenant_tidy_every)
             .field("tcp_nodelay", &self.tcp_nodelay)
             .field("enqueue_groups", &self.enqueue_groups)
-            .field("tcp_nodelay", &self.tcp_nodelay)
             .finish()
     }
 }
@@ -349,18 +348,18 @@ impl PgStore {
     }
 
     /// Enqueue `new_runs` in one transaction of their own (see `run_enqueue_many`).
-    async fn enqueue_now(&self, new_runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
+    async fn enqueue_now(&self, new_runs: &[NewRun]) -> StoreResult<Vec<Enqueued>> {
         // Without unique keys the insert is one statement: atomic on its own. With keys,
         // a holder may have to be looked up (and a freed key retried) in the same
         // transaction.
         let (answers, inserted) = if new_runs.iter().any(|run| run.unique_key.is_some()) {
             let mut tx = self.begin_tx().await?;
-            let written = runs::insert_many(&mut tx, self.ctx(), &new_runs).await?;
+            let written = runs::insert_many(&mut tx, self.ctx(), new_runs).await?;
             self.commit_tx(tx).await?;
             written
         } else {
             let mut conn = self.connection().await?;
-            runs::insert_many(&mut conn, self.ctx(), &new_runs).await?
+            runs::insert_many(&mut conn, self.ctx(), new_runs).await?
         };
         if inserted {
             self.inner.signal.notify_waiters();
@@ -531,7 +530,7 @@ impl PgTx {
 impl group::WriteGroup for PgStore {
     fn write(
         &self,
-        runs: Vec<NewRun>,
+        runs: &[NewRun],
     ) -> impl std::future::Future<Output = StoreResult<Vec<Enqueued>>> + Send {
         self.enqueue_now(runs)
     }
@@ -547,7 +546,7 @@ impl RunStore for PgStore {
             let groups = Arc::clone(&self.inner.groups);
             groups.enqueue(new_runs, self.clone()).await
         } else {
-            self.enqueue_now(new_runs).await
+            self.enqueue_now(&new_runs).await
         }
     }
 
