@@ -141,6 +141,18 @@ impl Server {
         (status, body)
     }
 
+    /// Create the tenant `name` with the admin token; its API token.
+    fn tenant(&self, admin: &str, name: &str) -> String {
+        let (status, tenant) = self.call(
+            "POST",
+            "/api/admin/tenants",
+            Some(admin),
+            Some(json!({ "name": name })),
+        );
+        assert_eq!(status, 201, "tenant created: {tenant}");
+        tenant["token"].as_str().expect("a tenant token").to_owned()
+    }
+
     /// The value of the unlabelled Prometheus series `name` at `GET /metrics`.
     fn metric(&self, name: &str) -> Option<f64> {
         let (status, text) = self.call_text("GET", "/metrics", None, None);
@@ -172,14 +184,7 @@ fn serve_prints_the_admin_token_once_runs_webhooks_and_stops_on_sigterm() {
     assert_eq!(status, 200, "healthz");
     let (status, _) = server.call("GET", "/readyz", None, None);
     assert_eq!(status, 200, "readyz");
-    let (status, tenant) = server.call(
-        "POST",
-        "/api/admin/tenants",
-        Some(&admin),
-        Some(json!({"name": "Acme"})),
-    );
-    assert_eq!(status, 201, "tenant created: {tenant}");
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = server.tenant(&admin, "Acme");
     let (status, _) = server.call(
         "POST",
         "/api/ticket-types",
@@ -287,14 +292,7 @@ fn fronta_apply_sends_a_setup_file_idempotently_and_refuses_a_bad_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("apply.db");
     let server = start(&db, Some("fa_apply_test_admin_token"));
-    let (status, tenant) = server.call(
-        "POST",
-        "/api/admin/tenants",
-        Some("fa_apply_test_admin_token"),
-        Some(json!({"name": "Acme"})),
-    );
-    assert_eq!(status, 201, "tenant created: {tenant}");
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = server.tenant("fa_apply_test_admin_token", "Acme");
     let setup = dir.path().join("setup.json");
     std::fs::write(
         &setup,
@@ -367,13 +365,7 @@ fn timed_automations_run_on_their_own_and_stop_when_paused() {
     let db = dir.path().join("timed.db");
     let admin = "fa_timed_admin_token";
     let server = start(&db, Some(admin));
-    let (_, tenant) = server.call(
-        "POST",
-        "/api/admin/tenants",
-        Some(admin),
-        Some(json!({"name": "Acme"})),
-    );
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = server.tenant(admin, "Acme");
     let create = |name: &str, trigger: Value| {
         let (status, created) = server.call(
             "POST",
@@ -560,13 +552,7 @@ fn a_poll_automation_hands_on_only_new_items_also_across_a_restart() {
     items.set(&[1, 2]);
 
     let server = start(&db, Some(admin));
-    let (_, tenant) = server.call(
-        "POST",
-        "/api/admin/tenants",
-        Some(admin),
-        Some(json!({"name": "Acme"})),
-    );
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = server.tenant(admin, "Acme");
     let (status, created) = server.call(
         "POST",
         "/api/automations",
@@ -662,13 +648,7 @@ fn on_postgres_metrics_count_the_commits_of_group_enqueue() {
         Some(admin),
         &[("FRONTA_HAND_OFF", "false")],
     );
-    let (_, tenant) = server.call(
-        "POST",
-        "/api/admin/tenants",
-        Some(admin),
-        Some(json!({"name": "Acme"})),
-    );
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = server.tenant(admin, "Acme");
     let (status, automation) = server.call(
         "POST",
         "/api/automations",
