@@ -65,6 +65,7 @@ pub mod secrets;
 pub mod steps;
 pub mod store;
 pub mod template;
+pub mod ticket_events;
 pub mod validate;
 pub mod widget;
 

@@ -8,8 +8,21 @@
 //! characters, a name lookup that found a row means "taken") live at the top; the plans
 //! of each write follow.
 
-use crate::rules;
-use crate::store::{DeskError, DeskResult};
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::changes::{describe, diff, merge_fields, who};
+use crate::model::{
+    Assignee, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus, Member, MemberId,
+    Origin, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
+};
+use crate::rules::{self, Load};
+use crate::store::names::{MEMBER, TICKET_TYPE};
+use crate::store::{
+    DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
+    TicketUpsert, TicketWrite,
+};
 
 /// `what` must not be empty or only white space (`Invalid`, naming `what`).
 pub fn check_text(what: &str, text: &str) -> DeskResult<()> {
@@ -34,6 +47,688 @@ pub fn taken<T>(lookup: DeskResult<T>) -> DeskResult<bool> {
     }
 }
 
+fn invalid(message: String) -> DeskError {
+    DeskError::Invalid(message)
+}
+
+// ---------------------------------------------------------------------------------------
+// Tenants, groups, members
+// ---------------------------------------------------------------------------------------
+
+/// The refusal of a second group with `name` in a tenant.
+pub fn group_name_taken(name: &str) -> DeskError {
+    DeskError::Conflict(format!("group {name:?} already exists"))
+}
+
+/// The refusal of a second ticket type with `name` in a tenant.
+pub fn type_name_taken(name: &str) -> DeskError {
+    DeskError::Conflict(format!("ticket type {name:?} already exists"))
+}
+
+/// A member's email, when given, must not be blank.
+pub fn check_email(email: Option<&str>) -> DeskResult<()> {
+    match email {
+        Some(email) => check_text("member email", email),
+        None => Ok(()),
+    }
+}
+
+/// A new member of `group`, checked.
+pub fn member_add(
+    group: GroupId,
+    name: &str,
+    email: Option<&str>,
+    capacity: u32,
+) -> DeskResult<Member> {
+    check_name(MEMBER, name)?;
+    check_email(email)?;
+    Ok(Member {
+        id: MemberId::new(),
+        group,
+        name: name.to_owned(),
+        email: email.map(str::to_owned),
+        capacity,
+    })
+}
+
+/// `old` with what a member update gives (`None` keeps a field), checked.
+pub fn member_update(
+    old: Member,
+    name: Option<&str>,
+    email: Option<Option<&str>>,
+    capacity: Option<u32>,
+) -> DeskResult<Member> {
+    let mut new = old;
+    if let Some(name) = name {
+        check_name(MEMBER, name)?;
+        new.name = name.to_owned();
+    }
+    if let Some(email) = email {
+        check_email(email)?;
+        new.email = email.map(str::to_owned);
+    }
+    if let Some(capacity) = capacity {
+        new.capacity = capacity;
+    }
+    Ok(new)
+}
+
+// ---------------------------------------------------------------------------------------
+// Ticket types
+// ---------------------------------------------------------------------------------------
+
+/// A ticket type's name, statuses and fields as a create or an update must give them:
+/// names of 1–200 characters, no status and no field twice.
+pub fn check_type_definition(
+    name: &str,
+    statuses: &[String],
+    fields: &[FieldDef],
+) -> DeskResult<()> {
+    rules::check_type_definition(name, statuses, fields).map_err(invalid)
+}
+
+/// What a ticket type update does, once the store knows the old definition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeUpdate {
+    /// The update gives what is there already: nothing to write.
+    Unchanged(TicketType),
+    /// Write `new`. `renamed` carries the new name to the tickets of the type; each of
+    /// `removed` is a status the store must find held by no open ticket
+    /// ([`status_still_held`] otherwise) before it writes; a rename must find the new name
+    /// free ([`type_name_taken`]).
+    Write {
+        new: TicketType,
+        renamed: bool,
+        removed: Vec<String>,
+    },
+}
+
+/// The plan of `ticket_type_update`: `None` keeps a part; the result is checked as a
+/// create is.
+pub fn type_update(
+    old: &TicketType,
+    name: Option<&str>,
+    statuses: Option<&[String]>,
+    fields: Option<&[FieldDef]>,
+) -> DeskResult<TypeUpdate> {
+    let new = TicketType {
+        id: old.id,
+        tenant: old.tenant,
+        name: name.map_or_else(|| old.name.clone(), str::to_owned),
+        statuses: statuses.map_or_else(|| old.statuses.clone(), <[String]>::to_vec),
+        fields: fields.map_or_else(|| old.fields.clone(), <[FieldDef]>::to_vec),
+    };
+    check_type_definition(&new.name, &new.statuses, &new.fields)?;
+    if &new == old {
+        return Ok(TypeUpdate::Unchanged(new));
+    }
+    let removed = old
+        .statuses
+        .iter()
+        .filter(|status| !new.statuses.contains(status))
+        .cloned()
+        .collect();
+    Ok(TypeUpdate::Write {
+        renamed: new.name != old.name,
+        new,
+        removed,
+    })
+}
+
+/// The refusal of an update that removes `status` while `held` open tickets hold it.
+pub fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
+    invalid(format!(
+        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Tickets
+// ---------------------------------------------------------------------------------------
+
+/// What to do with a ticket's row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowWrite {
+    /// Insert the planned ticket (a create).
+    Insert,
+    /// Write every mutable column of the planned ticket.
+    Update,
+    /// Leave the row as it is.
+    Keep,
+}
+
+/// A ticket write, decided: the row to write, the log line to append, and what the
+/// write answers (the ticket as it will be committed, `created`, the change).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TicketPlan {
+    pub row: RowWrite,
+    /// Appended to the ticket's log in the same transaction.
+    pub log: Option<TicketLogEntry>,
+    pub write: TicketWrite,
+    /// The assignee before the write, when the write moves an open count (the assignee
+    /// or `closed` changed): a store that keeps the counts under a lock takes it for
+    /// [`TicketPlan::counts_moved`] before it writes the row.
+    before: Option<Ticket>,
+}
+
+impl TicketPlan {
+    /// The members whose open-ticket count this write moves (the old and the new
+    /// assignee, when the assignee or `closed` changed); empty otherwise.
+    pub fn counts_moved(&self) -> Vec<MemberId> {
+        let Some(before) = &self.before else {
+            return Vec::new();
+        };
+        let after = &self.write.ticket;
+        if before.assignee == after.assignee && before.closed == after.closed {
+            return Vec::new();
+        }
+        [&before.assignee, &after.assignee]
+            .into_iter()
+            .flatten()
+            .map(|assignee| assignee.id)
+            .collect()
+    }
+
+    /// What this write announces ([`announcement`]).
+    pub fn announcement(&self) -> Option<TicketEventKind> {
+        announcement(&self.write)
+    }
+}
+
+fn line(at: DateTime<Utc>, kind: &str, message: String, run_id: Option<String>) -> TicketLogEntry {
+    TicketLogEntry {
+        at,
+        kind: kind.to_owned(),
+        message,
+        run_id,
+    }
+}
+
+/// The checks of an upsert that need no storage: a non-blank external id and title.
+pub fn check_upsert(upsert: &TicketUpsert) -> DeskResult<()> {
+    check_text("ticket external id", &upsert.external_id)?;
+    if let Some(title) = &upsert.title {
+        check_text("ticket title", title)?;
+    }
+    Ok(())
+}
+
+/// The name of the ticket type whose statuses the result of a write must fit: the type
+/// the write sets, else the one the ticket has. The store reads it (`None` when the
+/// result has no status, so no type to check) and hands it to the plan.
+pub fn type_to_check<'a>(
+    current: Option<&'a Ticket>,
+    status: Option<&'a str>,
+    set_type: Option<&'a str>,
+) -> Option<&'a str> {
+    let status = status.or_else(|| current.and_then(|ticket| ticket.status.as_deref()));
+    status?;
+    set_type.or_else(|| current.and_then(|ticket| ticket.ticket_type.as_deref()))
+}
+
+/// The ticket's status fits its type: a status needs a type, and must be one of the
+/// type's statuses. `ticket_type` is the type the store read by
+/// [`type_to_check`] (`None`: no such type).
+fn check_ticket(ticket: &Ticket, ticket_type: Option<&TicketType>) -> DeskResult<()> {
+    let Some(status) = &ticket.status else {
+        return Ok(());
+    };
+    let Some(type_name) = &ticket.ticket_type else {
+        return Err(invalid(format!(
+            "status {status:?} needs a ticket type: a ticket without a type has no statuses \
+             (set its type first)"
+        )));
+    };
+    match ticket_type {
+        Some(found) if &found.name == type_name => {
+            rules::check_status(&found.name, &found.statuses, status).map_err(invalid)
+        }
+        _ => Err(DeskError::NotFound(TICKET_TYPE)),
+    }
+}
+
+/// Where an upsert lands: the ticket with its external id, or a new one with the number
+/// the store reserved (under its create lock) and a fresh id.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UpsertTarget {
+    Existing(Ticket),
+    New { tenant: TenantId, number: i64 },
+}
+
+/// The plan of `ticket_upsert`. The store has checked [`check_upsert`], that the tenant
+/// and the type and group the upsert names exist, found the target, and read the type of
+/// [`type_to_check`].
+pub fn upsert(
+    target: UpsertTarget,
+    upsert: TicketUpsert,
+    ticket_type: Option<&TicketType>,
+    origin: &Origin,
+    now: DateTime<Utc>,
+) -> DeskResult<TicketPlan> {
+    let (by, run_id) = who(origin);
+    let old = match target {
+        UpsertTarget::New { tenant, number } => {
+            return create(tenant, number, upsert, ticket_type, &by, run_id, now);
+        }
+        UpsertTarget::Existing(old) => old,
+    };
+    let mut new = old.clone();
+    if let Some(title) = upsert.title {
+        new.title = title;
+    }
+    if upsert.ticket_type.is_some() {
+        new.ticket_type = upsert.ticket_type;
+    }
+    if upsert.status.is_some() {
+        new.status = upsert.status;
+    }
+    if upsert.group.is_some() {
+        new.group = upsert.group;
+    }
+    new.tags = rules::merge_tags(&new.tags, &upsert.tags);
+    merge_fields(&mut new.fields, &upsert.fields);
+    check_ticket(&new, ticket_type)?;
+    let change = diff(&old, &new);
+    let row = if change.is_empty() {
+        RowWrite::Keep
+    } else {
+        new.updated_at = now;
+        RowWrite::Update
+    };
+    let event = upsert
+        .note
+        .unwrap_or_else(|| format!("event for external id {}", upsert.external_id));
+    let outcome = if change.is_empty() {
+        "nothing changed".to_owned()
+    } else {
+        describe(&change)
+    };
+    let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
+    Ok(TicketPlan {
+        row,
+        log: Some(line(now, "event", message, run_id)),
+        write: TicketWrite {
+            ticket: new,
+            created: false,
+            change,
+        },
+        before: Some(old),
+    })
+}
+
+fn create(
+    tenant: TenantId,
+    number: i64,
+    upsert: TicketUpsert,
+    ticket_type: Option<&TicketType>,
+    by: &str,
+    run_id: Option<String>,
+    now: DateTime<Utc>,
+) -> DeskResult<TicketPlan> {
+    let mut fields = BTreeMap::new();
+    merge_fields(&mut fields, &upsert.fields);
+    let ticket = Ticket {
+        id: TicketId::new(),
+        tenant,
+        number,
+        title: upsert.title.unwrap_or_else(|| upsert.external_id.clone()),
+        external_id: Some(upsert.external_id),
+        ticket_type: upsert.ticket_type,
+        status: upsert.status,
+        closed: false,
+        tags: rules::merge_tags(&[], &upsert.tags),
+        assignee: None,
+        group: upsert.group,
+        fields,
+        created_at: now,
+        updated_at: now,
+    };
+    check_ticket(&ticket, ticket_type)?;
+    let mut parts = vec![format!("title {}", ticket.title)];
+    if let Some(external_id) = &ticket.external_id {
+        parts.push(format!("external id {external_id}"));
+    }
+    for (name, value) in [
+        ("type", &ticket.ticket_type),
+        ("status", &ticket.status),
+        ("group", &ticket.group),
+    ] {
+        if let Some(value) = value {
+            parts.push(format!("{name} {value}"));
+        }
+    }
+    if !ticket.tags.is_empty() {
+        parts.push(format!("tags [{}]", ticket.tags.join(", ")));
+    }
+    if !ticket.fields.is_empty() {
+        let fields: serde_json::Map<String, serde_json::Value> = ticket
+            .fields
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        parts.push(format!("fields {}", serde_json::Value::Object(fields)));
+    }
+    let mut message = format!(
+        "{} created by {by}: {}",
+        ticket.human_id(),
+        parts.join("; ")
+    );
+    if let Some(note) = &upsert.note {
+        message.push_str(&format!(" (event: {note})"));
+    }
+    Ok(TicketPlan {
+        row: RowWrite::Insert,
+        log: Some(line(now, "created", message, run_id)),
+        write: TicketWrite {
+            ticket,
+            created: true,
+            change: BTreeMap::new(),
+        },
+        before: None,
+    })
+}
+
+/// The checks of a change that need no storage: a title, when given, is not blank.
+pub fn check_change(change: &TicketChange) -> DeskResult<()> {
+    match &change.title {
+        Some(title) => check_text("ticket title", title),
+        None => Ok(()),
+    }
+}
+
+/// The plan of `ticket_change`. The store has checked [`check_change`] and that the type
+/// and group the change names exist, read the ticket (`old`), the member the change
+/// assigns (`assignee`: `Some` exactly when `change.assignee` is `Some(Some(_))`), and the
+/// type of [`type_to_check`].
+pub fn change(
+    old: Ticket,
+    change: TicketChange,
+    assignee: Option<&Member>,
+    ticket_type: Option<&TicketType>,
+    origin: &Origin,
+    now: DateTime<Utc>,
+) -> DeskResult<TicketPlan> {
+    check_change(&change)?;
+    let mut new = old.clone();
+    if let Some(title) = change.title {
+        new.title = title;
+    }
+    if change.ticket_type.is_some() {
+        new.ticket_type = change.ticket_type;
+    }
+    if change.status.is_some() {
+        new.status = change.status;
+    }
+    if let Some(closed) = change.closed {
+        new.closed = closed;
+    }
+    if let Some(tags) = &change.set_tags {
+        new.tags = rules::merge_tags(&[], tags);
+    }
+    new.tags = rules::merge_tags(&new.tags, &change.add_tags);
+    match change.assignee {
+        Some(Some(wanted)) => {
+            let member = assignee
+                .filter(|member| member.id == wanted)
+                .ok_or(DeskError::NotFound(MEMBER))?;
+            new.assignee = Some(Assignee {
+                id: member.id,
+                name: member.name.clone(),
+            });
+        }
+        Some(None) => new.assignee = None,
+        None => {}
+    }
+    if let Some(group) = change.group {
+        new.group = group;
+    }
+    merge_fields(&mut new.fields, &change.fields);
+    check_ticket(&new, ticket_type)?;
+    let change = diff(&old, &new);
+    if change.is_empty() {
+        return Ok(TicketPlan {
+            row: RowWrite::Keep,
+            log: None,
+            write: TicketWrite {
+                ticket: old,
+                created: false,
+                change,
+            },
+            before: None,
+        });
+    }
+    new.updated_at = now;
+    let (by, run_id) = who(origin);
+    let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
+    Ok(TicketPlan {
+        row: RowWrite::Update,
+        log: Some(line(now, "changed", message, run_id)),
+        write: TicketWrite {
+            ticket: new,
+            created: false,
+            change,
+        },
+        before: Some(old),
+    })
+}
+
+/// The refusal of a least-busy assignment to a group nobody is in.
+pub fn group_has_no_members(group: &Group, ticket: &Ticket) -> DeskError {
+    invalid(format!(
+        "group {:?} has no members to assign {} to",
+        group.name,
+        ticket.human_id()
+    ))
+}
+
+/// The plan of `ticket_assign_least_busy`: `members` are the group's, `open` their open
+/// ticket counts as the store read them under its lock (a member without a count has
+/// none). The ticket being assigned does not count against anybody: re-running the step
+/// keeps the same assignee instead of moving the ticket back and forth. The reasoning is
+/// always logged, also when the assignee stays.
+pub fn assign_least_busy(
+    old: Ticket,
+    group: &Group,
+    members: &[Member],
+    open: &BTreeMap<MemberId, i64>,
+    origin: &Origin,
+    now: DateTime<Utc>,
+) -> DeskResult<TicketPlan> {
+    if members.is_empty() {
+        return Err(group_has_no_members(group, &old));
+    }
+    let loads: Vec<Load<'_>> = members
+        .iter()
+        .map(|member| {
+            let count = open.get(&member.id).copied().unwrap_or(0);
+            let holds_this_one = !old.closed
+                && old
+                    .assignee
+                    .as_ref()
+                    .is_some_and(|assignee| assignee.id == member.id);
+            let count = count - i64::from(holds_this_one);
+            Load {
+                member,
+                open: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
+            }
+        })
+        .collect();
+    let chosen = rules::least_busy(&loads).ok_or_else(|| {
+        DeskError::Internal("invariant: least_busy picks somebody from a non-empty group".into())
+    })?;
+    let reasoning = loads
+        .iter()
+        .map(|load| {
+            format!(
+                "{} {} open of {}",
+                load.member.name, load.open, load.member.capacity
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut new = old.clone();
+    new.assignee = Some(Assignee {
+        id: chosen.id,
+        name: chosen.name.clone(),
+    });
+    new.group = Some(group.name.clone());
+    let change = diff(&old, &new);
+    let (by, run_id) = who(origin);
+    if change.is_empty() {
+        let message = format!(
+            "{} stays with {}, still the least busy in group {} ({reasoning}); checked by {by}",
+            old.human_id(),
+            chosen.name,
+            group.name
+        );
+        return Ok(TicketPlan {
+            row: RowWrite::Keep,
+            log: Some(line(now, "note", message, run_id)),
+            write: TicketWrite {
+                ticket: old,
+                created: false,
+                change,
+            },
+            before: None,
+        });
+    }
+    new.updated_at = now;
+    let message = format!(
+        "{} assigned to {} by {by}: least busy in group {} ({reasoning}); {}",
+        new.human_id(),
+        chosen.name,
+        group.name,
+        describe(&change)
+    );
+    Ok(TicketPlan {
+        row: RowWrite::Update,
+        log: Some(line(now, "changed", message, run_id)),
+        write: TicketWrite {
+            ticket: new,
+            created: false,
+            change,
+        },
+        before: Some(old),
+    })
+}
+
+/// The plan for an open ticket of `member`, who is being deleted: unassigned, with a log
+/// line naming why (no origin: it is a consequence of the deletion). Closed tickets keep
+/// who handled them — the store reads only open ones.
+pub fn unassign_for_deleted(old: Ticket, member: &Member, now: DateTime<Utc>) -> TicketPlan {
+    let mut new = old.clone();
+    new.assignee = None;
+    new.updated_at = now;
+    let change = diff(&old, &new);
+    let message = format!(
+        "{} unassigned because member {} was deleted: {}",
+        new.human_id(),
+        member.name,
+        describe(&change)
+    );
+    TicketPlan {
+        row: RowWrite::Update,
+        log: Some(line(now, "changed", message, None)),
+        write: TicketWrite {
+            ticket: new,
+            created: false,
+            change,
+        },
+        before: Some(old),
+    }
+}
+
+/// A line a caller appends to a ticket's log must have a kind and a message.
+pub fn check_log_line(entry: &TicketLogEntry) -> DeskResult<()> {
+    check_text("log line kind", &entry.kind)?;
+    check_text("log line message", &entry.message)
+}
+
+// ---------------------------------------------------------------------------------------
+// Ticket events
+// ---------------------------------------------------------------------------------------
+
+/// What a ticket write announces: a create is `ticket.created`, a write that changed
+/// something `ticket.changed`, a write that changed nothing nothing.
+pub fn announcement(write: &TicketWrite) -> Option<TicketEventKind> {
+    if write.created {
+        Some(TicketEventKind::Created)
+    } else if !write.change.is_empty() {
+        Some(TicketEventKind::Changed)
+    } else {
+        None
+    }
+}
+
+impl TicketEvent {
+    /// The event of `write` (of `kind`, from [`announcement`]), stamped with the
+    /// ticket's `updated_at` — the write's now.
+    pub fn of(write: &TicketWrite, kind: TicketEventKind, origin: Origin) -> Self {
+        TicketEvent {
+            id: uuid::Uuid::now_v7().to_string(),
+            tenant: write.ticket.tenant,
+            kind,
+            ticket: write.ticket.clone(),
+            change: write.change.clone(),
+            origin,
+            at: write.ticket.updated_at,
+        }
+    }
+}
+
+impl DeskError {
+    /// The same kind of error with `context` in front of its message (an `Internal`
+    /// stays `Internal`, a `NotFound` becomes `Internal`: the context names what was
+    /// being done, so the bare "not found" would mislead).
+    pub fn within(self, context: &str) -> DeskError {
+        match self {
+            DeskError::Conflict(message) => DeskError::Conflict(format!("{context}: {message}")),
+            DeskError::Invalid(message) => DeskError::Invalid(format!("{context}: {message}")),
+            DeskError::Unavailable(message) => {
+                DeskError::Unavailable(format!("{context}: {message}"))
+            }
+            other => DeskError::Internal(format!("{context}: {other}")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Incidents
+// ---------------------------------------------------------------------------------------
+
+/// The checks of a report that need no storage: a non-blank cause and title.
+pub fn check_report(report: &IncidentReport) -> DeskResult<()> {
+    check_text("incident cause", &report.cause)?;
+    check_text("incident title", &report.title)
+}
+
+/// The incident a report opens when none of its cause is open in the tenant (while one
+/// is, the store counts the repeat on it instead).
+pub fn incident_open(tenant: TenantId, report: IncidentReport, now: DateTime<Utc>) -> Incident {
+    Incident {
+        id: IncidentId::new(),
+        tenant,
+        cause: report.cause,
+        title: report.title,
+        impact: report.impact,
+        detail: report.detail,
+        status: IncidentStatus::Open,
+        count: 1,
+        ticket: report.ticket,
+        created_at: now,
+        updated_at: now,
+        resolved_at: None,
+    }
+}
+
+/// The answer when the open incident of `cause` kept appearing and disappearing between
+/// a store's statements for longer than it retries.
+pub fn incident_kept_changing(cause: &str) -> DeskError {
+    DeskError::Unavailable(format!(
+        "the open incident of cause {cause:?} kept changing during the report; try again"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -46,7 +741,10 @@ mod tests {
             DeskError::Invalid("ticket title must not be empty".into()),
             "names the field"
         );
-        assert!(check_text("ticket title", "x").is_ok(), "any other text is fine");
+        assert!(
+            check_text("ticket title", "x").is_ok(),
+            "any other text is fine"
+        );
     }
 
     #[test]

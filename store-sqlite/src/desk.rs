@@ -31,11 +31,11 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
-use fronta_desk::changes::{describe, diff, merge_fields, who};
-use fronta_desk::rules::{self, Load};
+use fronta_automation::ticket_events;
+pub(crate) use fronta_desk::plan::check_name;
+use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
-    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind, TicketFilter,
-    TicketUpsert, TicketWrite,
+    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
 };
 use fronta_desk::token;
 use fronta_desk::{
@@ -110,45 +110,6 @@ pub(crate) fn instant(ms: i64) -> chrono::DateTime<chrono::Utc> {
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> DeskSql<String> {
     serde_json::to_string(value)
         .map_err(|err| DeskError::Internal(format!("cannot serialize to JSON: {err}")))
-}
-
-fn invalid(message: String) -> DeskError {
-    DeskError::Invalid(message)
-}
-
-/// `what` must not be empty or only white space.
-fn check_text(what: &str, text: &str) -> DeskSql<()> {
-    if text.trim().is_empty() {
-        Err(invalid(format!("{what} must not be empty")))
-    } else {
-        Ok(())
-    }
-}
-
-/// A ticket type's name, statuses and fields as a create or an update must give them:
-/// names of 1–200 characters, no status and no field twice.
-fn check_type_definition(name: &str, statuses: &[String], fields: &[FieldDef]) -> DeskSql<()> {
-    rules::check_type_definition(name, statuses, fields).map_err(invalid)
-}
-
-/// The refusal of an update that removes `status` while open tickets hold it.
-fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
-    invalid(format!(
-        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
-    ))
-}
-
-pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
-    rules::check_name(what, name).map_err(invalid)
-}
-
-/// Whether a lookup by name found a row: `NotFound` is "free", other errors pass through.
-pub(crate) fn taken<T>(lookup: DeskSql<T>) -> DeskSql<bool> {
-    match lookup {
-        Ok(_) => Ok(true),
-        Err(DeskError::NotFound(_)) => Ok(false),
-        Err(err) => Err(err),
-    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -392,44 +353,28 @@ fn incident_get(conn: &Connection, tenant: Option<TenantId>, id: IncidentId) -> 
 }
 
 // ---------------------------------------------------------------------------------------
-// Tickets: the writes
+// Tickets: the writes (each decided by a plan of `fronta_desk::plan`)
 // ---------------------------------------------------------------------------------------
 
-/// The ticket's status fits its type: a status needs a type, and must be one of the type's
-/// statuses. Checked on the result of every ticket write.
-fn check_ticket(conn: &Connection, tenant: TenantId, ticket: &Ticket) -> DeskSql<()> {
-    let Some(status) = &ticket.status else {
-        return Ok(());
-    };
-    let Some(type_name) = &ticket.ticket_type else {
-        return Err(invalid(format!(
-            "status {status:?} needs a ticket type: a ticket without a type has no statuses \
-             (set its type first)"
-        )));
-    };
-    let ticket_type = type_by_name(conn, tenant, type_name)?;
-    rules::check_status(&ticket_type.name, &ticket_type.statuses, status).map_err(invalid)
-}
-
-fn log_insert(
-    conn: &Connection,
-    ticket: TicketId,
-    at: i64,
-    kind: &str,
-    message: &str,
-    run_id: Option<&str>,
-) -> DeskSql<()> {
+fn log_insert(conn: &Connection, ticket: TicketId, entry: &TicketLogEntry) -> DeskSql<()> {
     conn.prepare_cached(
         "INSERT INTO desk_ticket_log (ticket, at, kind, message, run_id) VALUES (?1, ?2, ?3, ?4, ?5)",
     )
-    .and_then(|mut stmt| stmt.execute(params![key(&ticket.0), at, kind, message, run_id]))
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            key(&ticket.0),
+            entry.at.timestamp_millis(),
+            entry.kind,
+            entry.message,
+            entry.run_id
+        ])
+    })
     .map_err(sql_err)?;
     Ok(())
 }
 
-/// Write every mutable column of `ticket` (already checked) with `updated_at = now`.
-fn ticket_update(conn: &Connection, ticket: &mut Ticket, now: i64) -> DeskSql<()> {
-    ticket.updated_at = instant(now);
+/// Write every mutable column of `ticket`.
+fn ticket_update(conn: &Connection, ticket: &Ticket) -> DeskSql<()> {
     let tags = to_json(&ticket.tags)?;
     let fields = to_json(&ticket.fields)?;
     let (assignee_id, assignee_name) = match &ticket.assignee {
@@ -455,7 +400,7 @@ fn ticket_update(conn: &Connection, ticket: &mut Ticket, now: i64) -> DeskSql<()
             assignee_name,
             ticket.group,
             fields,
-            now,
+            ticket.updated_at.timestamp_millis(),
             key(&ticket.id.0),
         ])
     })
@@ -463,7 +408,48 @@ fn ticket_update(conn: &Connection, ticket: &mut Ticket, now: i64) -> DeskSql<()
     Ok(())
 }
 
-/// The tenant's next ticket number (its counter row, created at the first ticket).
+fn ticket_insert(conn: &Connection, ticket: &Ticket) -> DeskSql<()> {
+    let (tags, fields) = (to_json(&ticket.tags)?, to_json(&ticket.fields)?);
+    conn.prepare_cached(
+        "INSERT INTO desk_tickets (id, tenant, number, external_id, title, type_name, status, \
+         closed, tags, group_name, fields, created_at, updated_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?11)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            key(&ticket.id.0),
+            key(&ticket.tenant.0),
+            ticket.number,
+            ticket.external_id,
+            ticket.title,
+            ticket.ticket_type,
+            ticket.status,
+            tags,
+            ticket.group,
+            fields,
+            ticket.created_at.timestamp_millis(),
+        ])
+    })
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Carry out `plan`: its row, then its log line; answer what the write did.
+fn ticket_apply(conn: &Connection, plan: TicketPlan) -> DeskSql<TicketWrite> {
+    let ticket = &plan.write.ticket;
+    match plan.row {
+        RowWrite::Insert => ticket_insert(conn, ticket)?,
+        RowWrite::Update => ticket_update(conn, ticket)?,
+        RowWrite::Keep => {}
+    }
+    if let Some(entry) = &plan.log {
+        log_insert(conn, ticket.id, entry)?;
+    }
+    Ok(plan.write)
+}
+
+/// The tenant's next ticket number (its counter row, created at the first ticket). A
+/// write that fails after it rolls the counter back with its savepoint.
 fn next_number(conn: &Connection, tenant: TenantId) -> DeskSql<i64> {
     conn.prepare_cached(
         "INSERT INTO desk_ticket_counters (tenant, last_number) VALUES (?1, 1) \
@@ -473,7 +459,7 @@ fn next_number(conn: &Connection, tenant: TenantId) -> DeskSql<i64> {
     .map_err(sql_err)
 }
 
-/// The type and group an upsert or change names must exist in the tenant.
+/// The type and group a write names must exist in the tenant (`NotFound`).
 fn check_references(
     conn: &Connection,
     tenant: TenantId,
@@ -489,6 +475,20 @@ fn check_references(
     Ok(())
 }
 
+/// The type [`plan::type_to_check`] names, if there is one.
+fn type_for_check(
+    conn: &Connection,
+    tenant: TenantId,
+    name: Option<&str>,
+) -> DeskSql<Option<TicketType>> {
+    name.map(|name| type_by_name(conn, tenant, name))
+        .transpose()
+        .or_else(|err| match err {
+            DeskError::NotFound(_) => Ok(None),
+            err => Err(err),
+        })
+}
+
 fn ticket_upsert(
     conn: &Connection,
     tenant: TenantId,
@@ -496,143 +496,33 @@ fn ticket_upsert(
     origin: &Origin,
     now: i64,
 ) -> DeskSql<TicketWrite> {
-    check_text("ticket external id", &upsert.external_id)?;
+    plan::check_upsert(&upsert)?;
     tenant_exists(conn, tenant)?;
-    if let Some(title) = &upsert.title {
-        check_text("ticket title", title)?;
-    }
     check_references(
         conn,
         tenant,
         upsert.ticket_type.as_deref(),
         upsert.group.as_deref(),
     )?;
-    let (by, run_id) = who(origin);
-    match ticket_by_external_id(conn, tenant, &upsert.external_id)? {
-        None => ticket_create(conn, tenant, upsert, &by, run_id.as_deref(), now),
-        Some(old) => {
-            let mut new = old.clone();
-            if let Some(title) = upsert.title {
-                new.title = title;
-            }
-            if upsert.ticket_type.is_some() {
-                new.ticket_type = upsert.ticket_type;
-            }
-            if upsert.status.is_some() {
-                new.status = upsert.status;
-            }
-            if upsert.group.is_some() {
-                new.group = upsert.group;
-            }
-            new.tags = rules::merge_tags(&new.tags, &upsert.tags);
-            merge_fields(&mut new.fields, &upsert.fields);
-            check_ticket(conn, tenant, &new)?;
-            let change = diff(&old, &new);
-            if !change.is_empty() {
-                ticket_update(conn, &mut new, now)?;
-            }
-            let event = upsert
-                .note
-                .unwrap_or_else(|| format!("event for external id {}", upsert.external_id));
-            let outcome = if change.is_empty() {
-                "nothing changed".to_owned()
-            } else {
-                describe(&change)
-            };
-            let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
-            log_insert(conn, new.id, now, "event", &message, run_id.as_deref())?;
-            Ok(TicketWrite {
-                ticket: new,
-                created: false,
-                change,
-            })
-        }
-    }
-}
-
-fn ticket_create(
-    conn: &Connection,
-    tenant: TenantId,
-    upsert: TicketUpsert,
-    by: &str,
-    run_id: Option<&str>,
-    now: i64,
-) -> DeskSql<TicketWrite> {
-    let mut fields = BTreeMap::new();
-    merge_fields(&mut fields, &upsert.fields);
-    let mut ticket = Ticket {
-        id: TicketId::new(),
-        tenant,
-        number: 0,
-        title: upsert.title.unwrap_or_else(|| upsert.external_id.clone()),
-        external_id: Some(upsert.external_id),
-        ticket_type: upsert.ticket_type,
-        status: upsert.status,
-        closed: false,
-        tags: rules::merge_tags(&[], &upsert.tags),
-        assignee: None,
-        group: upsert.group,
-        fields,
-        created_at: instant(now),
-        updated_at: instant(now),
+    let target = match ticket_by_external_id(conn, tenant, &upsert.external_id)? {
+        Some(found) => UpsertTarget::Existing(found),
+        None => UpsertTarget::New {
+            tenant,
+            number: next_number(conn, tenant)?,
+        },
     };
-    check_ticket(conn, tenant, &ticket)?;
-    ticket.number = next_number(conn, tenant)?;
-    let (tags, fields) = (to_json(&ticket.tags)?, to_json(&ticket.fields)?);
-    conn.prepare_cached(
-        "INSERT INTO desk_tickets (id, tenant, number, external_id, title, type_name, status, \
-         closed, tags, group_name, fields, created_at, updated_at) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, ?8, ?9, ?10, ?11, ?11)",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute(params![
-            key(&ticket.id.0),
-            key(&tenant.0),
-            ticket.number,
-            ticket.external_id,
-            ticket.title,
-            ticket.ticket_type,
-            ticket.status,
-            tags,
-            ticket.group,
-            fields,
-            now,
-        ])
-    })
-    .map_err(sql_err)?;
-    let mut parts = vec![format!("title {}", ticket.title)];
-    if let Some(external_id) = &ticket.external_id {
-        parts.push(format!("external id {external_id}"));
-    }
-    for (name, value) in [
-        ("type", &ticket.ticket_type),
-        ("status", &ticket.status),
-        ("group", &ticket.group),
-    ] {
-        if let Some(value) = value {
-            parts.push(format!("{name} {value}"));
-        }
-    }
-    if !ticket.tags.is_empty() {
-        parts.push(format!("tags [{}]", ticket.tags.join(", ")));
-    }
-    if !ticket.fields.is_empty() {
-        parts.push(format!("fields {}", to_json(&ticket.fields)?));
-    }
-    let mut message = format!(
-        "{} created by {by}: {}",
-        ticket.human_id(),
-        parts.join("; ")
+    let current = match &target {
+        UpsertTarget::Existing(found) => Some(found),
+        UpsertTarget::New { .. } => None,
+    };
+    let checked = plan::type_to_check(
+        current,
+        upsert.status.as_deref(),
+        upsert.ticket_type.as_deref(),
     );
-    if let Some(note) = &upsert.note {
-        message.push_str(&format!(" (event: {note})"));
-    }
-    log_insert(conn, ticket.id, now, "created", &message, run_id)?;
-    Ok(TicketWrite {
-        ticket,
-        created: true,
-        change: BTreeMap::new(),
-    })
+    let ticket_type = type_for_check(conn, tenant, checked)?;
+    let plan = plan::upsert(target, upsert, ticket_type.as_ref(), origin, instant(now))?;
+    ticket_apply(conn, plan)
 }
 
 fn ticket_change(
@@ -644,64 +534,32 @@ fn ticket_change(
     now: i64,
 ) -> DeskSql<TicketWrite> {
     let old = ticket_get(conn, tenant, id)?;
-    let mut new = old.clone();
-    if let Some(title) = change.title {
-        check_text("ticket title", &title)?;
-        new.title = title;
-    }
+    plan::check_change(&change)?;
     check_references(
         conn,
         tenant,
         change.ticket_type.as_deref(),
         change.group.as_ref().and_then(Option::as_deref),
     )?;
-    if change.ticket_type.is_some() {
-        new.ticket_type = change.ticket_type;
-    }
-    if change.status.is_some() {
-        new.status = change.status;
-    }
-    if let Some(closed) = change.closed {
-        new.closed = closed;
-    }
-    if let Some(tags) = &change.set_tags {
-        new.tags = rules::merge_tags(&[], tags);
-    }
-    new.tags = rules::merge_tags(&new.tags, &change.add_tags);
-    if let Some(assignee) = change.assignee {
-        new.assignee = match assignee {
-            Some(member) => {
-                let member = member_get(conn, tenant, member)?;
-                Some(Assignee {
-                    id: member.id,
-                    name: member.name,
-                })
-            }
-            None => None,
-        };
-    }
-    if let Some(group) = change.group {
-        new.group = group;
-    }
-    merge_fields(&mut new.fields, &change.fields);
-    check_ticket(conn, tenant, &new)?;
-    let change = diff(&old, &new);
-    if change.is_empty() {
-        return Ok(TicketWrite {
-            ticket: old,
-            created: false,
-            change,
-        });
-    }
-    ticket_update(conn, &mut new, now)?;
-    let (by, run_id) = who(origin);
-    let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
-    log_insert(conn, new.id, now, "changed", &message, run_id.as_deref())?;
-    Ok(TicketWrite {
-        ticket: new,
-        created: false,
+    let assignee = match change.assignee {
+        Some(Some(member)) => Some(member_get(conn, tenant, member)?),
+        _ => None,
+    };
+    let checked = plan::type_to_check(
+        Some(&old),
+        change.status.as_deref(),
+        change.ticket_type.as_deref(),
+    );
+    let ticket_type = type_for_check(conn, tenant, checked)?;
+    let plan = plan::change(
+        old,
         change,
-    })
+        assignee.as_ref(),
+        ticket_type.as_ref(),
+        origin,
+        instant(now),
+    )?;
+    ticket_apply(conn, plan)
 }
 
 fn ticket_assign_least_busy(
@@ -715,94 +573,23 @@ fn ticket_assign_least_busy(
     let old = ticket_get(conn, tenant, id)?;
     let group = group_by_name(conn, tenant, group_name)?;
     let members = members_of(conn, group.id)?;
-    if members.is_empty() {
-        return Err(invalid(format!(
-            "group {:?} has no members to assign {} to",
-            group.name,
-            old.human_id()
-        )));
-    }
-    // The ticket being assigned does not count against anybody: re-running the step
-    // keeps the same assignee instead of moving the ticket back and forth.
-    let mut open = Vec::with_capacity(members.len());
+    let mut open = BTreeMap::new();
     for member in &members {
-        let count: i64 = conn
+        let count: Option<i64> = conn
             .prepare_cached("SELECT open FROM desk_member_open WHERE member = ?1")
             .and_then(|mut stmt| {
                 stmt.query_row(params![key(&member.id.0)], |row| row.get(0))
                     .optional()
             })
-            .map_err(sql_err)?
-            .unwrap_or(0);
-        let holds_this_one = !old.closed
-            && old
-                .assignee
-                .as_ref()
-                .is_some_and(|assignee| assignee.id == member.id);
-        let count = count - i64::from(holds_this_one);
-        open.push(u32::try_from(count.max(0)).unwrap_or(u32::MAX));
+            .map_err(sql_err)?;
+        open.insert(member.id, count.unwrap_or(0));
     }
-    let loads: Vec<Load<'_>> = members
-        .iter()
-        .zip(&open)
-        .map(|(member, open)| Load {
-            member,
-            open: *open,
-        })
-        .collect();
-    let chosen = rules::least_busy(&loads)
-        .expect("invariant: least_busy picks somebody from a non-empty group");
-    let reasoning = loads
-        .iter()
-        .map(|load| {
-            format!(
-                "{} {} open of {}",
-                load.member.name, load.open, load.member.capacity
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut new = old.clone();
-    new.assignee = Some(Assignee {
-        id: chosen.id,
-        name: chosen.name.clone(),
-    });
-    new.group = Some(group.name.clone());
-    let change = diff(&old, &new);
-    let (by, run_id) = who(origin);
-    let (kind, message) = if change.is_empty() {
-        (
-            "note",
-            format!(
-                "{} stays with {}, still the least busy in group {} ({reasoning}); checked by {by}",
-                old.human_id(),
-                chosen.name,
-                group.name
-            ),
-        )
-    } else {
-        ticket_update(conn, &mut new, now)?;
-        (
-            "changed",
-            format!(
-                "{} assigned to {} by {by}: least busy in group {} ({reasoning}); {}",
-                new.human_id(),
-                chosen.name,
-                group.name,
-                describe(&change)
-            ),
-        )
-    };
-    log_insert(conn, old.id, now, kind, &message, run_id.as_deref())?;
-    Ok(TicketWrite {
-        ticket: if change.is_empty() { old } else { new },
-        created: false,
-        change,
-    })
+    let plan = plan::assign_least_busy(old, &group, &members, &open, origin, instant(now))?;
+    ticket_apply(conn, plan)
 }
 
-/// Unassign the open tickets of `member`, who is being deleted, each with a log line;
-/// closed tickets keep who handled them.
+/// Unassign the open tickets of `member`, who is being deleted
+/// ([`plan::unassign_for_deleted`]).
 fn unassign_open_tickets(
     conn: &Connection,
     tenant: TenantId,
@@ -819,17 +606,7 @@ fn unassign_open_tickets(
         ticket_of,
     )?;
     for old in tickets {
-        let mut new = old.clone();
-        new.assignee = None;
-        let change = diff(&old, &new);
-        ticket_update(conn, &mut new, now)?;
-        let message = format!(
-            "{} unassigned because member {} was deleted: {}",
-            new.human_id(),
-            member.name,
-            describe(&change)
-        );
-        log_insert(conn, new.id, now, "changed", &message, None)?;
+        ticket_apply(conn, plan::unassign_for_deleted(old, member, instant(now)))?;
     }
     Ok(())
 }
@@ -880,8 +657,7 @@ fn incident_report(
     report: IncidentReport,
     now: i64,
 ) -> DeskSql<(Incident, bool)> {
-    check_text("incident cause", &report.cause)?;
-    check_text("incident title", &report.title)?;
+    plan::check_report(&report)?;
     tenant_exists(conn, tenant)?;
     if let Some(ticket) = report.ticket {
         ticket_get(conn, tenant, ticket)?;
@@ -899,21 +675,8 @@ fn incident_report(
     if let Some(incident) = repeated {
         return Ok((incident, false));
     }
-    let detail = to_json(&report.detail)?;
-    let incident = Incident {
-        id: IncidentId::new(),
-        tenant,
-        cause: report.cause,
-        title: report.title,
-        impact: report.impact,
-        detail: report.detail,
-        status: IncidentStatus::Open,
-        count: 1,
-        ticket: report.ticket,
-        created_at: instant(now),
-        updated_at: instant(now),
-        resolved_at: None,
-    };
+    let incident = plan::incident_open(tenant, report, instant(now));
+    let detail = to_json(&incident.detail)?;
     conn.prepare_cached(
         "INSERT INTO desk_incidents (id, tenant, cause, title, impact, detail, status, count, \
          ticket, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 'open', 1, ?7, ?8, ?8)",
@@ -938,10 +701,10 @@ fn incident_report(
 // Ticket events
 // ---------------------------------------------------------------------------------------
 
-/// Hand what `write` did to `sink` and insert the runs it answers, inside the write's job.
-/// A create is `ticket.created`, a write that changed something `ticket.changed`, and a
-/// write that changed nothing announces nothing. A run that cannot be inserted (or a
-/// panicking sink) fails the whole write, which the writer then rolls back.
+/// Hand what `write` did to `sink` and insert the runs it answers, inside the write's job
+/// ([`plan::announcement`] decides whether it announces; [`ticket_events`] calls the sink
+/// and names a run that cannot be inserted). A failure fails the whole write, which the
+/// writer then rolls back.
 fn announce(
     state: &mut WriterState,
     conn: &Connection,
@@ -950,11 +713,7 @@ fn announce(
     origin: Origin,
     now: i64,
 ) -> DeskSql<()> {
-    let kind = if write.created {
-        TicketEventKind::Created
-    } else if !write.change.is_empty() {
-        TicketEventKind::Changed
-    } else {
+    let Some(kind) = plan::announcement(write) else {
         return Ok(());
     };
     // Only events somebody listens to reach the sink: one index probe.
@@ -962,45 +721,12 @@ fn announce(
     if listeners.is_empty() {
         return Ok(());
     }
-    let event = TicketEvent {
-        id: Uuid::now_v7().to_string(),
-        tenant: write.ticket.tenant,
-        kind,
-        ticket: write.ticket.clone(),
-        change: write.change.clone(),
-        origin,
-        at: instant(now),
-    };
-    // The sink runs on the writer thread: a panic there must fail this write, not stop
-    // the writer for every other caller.
-    let new_runs =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event, &listeners)))
-            .map_err(|_| {
-                DeskError::Internal(format!(
-                    "the ticket event sink panicked on {} of {}",
-                    kind.as_str(),
-                    write.ticket.human_id()
-                ))
-            })?;
+    let event = TicketEvent::of(write, kind, origin);
+    let new_runs = ticket_events::runs_of(sink, &event, &listeners)?;
     for run in &new_runs {
         // `insert` raises the writer's `enqueued` flag: workers wake after the commit.
         runs::insert(state, conn, run, now).map_err(|err| {
-            let context = format!(
-                "run {} triggered by {} of {} cannot be inserted",
-                run.id,
-                kind.as_str(),
-                write.ticket.human_id()
-            );
-            match from_store(err) {
-                DeskError::Conflict(message) => {
-                    DeskError::Conflict(format!("{context}: {message}"))
-                }
-                DeskError::Invalid(message) => DeskError::Invalid(format!("{context}: {message}")),
-                DeskError::Unavailable(message) => {
-                    DeskError::Unavailable(format!("{context}: {message}"))
-                }
-                other => DeskError::Internal(format!("{context}: {other}")),
-            }
+            ticket_events::not_inserted(&event, std::slice::from_ref(run), from_store(err))
         })?;
     }
     Ok(())
@@ -1120,9 +846,7 @@ impl DeskStore for SqliteStore {
         self.desk_write(move |conn, now| {
             tenant_exists(conn, tenant)?;
             if taken(group_by_name(conn, tenant, &name))? {
-                return Err(DeskError::Conflict(format!(
-                    "group {name:?} already exists"
-                )));
+                return Err(plan::group_name_taken(&name));
             }
             let group = Group {
                 id: GroupId::new(),
@@ -1175,9 +899,7 @@ impl DeskStore for SqliteStore {
                 return Ok(group);
             }
             if taken(group_by_name(conn, tenant, &name))? {
-                return Err(DeskError::Conflict(format!(
-                    "group {name:?} already exists"
-                )));
+                return Err(plan::group_name_taken(&name));
             }
             conn.prepare_cached("UPDATE desk_groups SET name = ?1 WHERE id = ?2")
                 .and_then(|mut stmt| stmt.execute(params![name, key(&id.0)]))
@@ -1223,17 +945,7 @@ impl DeskStore for SqliteStore {
         let email = email.map(str::to_owned);
         self.desk_write(move |conn, now| {
             group_get(conn, tenant, group)?;
-            check_name(MEMBER, &name)?;
-            if let Some(email) = &email {
-                check_text("member email", email)?;
-            }
-            let member = Member {
-                id: MemberId::new(),
-                group,
-                name,
-                email,
-                capacity,
-            };
+            let member = plan::member_add(group, &name, email.as_deref(), capacity)?;
             conn.prepare_cached(
                 "INSERT INTO desk_members (id, tenant, group_id, name, email, capacity, created_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -1274,20 +986,12 @@ impl DeskStore for SqliteStore {
         let name = name.map(str::to_owned);
         let email = email.map(|email| email.map(str::to_owned));
         self.desk_write(move |conn, _| {
-            let mut updated = member_get(conn, tenant, member)?;
-            if let Some(name) = name {
-                check_name(MEMBER, &name)?;
-                updated.name = name;
-            }
-            if let Some(email) = email {
-                if let Some(email) = &email {
-                    check_text("member email", email)?;
-                }
-                updated.email = email;
-            }
-            if let Some(capacity) = capacity {
-                updated.capacity = capacity;
-            }
+            let updated = plan::member_update(
+                member_get(conn, tenant, member)?,
+                name.as_deref(),
+                email.as_ref().map(Option::as_deref),
+                capacity,
+            )?;
             conn.prepare_cached(
                 "UPDATE desk_members SET name = ?1, email = ?2, capacity = ?3 WHERE id = ?4",
             )
@@ -1332,7 +1036,7 @@ impl DeskStore for SqliteStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        check_type_definition(name, statuses, fields)?;
+        plan::check_type_definition(name, statuses, fields)?;
         let ticket_type = TicketType {
             id: TicketTypeId::new(),
             tenant,
@@ -1347,10 +1051,7 @@ impl DeskStore for SqliteStore {
         self.desk_write(move |conn, now| {
             tenant_exists(conn, tenant)?;
             if taken(type_by_name(conn, tenant, &ticket_type.name))? {
-                return Err(DeskError::Conflict(format!(
-                    "ticket type {:?} already exists",
-                    ticket_type.name
-                )));
+                return Err(plan::type_name_taken(&ticket_type.name));
             }
             conn.prepare_cached(
                 "INSERT INTO desk_ticket_types (id, tenant, name, statuses, fields, created_at) \
@@ -1410,25 +1111,24 @@ impl DeskStore for SqliteStore {
         let fields = fields.map(<[FieldDef]>::to_vec);
         self.desk_write(move |conn, _now| {
             let old = type_get(conn, tenant, id)?;
-            let new = TicketType {
-                id,
-                tenant,
-                name: name.unwrap_or_else(|| old.name.clone()),
-                statuses: statuses.unwrap_or_else(|| old.statuses.clone()),
-                fields: fields.unwrap_or_else(|| old.fields.clone()),
+            let update = plan::type_update(
+                &old,
+                name.as_deref(),
+                statuses.as_deref(),
+                fields.as_deref(),
+            )?;
+            let (new, renamed, removed) = match update {
+                TypeUpdate::Unchanged(same) => return Ok(same),
+                TypeUpdate::Write {
+                    new,
+                    renamed,
+                    removed,
+                } => (new, renamed, removed),
             };
-            check_type_definition(&new.name, &new.statuses, &new.fields)?;
-            if new == old {
-                return Ok(new);
-            }
-            let renamed = new.name != old.name;
             if renamed && taken(type_by_name(conn, tenant, &new.name))? {
-                return Err(DeskError::Conflict(format!(
-                    "ticket type {:?} already exists",
-                    new.name
-                )));
+                return Err(plan::type_name_taken(&new.name));
             }
-            for removed in old.statuses.iter().filter(|s| !new.statuses.contains(s)) {
+            for removed in &removed {
                 let held: i64 = conn
                     .prepare_cached(
                         "SELECT count(*) FROM desk_tickets \
@@ -1439,7 +1139,7 @@ impl DeskStore for SqliteStore {
                     })
                     .map_err(sql_err)?;
                 if held > 0 {
-                    return Err(status_still_held(&old.name, removed, held));
+                    return Err(plan::status_still_held(&old.name, removed, held));
                 }
             }
             let (statuses_json, fields_json) = (to_json(&new.statuses)?, to_json(&new.fields)?);
@@ -1539,18 +1239,10 @@ impl DeskStore for SqliteStore {
         id: TicketId,
         entry: TicketLogEntry,
     ) -> DeskResult<()> {
-        check_text("log line kind", &entry.kind)?;
-        check_text("log line message", &entry.message)?;
+        plan::check_log_line(&entry)?;
         self.desk_write(move |conn, _| {
             ticket_get(conn, tenant, id)?;
-            log_insert(
-                conn,
-                id,
-                entry.at.timestamp_millis(),
-                &entry.kind,
-                &entry.message,
-                entry.run_id.as_deref(),
-            )
+            log_insert(conn, id, &entry)
         })
         .await
     }
