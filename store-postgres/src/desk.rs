@@ -59,11 +59,11 @@ use std::sync::atomic::Ordering;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
-use fronta_desk::changes::{describe, diff, merge_fields, who};
-use fronta_desk::rules::{self, Load};
+use fronta_automation::ticket_events;
+pub(crate) use fronta_desk::plan::check_name;
+use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
-    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind, TicketFilter,
-    TicketUpsert, TicketWrite,
+    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
 };
 use fronta_desk::token;
 use fronta_desk::{
@@ -175,45 +175,6 @@ pub(crate) fn unique_as(taken: impl FnOnce() -> String) -> impl FnOnce(sqlx::Err
 
 fn decode(what: &str) -> impl FnOnce(sqlx::Error) -> DeskError + '_ {
     move |err| DeskError::Internal(format!("cannot read a {what} row: {err}"))
-}
-
-fn invalid(message: String) -> DeskError {
-    DeskError::Invalid(message)
-}
-
-/// `what` must not be empty or only white space.
-pub(crate) fn check_text(what: &str, text: &str) -> DeskSql<()> {
-    if text.trim().is_empty() {
-        Err(invalid(format!("{what} must not be empty")))
-    } else {
-        Ok(())
-    }
-}
-
-/// A ticket type's name, statuses and fields as a create or an update must give them:
-/// names of 1–200 characters, no status and no field twice.
-fn check_type_definition(name: &str, statuses: &[String], fields: &[FieldDef]) -> DeskSql<()> {
-    rules::check_type_definition(name, statuses, fields).map_err(invalid)
-}
-
-/// The refusal of an update that removes `status` while open tickets hold it.
-fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
-    invalid(format!(
-        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
-    ))
-}
-
-pub(crate) fn check_name(what: &str, name: &str) -> DeskSql<()> {
-    rules::check_name(what, name).map_err(invalid)
-}
-
-/// Whether a lookup by name found a row: `NotFound` is "free", other errors pass through.
-fn taken<T>(lookup: DeskSql<T>) -> DeskSql<bool> {
-    match lookup {
-        Ok(_) => Ok(true),
-        Err(DeskError::NotFound(_)) => Ok(false),
-        Err(err) => Err(err),
-    }
 }
 
 /// An instant as SQLite keeps it: whole milliseconds.
@@ -681,55 +642,29 @@ async fn lock_member_open(db: &mut Db<'_>, members: &[Uuid]) -> DeskSql<HashMap<
 }
 
 // ---------------------------------------------------------------------------------------
-// Tickets: the writes
+// Tickets: the writes (each decided by a plan of `fronta_desk::plan`)
 // ---------------------------------------------------------------------------------------
 
-/// The ticket's status fits its type: a status needs a type, and must be one of the type's
-/// statuses. Checked on the result of every ticket write.
-async fn check_ticket(db: &mut Db<'_>, tenant: TenantId, ticket: &Ticket) -> DeskSql<()> {
-    let Some(status) = &ticket.status else {
-        return Ok(());
-    };
-    let Some(type_name) = &ticket.ticket_type else {
-        return Err(invalid(format!(
-            "status {status:?} needs a ticket type: a ticket without a type has no statuses \
-             (set its type first)"
-        )));
-    };
-    // FOR SHARE: an update removing this status waits for this write, or this write
-    // for it (and then sees the status gone).
-    let ticket_type = type_by_name(db, tenant, type_name, Lock::Share).await?;
-    rules::check_status(&ticket_type.name, &ticket_type.statuses, status).map_err(invalid)
-}
-
-async fn log_insert(
-    db: &mut Db<'_>,
-    ticket: TicketId,
-    at: DateTime<Utc>,
-    kind: &str,
-    message: &str,
-    run_id: Option<&str>,
-) -> DeskSql<()> {
+async fn log_insert(db: &mut Db<'_>, ticket: TicketId, entry: &TicketLogEntry) -> DeskSql<()> {
     sqlx::query(
         "INSERT INTO desk_ticket_log (ticket, at, kind, message, run_id) \
          VALUES ($1, $2, $3, $4, $5)",
     )
     .bind(ticket.0)
-    .bind(at)
-    .bind(kind)
-    .bind(message)
-    .bind(run_id)
+    .bind(to_millis(entry.at))
+    .bind(&entry.kind)
+    .bind(&entry.message)
+    .bind(&entry.run_id)
     .execute(db.c())
     .await
     .map_err(sql_err)?;
     Ok(())
 }
 
-/// Write every mutable column of `ticket` (already checked) with `updated_at = now`. A
-/// write that moves the assignee or `closed` must hold the open counts it moves
-/// ([`lock_member_open`]) before it calls this: the triggers change them.
-async fn ticket_update(db: &mut Db<'_>, ticket: &mut Ticket, now: DateTime<Utc>) -> DeskSql<()> {
-    ticket.updated_at = now;
+/// Write every mutable column of `ticket`. A write that moves the assignee or `closed`
+/// must hold the open counts it moves ([`lock_member_open`]) before it calls this: the
+/// triggers change them.
+async fn ticket_update(db: &mut Db<'_>, ticket: &Ticket) -> DeskSql<()> {
     let (assignee_id, assignee_name) = match &ticket.assignee {
         Some(assignee) => (Some(assignee.id.0), Some(assignee.name.as_str())),
         None => (None, None),
@@ -748,7 +683,7 @@ async fn ticket_update(db: &mut Db<'_>, ticket: &mut Ticket, now: DateTime<Utc>)
     .bind(assignee_name)
     .bind(&ticket.group)
     .bind(Json(&ticket.fields))
-    .bind(now)
+    .bind(ticket.updated_at)
     .bind(ticket.id.0)
     .execute(db.c())
     .await
@@ -756,9 +691,63 @@ async fn ticket_update(db: &mut Db<'_>, ticket: &mut Ticket, now: DateTime<Utc>)
     Ok(())
 }
 
+/// Insert `ticket` and move its tenant's counter to its number, in one statement; the
+/// caller holds the counter's lock ([`lock_counter`]), which gave the number.
+async fn ticket_insert(db: &mut Db<'_>, ticket: &Ticket) -> DeskSql<()> {
+    sqlx::query(
+        "WITH bumped AS (
+            UPDATE desk_ticket_counters SET last_number = $3 WHERE tenant = $2
+        )
+        INSERT INTO desk_tickets (id, tenant, number, external_id, title, type_name, status,
+                                  closed, tags, group_name, fields, created_at, updated_at)
+        VALUES ($1, $2, $3, $4, $5, $6, $7, false, $8, $9, $10, $11, $11)",
+    )
+    .bind(ticket.id.0)
+    .bind(ticket.tenant.0)
+    .bind(ticket.number)
+    .bind(&ticket.external_id)
+    .bind(&ticket.title)
+    .bind(&ticket.ticket_type)
+    .bind(&ticket.status)
+    .bind(Json(&ticket.tags))
+    .bind(&ticket.group)
+    .bind(Json(&ticket.fields))
+    .bind(ticket.created_at)
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Whether a write has already locked the open counts its plan moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counts {
+    Locked,
+    ToLock,
+}
+
+/// Carry out `plan`: lock the open counts it moves (unless held), write its row, then its
+/// log line; answer what the write did.
+async fn ticket_apply(db: &mut Db<'_>, plan: TicketPlan, counts: Counts) -> DeskSql<TicketWrite> {
+    if counts == Counts::ToLock && plan.row == RowWrite::Update {
+        let moved: Vec<Uuid> = plan.counts_moved().iter().map(|member| member.0).collect();
+        lock_member_open(db, &moved).await?;
+    }
+    let ticket = &plan.write.ticket;
+    match plan.row {
+        RowWrite::Insert => ticket_insert(db, ticket).await?,
+        RowWrite::Update => ticket_update(db, ticket).await?,
+        RowWrite::Keep => {}
+    }
+    if let Some(entry) = &plan.log {
+        log_insert(db, ticket.id, entry).await?;
+    }
+    Ok(plan.write)
+}
+
 /// Lock the tenant's ticket counter (made with the tenant; made here if missing), which
-/// orders the tenant's ticket creates.
-async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
+/// orders the tenant's ticket creates, and answer the last number it gave.
+async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<i64> {
     for _ in 0..2 {
         let found: Option<i64> = sqlx::query_scalar(
             "SELECT last_number FROM desk_ticket_counters WHERE tenant = $1 FOR UPDATE",
@@ -767,8 +756,8 @@ async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
         .fetch_optional(db.c())
         .await
         .map_err(sql_err)?;
-        if found.is_some() {
-            return Ok(());
+        if let Some(last) = found {
+            return Ok(last);
         }
         sqlx::query(
             "INSERT INTO desk_ticket_counters (tenant, last_number) VALUES ($1, 0) \
@@ -784,8 +773,8 @@ async fn lock_counter(db: &mut Db<'_>, tenant: TenantId) -> DeskSql<()> {
     )))
 }
 
-/// The type and group an upsert or change names must exist in the tenant; both are
-/// locked `FOR SHARE` (a rename or delete of them waits for this write).
+/// The type and group a write names must exist in the tenant; both are locked
+/// `FOR SHARE` (a rename or delete of them waits for this write).
 async fn check_references(
     db: &mut Db<'_>,
     tenant: TenantId,
@@ -801,17 +790,32 @@ async fn check_references(
     Ok(())
 }
 
+/// The type [`plan::type_to_check`] names, if there is one, `FOR SHARE`: an update
+/// removing a status waits for this write, or this write for it (and then sees the
+/// status gone).
+async fn type_for_check(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    name: Option<&str>,
+) -> DeskSql<Option<TicketType>> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    match type_by_name(db, tenant, name, Lock::Share).await {
+        Ok(found) => Ok(Some(found)),
+        Err(DeskError::NotFound(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 async fn ticket_upsert(
     db: &mut Db<'_>,
     tenant: TenantId,
     upsert: TicketUpsert,
     origin: &Origin,
 ) -> DeskSql<TicketWrite> {
-    check_text("ticket external id", &upsert.external_id)?;
+    plan::check_upsert(&upsert)?;
     tenant_exists(db, tenant).await?;
-    if let Some(title) = &upsert.title {
-        check_text("ticket title", title)?;
-    }
     check_references(
         db,
         tenant,
@@ -819,148 +823,34 @@ async fn ticket_upsert(
         upsert.group.as_deref(),
     )
     .await?;
-    let (by, run_id) = who(origin);
-    let found = match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
-        Some(found) => Some(found),
+    let target = match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
+        Some(found) => UpsertTarget::Existing(found),
         None => {
             // Not there yet: take the tenant's create lock, then look again — a create of
             // the same external id that committed while this one waited is found now.
-            lock_counter(db, tenant).await?;
-            ticket_by_external_id(db, tenant, &upsert.external_id).await?
+            let last = lock_counter(db, tenant).await?;
+            match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
+                Some(found) => UpsertTarget::Existing(found),
+                None => UpsertTarget::New {
+                    tenant,
+                    number: last + 1,
+                },
+            }
         }
     };
-    let Some(old) = found else {
-        return ticket_create(db, tenant, upsert, &by, run_id.as_deref()).await;
+    let current = match &target {
+        UpsertTarget::Existing(found) => Some(found),
+        UpsertTarget::New { .. } => None,
     };
-    let mut new = old.clone();
-    if let Some(title) = upsert.title {
-        new.title = title;
-    }
-    if upsert.ticket_type.is_some() {
-        new.ticket_type = upsert.ticket_type;
-    }
-    if upsert.status.is_some() {
-        new.status = upsert.status;
-    }
-    if upsert.group.is_some() {
-        new.group = upsert.group;
-    }
-    new.tags = rules::merge_tags(&new.tags, &upsert.tags);
-    merge_fields(&mut new.fields, &upsert.fields);
-    check_ticket(db, tenant, &new).await?;
-    let change = diff(&old, &new);
-    let now = db.now().await?;
-    if !change.is_empty() {
-        ticket_update(db, &mut new, now).await?;
-    }
-    let event = upsert
-        .note
-        .unwrap_or_else(|| format!("event for external id {}", upsert.external_id));
-    let outcome = if change.is_empty() {
-        "nothing changed".to_owned()
-    } else {
-        describe(&change)
-    };
-    let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
-    log_insert(db, new.id, now, "event", &message, run_id.as_deref()).await?;
-    Ok(TicketWrite {
-        ticket: new,
-        created: false,
-        change,
-    })
-}
-
-/// Create the ticket of `upsert`; the caller holds the tenant's counter lock.
-async fn ticket_create(
-    db: &mut Db<'_>,
-    tenant: TenantId,
-    upsert: TicketUpsert,
-    by: &str,
-    run_id: Option<&str>,
-) -> DeskSql<TicketWrite> {
-    let now = db.now().await?;
-    let mut fields = BTreeMap::new();
-    merge_fields(&mut fields, &upsert.fields);
-    let mut ticket = Ticket {
-        id: TicketId::new(),
-        tenant,
-        number: 0,
-        title: upsert.title.unwrap_or_else(|| upsert.external_id.clone()),
-        external_id: Some(upsert.external_id),
-        ticket_type: upsert.ticket_type,
-        status: upsert.status,
-        closed: false,
-        tags: rules::merge_tags(&[], &upsert.tags),
-        assignee: None,
-        group: upsert.group,
-        fields,
-        created_at: now,
-        updated_at: now,
-    };
-    check_ticket(db, tenant, &ticket).await?;
-    // The number and the row in one statement.
-    let number: Option<i64> = sqlx::query_scalar(
-        "WITH bumped AS (
-            UPDATE desk_ticket_counters SET last_number = last_number + 1 WHERE tenant = $2
-            RETURNING last_number
-        )
-        INSERT INTO desk_tickets (id, tenant, number, external_id, title, type_name, status,
-                                  closed, tags, group_name, fields, created_at, updated_at)
-        SELECT $1, $2, bumped.last_number, $3, $4, $5, $6, false, $7, $8, $9, $10, $10
-        FROM bumped
-        RETURNING number",
-    )
-    .bind(ticket.id.0)
-    .bind(tenant.0)
-    .bind(&ticket.external_id)
-    .bind(&ticket.title)
-    .bind(&ticket.ticket_type)
-    .bind(&ticket.status)
-    .bind(Json(&ticket.tags))
-    .bind(&ticket.group)
-    .bind(Json(&ticket.fields))
-    .bind(now)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    ticket.number = number.ok_or_else(|| {
-        DeskError::Internal(format!(
-            "invariant: tenant {tenant} has a ticket counter (locked before the create)"
-        ))
-    })?;
-    let mut parts = vec![format!("title {}", ticket.title)];
-    if let Some(external_id) = &ticket.external_id {
-        parts.push(format!("external id {external_id}"));
-    }
-    for (name, value) in [
-        ("type", &ticket.ticket_type),
-        ("status", &ticket.status),
-        ("group", &ticket.group),
-    ] {
-        if let Some(value) = value {
-            parts.push(format!("{name} {value}"));
-        }
-    }
-    if !ticket.tags.is_empty() {
-        parts.push(format!("tags [{}]", ticket.tags.join(", ")));
-    }
-    if !ticket.fields.is_empty() {
-        parts.push(format!("fields {}", to_json(&ticket.fields)?));
-    }
-    let mut message = format!(
-        "{} created by {by}: {}",
-        ticket.human_id(),
-        parts.join("; ")
+    let checked = plan::type_to_check(
+        current,
+        upsert.status.as_deref(),
+        upsert.ticket_type.as_deref(),
     );
-    if let Some(note) = &upsert.note {
-        message.push_str(&format!(" (event: {note})"));
-    }
-    log_insert(db, ticket.id, now, "created", &message, run_id).await?;
-    Ok(TicketWrite {
-        ticket,
-        created: true,
-        change: BTreeMap::new(),
-    })
+    let ticket_type = type_for_check(db, tenant, checked).await?;
+    let now = db.now().await?;
+    let plan = plan::upsert(target, upsert, ticket_type.as_ref(), origin, now)?;
+    ticket_apply(db, plan, Counts::ToLock).await
 }
 
 async fn ticket_change(
@@ -971,11 +861,7 @@ async fn ticket_change(
     origin: &Origin,
 ) -> DeskSql<TicketWrite> {
     let old = ticket_get(db, tenant, id, Lock::Update).await?;
-    let mut new = old.clone();
-    if let Some(title) = change.title {
-        check_text("ticket title", &title)?;
-        new.title = title;
-    }
+    plan::check_change(&change)?;
     check_references(
         db,
         tenant,
@@ -983,62 +869,26 @@ async fn ticket_change(
         change.group.as_ref().and_then(Option::as_deref),
     )
     .await?;
-    if change.ticket_type.is_some() {
-        new.ticket_type = change.ticket_type;
-    }
-    if change.status.is_some() {
-        new.status = change.status;
-    }
-    if let Some(closed) = change.closed {
-        new.closed = closed;
-    }
-    if let Some(tags) = &change.set_tags {
-        new.tags = rules::merge_tags(&[], tags);
-    }
-    new.tags = rules::merge_tags(&new.tags, &change.add_tags);
-    if let Some(assignee) = change.assignee {
-        new.assignee = match assignee {
-            Some(member) => {
-                let member = member_get(db, tenant, member, Lock::Share).await?;
-                Some(Assignee {
-                    id: member.id,
-                    name: member.name,
-                })
-            }
-            None => None,
-        };
-    }
-    if let Some(group) = change.group {
-        new.group = group;
-    }
-    merge_fields(&mut new.fields, &change.fields);
-    check_ticket(db, tenant, &new).await?;
-    let change = diff(&old, &new);
-    if change.is_empty() {
-        return Ok(TicketWrite {
-            ticket: old,
-            created: false,
-            change,
-        });
-    }
-    if old.assignee != new.assignee || old.closed != new.closed {
-        let moved: Vec<Uuid> = [&old.assignee, &new.assignee]
-            .into_iter()
-            .flatten()
-            .map(|assignee| assignee.id.0)
-            .collect();
-        lock_member_open(db, &moved).await?;
-    }
+    let assignee = match change.assignee {
+        Some(Some(member)) => Some(member_get(db, tenant, member, Lock::Share).await?),
+        _ => None,
+    };
+    let checked = plan::type_to_check(
+        Some(&old),
+        change.status.as_deref(),
+        change.ticket_type.as_deref(),
+    );
+    let ticket_type = type_for_check(db, tenant, checked).await?;
     let now = db.now().await?;
-    ticket_update(db, &mut new, now).await?;
-    let (by, run_id) = who(origin);
-    let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
-    log_insert(db, new.id, now, "changed", &message, run_id.as_deref()).await?;
-    Ok(TicketWrite {
-        ticket: new,
-        created: false,
+    let plan = plan::change(
+        old,
         change,
-    })
+        assignee.as_ref(),
+        ticket_type.as_ref(),
+        origin,
+        now,
+    )?;
+    ticket_apply(db, plan, Counts::ToLock).await
 }
 
 async fn ticket_assign_least_busy(
@@ -1052,11 +902,7 @@ async fn ticket_assign_least_busy(
     let group = group_by_name(db, tenant, group_name, Lock::Share).await?;
     let members = members_of(db, group.id, Lock::Share).await?;
     if members.is_empty() {
-        return Err(invalid(format!(
-            "group {:?} has no members to assign {} to",
-            group.name,
-            old.human_id()
-        )));
+        return Err(plan::group_has_no_members(&group, &old));
     }
     // Lock the counts of every member this write can move — the group's and the
     // ticket's current assignee — then read the loads under that lock: an assignment on
@@ -1066,87 +912,19 @@ async fn ticket_assign_least_busy(
     if let Some(assignee) = &old.assignee {
         locked.push(assignee.id.0);
     }
-    let counts = lock_member_open(db, &locked).await?;
-    // The ticket being assigned does not count against anybody: re-running the step
-    // keeps the same assignee instead of moving the ticket back and forth.
-    let open: Vec<u32> = members
-        .iter()
-        .map(|member| {
-            let count = counts.get(&member.id.0).copied().unwrap_or(0);
-            let holds_this_one = !old.closed
-                && old
-                    .assignee
-                    .as_ref()
-                    .is_some_and(|assignee| assignee.id == member.id);
-            let count = count - i64::from(holds_this_one);
-            u32::try_from(count.max(0)).unwrap_or(u32::MAX)
-        })
+    let open: BTreeMap<MemberId, i64> = lock_member_open(db, &locked)
+        .await?
+        .into_iter()
+        .map(|(member, count)| (MemberId(member), count))
         .collect();
-    let loads: Vec<Load<'_>> = members
-        .iter()
-        .zip(&open)
-        .map(|(member, open)| Load {
-            member,
-            open: *open,
-        })
-        .collect();
-    let chosen = rules::least_busy(&loads).ok_or_else(|| {
-        DeskError::Internal("invariant: least_busy picks somebody from a non-empty group".into())
-    })?;
-    let reasoning = loads
-        .iter()
-        .map(|load| {
-            format!(
-                "{} {} open of {}",
-                load.member.name, load.open, load.member.capacity
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    let mut new = old.clone();
-    new.assignee = Some(Assignee {
-        id: chosen.id,
-        name: chosen.name.clone(),
-    });
-    new.group = Some(group.name.clone());
-    let change = diff(&old, &new);
-    let (by, run_id) = who(origin);
     let now = db.now().await?;
-    let (kind, message) = if change.is_empty() {
-        (
-            "note",
-            format!(
-                "{} stays with {}, still the least busy in group {} ({reasoning}); checked by {by}",
-                old.human_id(),
-                chosen.name,
-                group.name
-            ),
-        )
-    } else {
-        ticket_update(db, &mut new, now).await?;
-        (
-            "changed",
-            format!(
-                "{} assigned to {} by {by}: least busy in group {} ({reasoning}); {}",
-                new.human_id(),
-                chosen.name,
-                group.name,
-                describe(&change)
-            ),
-        )
-    };
-    log_insert(db, old.id, now, kind, &message, run_id.as_deref()).await?;
-    Ok(TicketWrite {
-        ticket: if change.is_empty() { old } else { new },
-        created: false,
-        change,
-    })
+    let plan = plan::assign_least_busy(old, &group, &members, &open, origin, now)?;
+    ticket_apply(db, plan, Counts::Locked).await
 }
 
-/// Unassign the open tickets of `members`, who are being deleted (their rows are locked),
-/// each with a log line; closed tickets keep who handled them. Locks the tickets, then
-/// the members' open counts, then writes them member by member (in the given order),
-/// ticket by ticket (by number).
+/// Unassign the open tickets of `members`, who are being deleted (their rows are locked)
+/// ([`plan::unassign_for_deleted`]). Locks the tickets, then the members' open counts,
+/// then writes them member by member (in the given order), ticket by ticket (by number).
 async fn unassign_open_tickets(
     db: &mut Db<'_>,
     tenant: TenantId,
@@ -1180,17 +958,8 @@ async fn unassign_open_tickets(
                 .as_ref()
                 .is_some_and(|assignee| assignee.id == member.id)
         }) {
-            let mut new = old.clone();
-            new.assignee = None;
-            let change = diff(old, &new);
-            ticket_update(db, &mut new, now).await?;
-            let message = format!(
-                "{} unassigned because member {} was deleted: {}",
-                new.human_id(),
-                member.name,
-                describe(&change)
-            );
-            log_insert(db, new.id, now, "changed", &message, None).await?;
+            let plan = plan::unassign_for_deleted(old.clone(), member, now);
+            ticket_apply(db, plan, Counts::Locked).await?;
         }
     }
     Ok(())
@@ -1270,8 +1039,7 @@ async fn incident_report(
     tenant: TenantId,
     report: IncidentReport,
 ) -> DeskSql<(Incident, bool)> {
-    check_text("incident cause", &report.cause)?;
-    check_text("incident title", &report.title)?;
+    plan::check_report(&report)?;
     tenant_exists(db, tenant).await?;
     if let Some(ticket) = report.ticket {
         ticket_get(db, tenant, ticket, Lock::None).await?;
@@ -1294,6 +1062,7 @@ async fn incident_report(
         }
         // None open: open one, unless a concurrent report just did (the partial unique
         // index is the arbiter; then the next round counts the repeat).
+        let incident = plan::incident_open(tenant, report.clone(), now);
         let opened = sqlx::query(concat!(
             "INSERT INTO desk_incidents (id, tenant, cause, title, impact, detail, status, \
              count, ticket, created_at, updated_at) \
@@ -1301,13 +1070,13 @@ async fn incident_report(
              ON CONFLICT (tenant, cause) WHERE status = 'open' DO NOTHING RETURNING ",
             incident_columns!()
         ))
-        .bind(IncidentId::new().0)
+        .bind(incident.id.0)
         .bind(tenant.0)
-        .bind(&report.cause)
-        .bind(&report.title)
-        .bind(&report.impact)
-        .bind(&report.detail)
-        .bind(report.ticket.map(|ticket| ticket.0))
+        .bind(&incident.cause)
+        .bind(&incident.title)
+        .bind(&incident.impact)
+        .bind(&incident.detail)
+        .bind(incident.ticket.map(|ticket| ticket.0))
         .bind(now)
         .fetch_optional(db.c())
         .await
@@ -1316,10 +1085,7 @@ async fn incident_report(
             return Ok((incident_of(&row)?, true));
         }
     }
-    Err(DeskError::Unavailable(format!(
-        "the open incident of cause {:?} kept changing during the report; try again",
-        report.cause
-    )))
+    Err(plan::incident_kept_changing(&report.cause))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1327,22 +1093,17 @@ async fn incident_report(
 // ---------------------------------------------------------------------------------------
 
 /// Hand what `write` did to `sink` and insert the runs it answers, inside the write's
-/// transaction. A create is `ticket.created`, a write that changed something
-/// `ticket.changed`; a write that changed nothing, or an event no enabled automation of
-/// the tenant listens to, reaches no sink. A run that cannot be inserted (or a panicking
-/// sink) fails the whole write. Answers whether a run was inserted (workers are woken
-/// after the commit).
+/// transaction ([`plan::announcement`] decides whether it announces; [`ticket_events`]
+/// calls the sink and names runs that cannot be inserted); an event no enabled automation
+/// of the tenant listens to reaches no sink. A failure fails the whole write. Answers
+/// whether a run was inserted (workers are woken after the commit).
 async fn announce(
     db: &mut Db<'_>,
     sink: &TicketEventSink,
     write: &TicketWrite,
     origin: Origin,
 ) -> DeskSql<bool> {
-    let kind = if write.created {
-        TicketEventKind::Created
-    } else if !write.change.is_empty() {
-        TicketEventKind::Changed
-    } else {
+    let Some(kind) = plan::announcement(write) else {
         return Ok(false);
     };
     // Only events somebody listens to reach the sink: one index probe.
@@ -1350,57 +1111,15 @@ async fn announce(
     if listeners.is_empty() {
         return Ok(false);
     }
-    let event = TicketEvent {
-        id: Uuid::now_v7().to_string(),
-        tenant: write.ticket.tenant,
-        kind,
-        ticket: write.ticket.clone(),
-        change: write.change.clone(),
-        origin,
-        at: write.ticket.updated_at,
-    };
-    // A panic in the sink fails this write, not the task that made it.
-    let new_runs =
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(&event, &listeners)))
-            .map_err(|_| {
-                DeskError::Internal(format!(
-                    "the ticket event sink panicked on {} of {}",
-                    kind.as_str(),
-                    write.ticket.human_id()
-                ))
-            })?;
+    let event = TicketEvent::of(write, kind, origin);
+    let new_runs = ticket_events::runs_of(sink, &event, &listeners)?;
     if new_runs.is_empty() {
         return Ok(false);
     }
     let store = db.store;
     let (_, inserted) = runs::insert_many(&mut *db.conn, store.ctx(), &new_runs)
         .await
-        .map_err(|err| {
-            let context = match new_runs.as_slice() {
-                [run] => format!(
-                    "run {} triggered by {} of {} cannot be inserted",
-                    run.id,
-                    kind.as_str(),
-                    write.ticket.human_id()
-                ),
-                runs => format!(
-                    "{} runs triggered by {} of {} cannot be inserted",
-                    runs.len(),
-                    kind.as_str(),
-                    write.ticket.human_id()
-                ),
-            };
-            match from_store(err) {
-                DeskError::Conflict(message) => {
-                    DeskError::Conflict(format!("{context}: {message}"))
-                }
-                DeskError::Invalid(message) => DeskError::Invalid(format!("{context}: {message}")),
-                DeskError::Unavailable(message) => {
-                    DeskError::Unavailable(format!("{context}: {message}"))
-                }
-                other => DeskError::Internal(format!("{context}: {other}")),
-            }
-        })?;
+        .map_err(|err| ticket_events::not_inserted(&event, &new_runs, from_store(err)))?;
     Ok(inserted)
 }
 
@@ -1515,9 +1234,8 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;
-        let exists = || format!("group {name:?} already exists");
         if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::group_name_taken(name));
         }
         let now = db.now().await?;
         let group = Group {
@@ -1539,7 +1257,7 @@ impl DeskStore for PgStore {
         .await
         .map_err(sql_err)?;
         if inserted.rows_affected() == 0 {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::group_name_taken(name));
         }
         self.desk_commit(tx).await?;
         Ok(group)
@@ -1578,16 +1296,21 @@ impl DeskStore for PgStore {
         if group.name == name {
             return Ok(group);
         }
-        let exists = || format!("group {name:?} already exists");
         if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::group_name_taken(name));
         }
         sqlx::query("UPDATE desk_groups SET name = $1 WHERE id = $2")
             .bind(name)
             .bind(id.0)
             .execute(db.c())
             .await
-            .map_err(unique_as(exists))?;
+            .map_err(|err| {
+                if is_unique_violation(&err) {
+                    plan::group_name_taken(name)
+                } else {
+                    sql_err(err)
+                }
+            })?;
         // Tickets name their group: the rename is carried to them.
         sqlx::query(
             "UPDATE desk_tickets SET group_name = $1 WHERE tenant = $2 AND group_name = $3",
@@ -1633,18 +1356,8 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         group_get(&mut db, tenant, group, Lock::Share).await?;
-        check_name(MEMBER, name)?;
-        if let Some(email) = email {
-            check_text("member email", email)?;
-        }
+        let member = plan::member_add(group, name, email, capacity)?;
         let now = db.now().await?;
-        let member = Member {
-            id: MemberId::new(),
-            group,
-            name: name.to_owned(),
-            email: email.map(str::to_owned),
-            capacity,
-        };
         // The member and its open count (0), which least busy locks before it reads.
         sqlx::query(
             "WITH member AS (
@@ -1686,20 +1399,12 @@ impl DeskStore for PgStore {
     ) -> DeskResult<Member> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let mut updated = member_get(&mut db, tenant, member, Lock::Update).await?;
-        if let Some(name) = name {
-            check_name(MEMBER, name)?;
-            updated.name = name.to_owned();
-        }
-        if let Some(email) = email {
-            if let Some(email) = email {
-                check_text("member email", email)?;
-            }
-            updated.email = email.map(str::to_owned);
-        }
-        if let Some(capacity) = capacity {
-            updated.capacity = capacity;
-        }
+        let updated = plan::member_update(
+            member_get(&mut db, tenant, member, Lock::Update).await?,
+            name,
+            email,
+            capacity,
+        )?;
         sqlx::query("UPDATE desk_members SET name = $1, email = $2, capacity = $3 WHERE id = $4")
             .bind(&updated.name)
             .bind(&updated.email)
@@ -1742,7 +1447,7 @@ impl DeskStore for PgStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        check_type_definition(name, statuses, fields)?;
+        plan::check_type_definition(name, statuses, fields)?;
         let ticket_type = TicketType {
             id: TicketTypeId::new(),
             tenant,
@@ -1753,9 +1458,8 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;
-        let exists = || format!("ticket type {:?} already exists", ticket_type.name);
         if taken(type_by_name(&mut db, tenant, &ticket_type.name, Lock::None).await)? {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::type_name_taken(&ticket_type.name));
         }
         let now = db.now().await?;
         let inserted = sqlx::query(
@@ -1772,7 +1476,7 @@ impl DeskStore for PgStore {
         .await
         .map_err(sql_err)?;
         if inserted.rows_affected() == 0 {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::type_name_taken(&ticket_type.name));
         }
         self.desk_commit(tx).await?;
         Ok(ticket_type)
@@ -1816,23 +1520,18 @@ impl DeskStore for PgStore {
         // FOR UPDATE: ticket writes check statuses under FOR SHARE of this row, so none
         // can set a status this update removes between the count below and the commit.
         let old = type_get(&mut db, tenant, id, Lock::Update).await?;
-        let new = TicketType {
-            id,
-            tenant,
-            name: name.map_or_else(|| old.name.clone(), str::to_owned),
-            statuses: statuses.map_or_else(|| old.statuses.clone(), <[String]>::to_vec),
-            fields: fields.map_or_else(|| old.fields.clone(), <[FieldDef]>::to_vec),
+        let (new, renamed, removed) = match plan::type_update(&old, name, statuses, fields)? {
+            TypeUpdate::Unchanged(same) => return Ok(same),
+            TypeUpdate::Write {
+                new,
+                renamed,
+                removed,
+            } => (new, renamed, removed),
         };
-        check_type_definition(&new.name, &new.statuses, &new.fields)?;
-        if new == old {
-            return Ok(new);
-        }
-        let renamed = new.name != old.name;
-        let exists = || format!("ticket type {:?} already exists", new.name);
         if renamed && taken(type_by_name(&mut db, tenant, &new.name, Lock::None).await)? {
-            return Err(DeskError::Conflict(exists()));
+            return Err(plan::type_name_taken(&new.name));
         }
-        for removed in old.statuses.iter().filter(|s| !new.statuses.contains(s)) {
+        for removed in &removed {
             let held: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM desk_tickets \
                  WHERE tenant = $1 AND type_name = $2 AND status = $3 AND NOT closed",
@@ -1844,7 +1543,7 @@ impl DeskStore for PgStore {
             .await
             .map_err(sql_err)?;
             if held > 0 {
-                return Err(status_still_held(&old.name, removed, held));
+                return Err(plan::status_still_held(&old.name, removed, held));
             }
         }
         let updated = sqlx::query(
@@ -1861,7 +1560,7 @@ impl DeskStore for PgStore {
         match updated {
             // A concurrent create took the name after the look above.
             Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
-                return Err(DeskError::Conflict(exists()));
+                return Err(plan::type_name_taken(&new.name));
             }
             other => {
                 other.map_err(sql_err)?;
@@ -1939,20 +1638,11 @@ impl DeskStore for PgStore {
         id: TicketId,
         entry: TicketLogEntry,
     ) -> DeskResult<()> {
-        check_text("log line kind", &entry.kind)?;
-        check_text("log line message", &entry.message)?;
+        plan::check_log_line(&entry)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         ticket_get(&mut db, tenant, id, Lock::None).await?;
-        log_insert(
-            &mut db,
-            id,
-            to_millis(entry.at),
-            &entry.kind,
-            &entry.message,
-            entry.run_id.as_deref(),
-        )
-        .await?;
+        log_insert(&mut db, id, &entry).await?;
         self.desk_commit(tx).await
     }
 
@@ -2024,13 +1714,4 @@ impl DeskStore for PgStore {
         self.desk_commit(tx).await?;
         Ok(resolved)
     }
-}
-
-// ---------------------------------------------------------------------------------------
-// Pure helpers, copies of the SQLite store's (same change maps, same log lines)
-// ---------------------------------------------------------------------------------------
-
-fn to_json(value: &BTreeMap<String, Value>) -> DeskSql<String> {
-    serde_json::to_string(value)
-        .map_err(|err| DeskError::Internal(format!("cannot serialize to JSON: {err}")))
 }
