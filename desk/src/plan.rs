@@ -213,7 +213,7 @@ pub struct TicketPlan {
 
 impl TicketPlan {
     /// The members whose open-ticket count this write moves (the old and the new
-    /// assignee, when the assignee or `closed` changed); empty otherwise.
+    /// assignee, each once, when the assignee or `closed` changed); empty otherwise.
     pub fn counts_moved(&self) -> Vec<MemberId> {
         let Some(before) = &self.before else {
             return Vec::new();
@@ -222,11 +222,13 @@ impl TicketPlan {
         if before.assignee == after.assignee && before.closed == after.closed {
             return Vec::new();
         }
-        [&before.assignee, &after.assignee]
+        let mut moved: Vec<MemberId> = [&before.assignee, &after.assignee]
             .into_iter()
             .flatten()
             .map(|assignee| assignee.id)
-            .collect()
+            .collect();
+        moved.dedup();
+        moved
     }
 
     /// What this write announces ([`announcement`]).
@@ -732,6 +734,336 @@ pub fn incident_kept_changing(cause: &str) -> DeskError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use chrono::TimeZone;
+
+    use crate::model::{GroupId, TicketTypeId};
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 2, 9, 30, 0)
+            .single()
+            .expect("a valid instant")
+    }
+
+    fn order_type(tenant: TenantId) -> TicketType {
+        TicketType {
+            id: TicketTypeId::new(),
+            tenant,
+            name: "order".into(),
+            statuses: vec!["waiting-to-pack".into(), "shipped".into()],
+            fields: vec![],
+        }
+    }
+
+    fn run() -> Origin {
+        Origin::Automation {
+            automation_id: "a1".into(),
+            run_id: "r1".into(),
+        }
+    }
+
+    fn order_upsert() -> TicketUpsert {
+        TicketUpsert {
+            external_id: "order-5001".into(),
+            title: Some("Order 5001".into()),
+            ticket_type: Some("order".into()),
+            status: Some("waiting-to-pack".into()),
+            tags: vec!["waiting-to-pack".into(), "waiting-to-pack".into()],
+            note: Some("order.created".into()),
+            ..TicketUpsert::default()
+        }
+    }
+
+    fn created(tenant: TenantId) -> Ticket {
+        let kind = order_type(tenant);
+        upsert(
+            UpsertTarget::New { tenant, number: 5 },
+            order_upsert(),
+            Some(&kind),
+            &run(),
+            now(),
+        )
+        .expect("a valid create")
+        .write
+        .ticket
+    }
+
+    fn member(name: &str, capacity: u32) -> Member {
+        Member {
+            id: MemberId::new(),
+            group: GroupId::new(),
+            name: name.into(),
+            email: None,
+            capacity,
+        }
+    }
+
+    #[test]
+    fn an_upsert_of_a_new_external_id_inserts_numbered_and_logs_what_it_set() {
+        let tenant = TenantId::new();
+        let kind = order_type(tenant);
+        let plan = upsert(
+            UpsertTarget::New { tenant, number: 5 },
+            order_upsert(),
+            Some(&kind),
+            &run(),
+            now(),
+        )
+        .expect("a valid create");
+        assert_eq!(plan.row, RowWrite::Insert, "a create inserts");
+        assert!(plan.write.created, "answers created");
+        assert_eq!(plan.write.ticket.tags, vec!["waiting-to-pack"], "tags once");
+        assert_eq!(
+            plan.announcement(),
+            Some(TicketEventKind::Created),
+            "announced"
+        );
+        let log = plan.log.expect("a create logs");
+        assert_eq!(log.kind, "created", "kind of the line");
+        assert_eq!(
+            log.message,
+            "TK-5 created by automation a1 (run r1): title Order 5001; external id order-5001; \
+             type order; status waiting-to-pack; tags [waiting-to-pack] (event: order.created)",
+            "the line says who and what"
+        );
+        assert_eq!(
+            log.run_id.as_deref(),
+            Some("r1"),
+            "the line carries the run"
+        );
+    }
+
+    #[test]
+    fn an_upsert_that_changes_nothing_keeps_the_row_logs_the_event_and_announces_nothing() {
+        let tenant = TenantId::new();
+        let kind = order_type(tenant);
+        let existing = created(tenant);
+        let plan = upsert(
+            UpsertTarget::Existing(existing.clone()),
+            order_upsert(),
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid attach");
+        assert_eq!(plan.row, RowWrite::Keep, "nothing to write");
+        assert_eq!(plan.write.ticket, existing, "the ticket as it was");
+        assert_eq!(plan.announcement(), None, "no change, no event");
+        assert_eq!(
+            plan.log.map(|log| log.message),
+            Some("order.created: attached to TK-5 by a person; nothing changed".into()),
+            "the event is still on the ticket's log"
+        );
+    }
+
+    #[test]
+    fn a_status_outside_the_type_or_without_a_type_is_refused() {
+        let tenant = TenantId::new();
+        let kind = order_type(tenant);
+        let mut lost = order_upsert();
+        lost.status = Some("lost".into());
+        let err = upsert(
+            UpsertTarget::New { tenant, number: 1 },
+            lost,
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        )
+        .expect_err("not a status of order");
+        assert!(
+            matches!(&err, DeskError::Invalid(message) if message.contains("allowed: waiting-to-pack, shipped")),
+            "names the allowed statuses: {err:?}"
+        );
+        let mut untyped = order_upsert();
+        untyped.ticket_type = None;
+        let err = upsert(
+            UpsertTarget::New { tenant, number: 1 },
+            untyped,
+            None,
+            &Origin::Person,
+            now(),
+        )
+        .expect_err("a status needs a type");
+        assert!(
+            matches!(&err, DeskError::Invalid(message) if message.contains("needs a ticket type")),
+            "says why: {err:?}"
+        );
+    }
+
+    #[test]
+    fn the_type_to_check_is_the_one_the_result_carries_and_only_with_a_status() {
+        let tenant = TenantId::new();
+        let ticket = created(tenant);
+        assert_eq!(
+            type_to_check(Some(&ticket), None, None),
+            Some("order"),
+            "the ticket's own type, for its status"
+        );
+        assert_eq!(
+            type_to_check(Some(&ticket), None, Some("return")),
+            Some("return"),
+            "the type the write sets"
+        );
+        assert_eq!(
+            type_to_check(None, None, Some("order")),
+            None,
+            "no status, no check"
+        );
+    }
+
+    #[test]
+    fn a_change_that_changes_nothing_writes_and_logs_nothing() {
+        let tenant = TenantId::new();
+        let ticket = created(tenant);
+        let plan = change(
+            ticket.clone(),
+            TicketChange {
+                closed: Some(false),
+                ..TicketChange::default()
+            },
+            None,
+            Some(&order_type(tenant)),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid change");
+        assert_eq!(plan.row, RowWrite::Keep, "nothing to write");
+        assert_eq!(plan.log, None, "no line");
+        assert!(plan.counts_moved().is_empty(), "no count moves");
+    }
+
+    #[test]
+    fn closing_an_assigned_ticket_moves_its_assignees_count_and_says_so() {
+        let tenant = TenantId::new();
+        let eva = member("Eva", 5);
+        let mut ticket = created(tenant);
+        ticket.assignee = Some(Assignee {
+            id: eva.id,
+            name: eva.name.clone(),
+        });
+        let plan = change(
+            ticket,
+            TicketChange {
+                closed: Some(true),
+                ..TicketChange::default()
+            },
+            None,
+            Some(&order_type(tenant)),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid change");
+        assert_eq!(plan.row, RowWrite::Update, "written");
+        assert_eq!(plan.counts_moved(), vec![eva.id], "Eva's open count moves");
+        assert_eq!(
+            plan.log.map(|log| log.message),
+            Some("TK-5 changed by a person: closed false → true".into()),
+            "the line says what changed"
+        );
+        assert_eq!(
+            plan.write.ticket.updated_at,
+            now(),
+            "stamped with the write's now"
+        );
+    }
+
+    #[test]
+    fn least_busy_does_not_count_the_ticket_against_its_assignee_and_logs_its_reasoning() {
+        let tenant = TenantId::new();
+        let group = Group {
+            id: GroupId::new(),
+            tenant,
+            name: "warehouse".into(),
+        };
+        let (eva, jan) = (member("Eva", 5), member("Jan", 5));
+        let mut ticket = created(tenant);
+        ticket.group = Some("warehouse".into());
+        ticket.assignee = Some(Assignee {
+            id: eva.id,
+            name: eva.name.clone(),
+        });
+        // Eva holds this ticket and one other; Jan holds one: without this ticket, a tie
+        // broken by name, so Eva keeps it.
+        let open = BTreeMap::from([(eva.id, 2), (jan.id, 1)]);
+        let plan = assign_least_busy(
+            ticket,
+            &group,
+            &[eva.clone(), jan.clone()],
+            &open,
+            &run(),
+            now(),
+        )
+        .expect("a group with members");
+        assert_eq!(plan.row, RowWrite::Keep, "the assignee stays");
+        let log = plan.log.expect("the reasoning is always logged");
+        assert_eq!(log.kind, "note", "a note, not a change");
+        assert_eq!(
+            log.message,
+            "TK-5 stays with Eva, still the least busy in group warehouse (Eva 1 open of 5, \
+             Jan 1 open of 5); checked by automation a1 (run r1)",
+            "the counts it judged by"
+        );
+        let err = assign_least_busy(created(tenant), &group, &[], &open, &run(), now())
+            .expect_err("nobody to assign to");
+        assert!(
+            matches!(&err, DeskError::Invalid(message) if message.contains("has no members")),
+            "says the group is empty: {err:?}"
+        );
+    }
+
+    #[test]
+    fn a_type_update_names_what_it_removes_and_whether_it_renames() {
+        let tenant = TenantId::new();
+        let old = order_type(tenant);
+        assert!(
+            matches!(
+                type_update(&old, None, None, None),
+                Ok(TypeUpdate::Unchanged(_))
+            ),
+            "nothing given, nothing to write"
+        );
+        let statuses = vec!["waiting-to-pack".to_string()];
+        match type_update(&old, Some("parcel"), Some(&statuses), None) {
+            Ok(TypeUpdate::Write {
+                new,
+                renamed,
+                removed,
+            }) => {
+                assert_eq!(new.name, "parcel", "the new name");
+                assert!(renamed, "a rename");
+                assert_eq!(removed, vec!["shipped"], "the status it removes");
+            }
+            other => panic!("expected a write, got {other:?}"),
+        }
+        let twice = vec!["a".to_string(), "a".to_string()];
+        assert!(
+            matches!(
+                type_update(&old, None, Some(&twice), None),
+                Err(DeskError::Invalid(_))
+            ),
+            "checked as a create is"
+        );
+    }
+
+    #[test]
+    fn deleting_a_member_unassigns_their_open_ticket_with_a_line_naming_them() {
+        let tenant = TenantId::new();
+        let eva = member("Eva", 5);
+        let mut ticket = created(tenant);
+        ticket.assignee = Some(Assignee {
+            id: eva.id,
+            name: eva.name.clone(),
+        });
+        let plan = unassign_for_deleted(ticket, &eva, now());
+        assert_eq!(plan.write.ticket.assignee, None, "unassigned");
+        assert_eq!(plan.counts_moved(), vec![eva.id], "Eva's count moves");
+        let log = plan.log.expect("a line");
+        assert_eq!(
+            log.message, "TK-5 unassigned because member Eva was deleted: assignee Eva → none",
+            "names who and why"
+        );
+        assert_eq!(log.run_id, None, "no run did it");
+    }
 
     #[test]
     fn blank_text_is_refused_naming_what_it_is() {
