@@ -51,6 +51,7 @@ pub mod condition;
 pub mod connector;
 pub mod context;
 pub mod contract;
+pub mod errors;
 pub mod executor;
 pub mod instant;
 pub mod limits;

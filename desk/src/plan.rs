@@ -15,14 +15,15 @@ use chrono::{DateTime, Utc};
 use crate::changes::{describe, diff, merge_fields, who};
 use crate::model::{
     Assignee, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus, Member, MemberId,
-    Origin, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
+    Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
 };
 use crate::rules::{self, Load};
-use crate::store::names::{MEMBER, TICKET_TYPE};
+use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
 use crate::store::{
     DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
     TicketUpsert, TicketWrite,
 };
+use crate::token;
 
 /// `what` must not be empty or only white space (`Invalid`, naming `what`).
 pub fn check_text(what: &str, text: &str) -> DeskResult<()> {
@@ -54,6 +55,36 @@ fn invalid(message: String) -> DeskError {
 // ---------------------------------------------------------------------------------------
 // Tenants, groups, members
 // ---------------------------------------------------------------------------------------
+
+/// A new tenant called `name` and its API token (shown once; the store keeps only
+/// [`crate::token::hash`] of it).
+pub fn tenant_new(name: &str, now: DateTime<Utc>) -> DeskResult<(Tenant, String)> {
+    check_name(TENANT, name)?;
+    let tenant = Tenant {
+        id: TenantId::new(),
+        name: name.to_owned(),
+        created_at: now,
+    };
+    Ok((tenant, token::generate(token::TENANT_TOKEN_PREFIX)))
+}
+
+/// A new group of `tenant` called `name`, checked; the store checks the name is free.
+pub fn group_new(tenant: TenantId, name: &str) -> DeskResult<Group> {
+    check_name(GROUP, name)?;
+    Ok(Group {
+        id: GroupId::new(),
+        tenant,
+        name: name.to_owned(),
+    })
+}
+
+/// Whether renaming `group` to `name` writes anything (`false`: the name is the same);
+/// the store checks the new name is free before it writes, and carries the rename to the
+/// tickets naming the group.
+pub fn group_rename(group: &Group, name: &str) -> DeskResult<bool> {
+    check_name(GROUP, name)?;
+    Ok(group.name != name)
+}
 
 /// The refusal of a second group with `name` in a tenant.
 pub fn group_name_taken(name: &str) -> DeskError {
@@ -293,7 +324,7 @@ fn check_ticket(ticket: &Ticket, ticket_type: Option<&TicketType>) -> DeskResult
 /// the store reserved (under its create lock) and a fresh id.
 #[derive(Debug, Clone, PartialEq)]
 pub enum UpsertTarget {
-    Existing(Ticket),
+    Existing(Box<Ticket>),
     New { tenant: TenantId, number: i64 },
 }
 
@@ -312,7 +343,7 @@ pub fn upsert(
         UpsertTarget::New { tenant, number } => {
             return create(tenant, number, upsert, ticket_type, &by, run_id, now);
         }
-        UpsertTarget::Existing(old) => old,
+        UpsertTarget::Existing(old) => *old,
     };
     let mut new = old.clone();
     if let Some(title) = upsert.title {
@@ -839,7 +870,7 @@ mod tests {
         let kind = order_type(tenant);
         let existing = created(tenant);
         let plan = upsert(
-            UpsertTarget::Existing(existing.clone()),
+            UpsertTarget::Existing(Box::new(existing.clone())),
             order_upsert(),
             Some(&kind),
             &Origin::Person,

@@ -135,26 +135,14 @@ pub(crate) type DeskSql<T> = Result<T, DeskError>;
 
 /// The store's own failures (pool, transactions, run inserts), as desk errors.
 pub(crate) fn from_store(err: StoreError) -> DeskError {
-    match err {
-        StoreError::Conflict(message) => DeskError::Conflict(message),
-        StoreError::Invalid(message) => DeskError::Invalid(message),
-        StoreError::Unavailable(message) => DeskError::Unavailable(message),
-        StoreError::Internal(message) => DeskError::Internal(message),
-        other @ (StoreError::NotFound | StoreError::LeaseLost) => {
-            DeskError::Internal(other.to_string())
-        }
-    }
+    fronta_automation::errors::desk_error(err)
 }
 
 /// A driver error as a desk error, as on SQLite: connection trouble, lock timeouts,
 /// deadlocks and serialization failures are `Unavailable`, integrity violations
 /// `Conflict`, anything else `Internal` (absent rows are handled where they can happen).
 pub(crate) fn sql_err(err: sqlx::Error) -> DeskError {
-    match map_err(err) {
-        StoreError::Unavailable(message) => DeskError::Unavailable(message),
-        StoreError::Conflict(message) => DeskError::Conflict(message),
-        other => DeskError::Internal(other.to_string()),
-    }
+    fronta_automation::errors::desk_error_of_driver(map_err(err))
 }
 
 /// Whether `err` is a unique violation (SQLSTATE 23505).
@@ -824,13 +812,13 @@ async fn ticket_upsert(
     )
     .await?;
     let target = match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
-        Some(found) => UpsertTarget::Existing(found),
+        Some(found) => UpsertTarget::Existing(Box::new(found)),
         None => {
             // Not there yet: take the tenant's create lock, then look again — a create of
             // the same external id that committed while this one waited is found now.
             let last = lock_counter(db, tenant).await?;
             match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
-                Some(found) => UpsertTarget::Existing(found),
+                Some(found) => UpsertTarget::Existing(Box::new(found)),
                 None => UpsertTarget::New {
                     tenant,
                     number: last + 1,
@@ -839,7 +827,7 @@ async fn ticket_upsert(
         }
     };
     let current = match &target {
-        UpsertTarget::Existing(found) => Some(found),
+        UpsertTarget::Existing(found) => Some(found.as_ref()),
         UpsertTarget::New { .. } => None,
     };
     let checked = plan::type_to_check(
@@ -1175,12 +1163,7 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let now = db.now().await?;
-        let tenant = Tenant {
-            id: TenantId::new(),
-            name: name.to_owned(),
-            created_at: now,
-        };
-        let raw = token::generate(token::TENANT_TOKEN_PREFIX);
+        let (tenant, raw) = plan::tenant_new(name, now)?;
         sqlx::query(
             "WITH tenant AS (
                 INSERT INTO desk_tenants (id, name, created_at) VALUES ($1, $2, $4)
@@ -1230,7 +1213,7 @@ impl DeskStore for PgStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        check_name(GROUP, name)?;
+        let group = plan::group_new(tenant, name)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;
@@ -1238,11 +1221,6 @@ impl DeskStore for PgStore {
             return Err(plan::group_name_taken(name));
         }
         let now = db.now().await?;
-        let group = Group {
-            id: GroupId::new(),
-            tenant,
-            name: name.to_owned(),
-        };
         // The name check above answers the usual case; a concurrent create of the same
         // name is caught by the unique index.
         let inserted = sqlx::query(
@@ -1292,8 +1270,7 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let mut group = group_get(&mut db, tenant, id, Lock::Update).await?;
-        check_name(GROUP, name)?;
-        if group.name == name {
+        if !plan::group_rename(&group, name)? {
             return Ok(group);
         }
         if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {

@@ -66,25 +66,13 @@ pub(crate) type DeskSql<T> = Result<T, DeskError>;
 
 /// The writer's and the pool's own failures, as desk errors.
 pub(crate) fn from_store(err: StoreError) -> DeskError {
-    match err {
-        StoreError::Conflict(message) => DeskError::Conflict(message),
-        StoreError::Invalid(message) => DeskError::Invalid(message),
-        StoreError::Unavailable(message) => DeskError::Unavailable(message),
-        StoreError::Internal(message) => DeskError::Internal(message),
-        other @ (StoreError::NotFound | StoreError::LeaseLost) => {
-            DeskError::Internal(other.to_string())
-        }
-    }
+    fronta_automation::errors::desk_error(err)
 }
 
 /// A driver error as a desk error. Absent rows are handled where they can happen
 /// (`optional()`), so a stray "no rows" here is a bug and reads as `Internal`.
 pub(crate) fn sql_err(err: rusqlite::Error) -> DeskError {
-    match crate::map_err(err) {
-        StoreError::Unavailable(message) => DeskError::Unavailable(message),
-        StoreError::Conflict(message) => DeskError::Conflict(message),
-        other => DeskError::Internal(other.to_string()),
-    }
+    fronta_automation::errors::desk_error_of_driver(crate::map_err(err))
 }
 
 pub(crate) fn key(id: &Uuid) -> &[u8] {
@@ -505,14 +493,14 @@ fn ticket_upsert(
         upsert.group.as_deref(),
     )?;
     let target = match ticket_by_external_id(conn, tenant, &upsert.external_id)? {
-        Some(found) => UpsertTarget::Existing(found),
+        Some(found) => UpsertTarget::Existing(Box::new(found)),
         None => UpsertTarget::New {
             tenant,
             number: next_number(conn, tenant)?,
         },
     };
     let current = match &target {
-        UpsertTarget::Existing(found) => Some(found),
+        UpsertTarget::Existing(found) => Some(found.as_ref()),
         UpsertTarget::New { .. } => None,
     };
     let checked = plan::type_to_check(
@@ -794,12 +782,7 @@ impl DeskStore for SqliteStore {
         check_name(TENANT, name)?;
         let name = name.to_owned();
         self.desk_write(move |conn, now| {
-            let tenant = Tenant {
-                id: TenantId::new(),
-                name,
-                created_at: instant(now),
-            };
-            let raw = token::generate(token::TENANT_TOKEN_PREFIX);
+            let (tenant, raw) = plan::tenant_new(&name, instant(now))?;
             conn.prepare_cached(
                 "INSERT INTO desk_tenants (id, name, created_at) VALUES (?1, ?2, ?3)",
             )
@@ -841,18 +824,12 @@ impl DeskStore for SqliteStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        check_name(GROUP, name)?;
-        let name = name.to_owned();
+        let group = plan::group_new(tenant, name)?;
         self.desk_write(move |conn, now| {
             tenant_exists(conn, tenant)?;
-            if taken(group_by_name(conn, tenant, &name))? {
-                return Err(plan::group_name_taken(&name));
+            if taken(group_by_name(conn, tenant, &group.name))? {
+                return Err(plan::group_name_taken(&group.name));
             }
-            let group = Group {
-                id: GroupId::new(),
-                tenant,
-                name,
-            };
             conn.prepare_cached(
                 "INSERT INTO desk_groups (id, tenant, name, created_at) VALUES (?1, ?2, ?3, ?4)",
             )
@@ -894,8 +871,7 @@ impl DeskStore for SqliteStore {
         let name = name.to_owned();
         self.desk_write(move |conn, _| {
             let mut group = group_get(conn, tenant, id)?;
-            check_name(GROUP, &name)?;
-            if group.name == name {
+            if !plan::group_rename(&group, &name)? {
                 return Ok(group);
             }
             if taken(group_by_name(conn, tenant, &name))? {
