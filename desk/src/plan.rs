@@ -4,9 +4,25 @@
 //! the stores (SQLite, Postgres) read what a plan needs inside their transaction, call it
 //! and write what it says. Nothing here touches storage, and nothing here knows SQL.
 //!
-//! The checks shared by every write (a text must not be blank, a name is 1–200
-//! characters, a name lookup that found a row means "taken") live at the top; the plans
-//! of each write follow.
+//! The shape: a store reads (inside its transaction, with the row locks its database
+//! wants) what a plan names as its input, calls the plan, and carries out the result —
+//! a [`TicketPlan`] says which row to insert or update ([`RowWrite`]), the log line to
+//! append, and what the write answers and announces ([`announcement`]). The store owns
+//! SQL, locking and error mapping; the plan owns every message, check and branch. The
+//! checks shared by every write (a text must not be blank, a name is 1–200 characters, a
+//! name lookup that found a row means "taken") live at the top; the plans of each write
+//! follow.
+//!
+//! Decisions made here where the port's contract is silent (the conformance suite pins
+//! them on every store): a change that changes nothing writes no log line and announces
+//! nothing; an upsert that attaches always logs the event, also when nothing changed; a
+//! least-busy assignment does not count the ticket being assigned (re-running it keeps a
+//! stable assignee) and always logs its reasoning; deleting a member (or its group)
+//! unassigns its open tickets with a log line, while closed tickets keep who handled
+//! them; a `null` custom field value removes the field.
+//!
+//! Left out: custom field values are not checked against the ticket type's field
+//! definitions (the port does not ask for it yet).
 
 use std::collections::BTreeMap;
 
