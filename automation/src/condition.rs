@@ -36,7 +36,7 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
-use crate::instant::parse_instant;
+use crate::dates::parse_instant;
 use crate::model::{ConditionStep, Match, Operator, Rule};
 use crate::template::{self, Lookup, TemplateError};
 

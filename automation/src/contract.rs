@@ -19,7 +19,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::context::BODY_KEY;
-use crate::instant::parse_instant;
+use crate::dates::parse_instant;
 use crate::model::{ParamType, WebhookParam, json_kind};
 use crate::template::parse_index;
 

@@ -99,7 +99,7 @@ pub enum ParamType {
     String,
     Number,
     Boolean,
-    /// An ISO-8601 / RFC 3339 string (see [`crate::instant::parse_instant`]).
+    /// An ISO-8601 / RFC 3339 string (see [`crate::dates::parse_instant`]).
     Date,
     Object,
     Array,

@@ -72,7 +72,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::contract::to_pointer;
-use crate::instant::parse_instant;
+use crate::dates::parse_instant;
 use crate::model::PollSource;
 use crate::store::{AutomationId, StoreResult};
 

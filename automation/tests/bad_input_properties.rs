@@ -82,7 +82,7 @@ fn fits(param_type: ParamType, value: &Value) -> bool {
         ParamType::Array => value.is_array(),
         ParamType::Date => value
             .as_str()
-            .is_some_and(|text| fronta_automation::instant::parse_instant(text).is_some()),
+            .is_some_and(|text| fronta_automation::dates::parse_instant(text).is_some()),
     }
 }
 

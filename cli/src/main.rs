@@ -431,7 +431,7 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
         if db.pg_enqueue_group_max == 0 {
             bail!("--pg-enqueue-group-max (FRONTA_PG_ENQUEUE_GROUP_MAX) must be at least 1");
         }
-        config.enqueue_groups = fronta_store_postgres::group::GroupConfig {
+        config.enqueue_groups = fronta_store_postgres::enqueue_group::GroupConfig {
             writers: db.pg_enqueue_writers,
             max_runs: db.pg_enqueue_group_max,
         };

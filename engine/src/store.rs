@@ -1,8 +1,8 @@
 //! The [`RunStore`] port: everything the engine asks of storage, and nothing else.
 //!
-//! Stores (`fronta-store-sqlite`, later `fronta-store-postgres`) implement it; the
-//! conformance suite in `fronta-store-tests` pins every line of the contract below on
-//! every store. A behaviour that passes on one store and not on another is a bug.
+//! Stores (`fronta-store-sqlite`, `fronta-store-postgres`, and the memory store of
+//! `fronta-sim`) implement it; the conformance suite in `fronta-store-tests` pins every
+//! line of the contract below on every store. A behaviour that passes on one store and not on another is a bug.
 
 use std::collections::HashMap;
 use std::sync::Arc;

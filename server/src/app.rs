@@ -1,11 +1,11 @@
-//! [`App`]: what every handler shares — the configuration, the three ports, the
-//! dispatcher, the rate limiters and the stream hub. Cheap to
-//! clone.
+//! [`App`]: what every handler shares — the configuration, the ports ([`Ports`]: runs,
+//! desk, automations, secrets, service limits, MCP servers, widgets, and the guarded
+//! connectors), the dispatcher, the rate limiters, the stream hub and the metrics it
+//! reports. Cheap to clone.
 //!
-//! The server depends on no store crate: it gets `Arc<dyn RunStore>`,
-//! `Arc<dyn DeskStore>` and `Arc<dyn AutomationStore>` from whoever starts it (the
-//! binary, a test), and a [`Dispatcher`] built from a registry that knows the automation
-//! kind (`fronta_automation::executor::AUTOMATION_KIND`).
+//! The server depends on no store crate: it gets each port as an `Arc<dyn …>` from
+//! whoever starts it (the binary, a test), and a [`Dispatcher`] built from a registry that
+//! knows the automation kind (`fronta_automation::executor::AUTOMATION_KIND`).
 //!
 //! Left out: the worker (the binary runs one beside the server, or not).
 

@@ -37,7 +37,7 @@ pub mod error;
 pub mod extract;
 pub mod metrics;
 pub mod openapi;
-pub mod page;
+pub mod pagination;
 pub mod ratelimit;
 pub mod routes;
 pub mod signature;

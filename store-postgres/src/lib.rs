@@ -26,14 +26,14 @@
 
 pub mod automations;
 pub mod desk;
-pub mod group;
+pub mod enqueue_group;
 pub mod leader;
 pub mod limits;
 pub mod listener;
+mod manual_retry;
 pub mod mcp_servers;
 pub mod nodelay;
 pub mod poll;
-mod retry;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
@@ -102,7 +102,7 @@ pub struct PgConfig {
     pub tcp_nodelay: bool,
     /// Group enqueue ([`group`]): concurrent enqueues of this process share one
     /// statement and one commit.
-    pub enqueue_groups: group::GroupConfig,
+    pub enqueue_groups: enqueue_group::GroupConfig,
 }
 
 /// Empty tenants a claim round may meet before it tidies the tenant list at once,
@@ -119,7 +119,7 @@ impl PgConfig {
             listen: true,
             tenant_tidy_every: Duration::from_secs(1),
             tcp_nodelay: true,
-            enqueue_groups: group::GroupConfig::default(),
+            enqueue_groups: enqueue_group::GroupConfig::default(),
         }
     }
 }
@@ -214,7 +214,7 @@ struct Inner {
     /// Called inside every ticket write that changed something (see [`desk`]).
     ticket_event_sink: RwLock<Option<TicketEventSink>>,
     /// Concurrent enqueues waiting to share a commit.
-    groups: Arc<group::Groups>,
+    groups: Arc<enqueue_group::Groups>,
 }
 
 impl Drop for Inner {
@@ -312,7 +312,7 @@ impl PgStore {
                 own_wakeups_skipped,
                 url: config.url,
                 ticket_event_sink: RwLock::new(None),
-                groups: Arc::new(group::Groups::new(config.enqueue_groups)),
+                groups: Arc::new(enqueue_group::Groups::new(config.enqueue_groups)),
             }),
         })
     }
@@ -343,7 +343,7 @@ impl PgStore {
     }
 
     /// What group enqueue did so far ([`group`]).
-    pub fn enqueue_group_stats(&self) -> group::GroupStats {
+    pub fn enqueue_group_stats(&self) -> enqueue_group::GroupStats {
         self.inner.groups.stats()
     }
 
@@ -527,7 +527,7 @@ impl PgTx {
     }
 }
 
-impl group::WriteGroup for PgStore {
+impl enqueue_group::WriteGroup for PgStore {
     fn write(
         &self,
         runs: &[NewRun],
@@ -639,7 +639,7 @@ impl RunStore for PgStore {
 
     async fn run_retry(&self, id: RunId) -> StoreResult<fronta_engine::store::RetryReply> {
         let mut conn = self.connection().await?;
-        let reply = retry::retry(&mut conn, self.ctx(), id).await?;
+        let reply = manual_retry::retry(&mut conn, self.ctx(), id).await?;
         if reply == fronta_engine::store::RetryReply::Requeued {
             self.inner.signal.notify_waiters();
         }

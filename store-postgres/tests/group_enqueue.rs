@@ -1,4 +1,4 @@
-//! Group enqueue on Postgres (`fronta_store_postgres::group`): calls that arrive while
+//! Group enqueue on Postgres (`fronta_store_postgres::enqueue_group`): calls that arrive while
 //! the store's writers are busy share one statement and one commit, each answered with
 //! its own runs, a bad call failing alone, a dropped caller's runs still written.
 //!
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fronta_engine::{Dispatcher, EnqueueRequest, Enqueued, NewRun, RunId, RunStore, StoreError};
 use fronta_store_postgres::PgStore;
-use fronta_store_postgres::group::{GroupConfig, GroupStats};
+use fronta_store_postgres::enqueue_group::{GroupConfig, GroupStats};
 use sqlx::{Connection, PgConnection};
 
 use crate::support::TestDb;

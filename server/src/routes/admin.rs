@@ -14,7 +14,7 @@ use crate::app::App;
 use crate::auth::AdminAuth;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams};
-use crate::page::{Order, Page, PageParams, page_by_id};
+use crate::pagination::{Order, Page, PageParams, page_by_id};
 use crate::routes::parse_id;
 use crate::wire::{admin_incident_view, tenant_view};
 

@@ -34,7 +34,7 @@ use crate::auth::TenantAuth;
 use crate::base_url::base_url;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams, is_json, parse_json, read_body};
-use crate::page::{Order, Page, PageParams, page_by_id};
+use crate::pagination::{Order, Page, PageParams, page_by_id};
 use crate::routes::parse_id;
 use crate::signature::{generate_secret, secret_key};
 use crate::wire::{AUTOMATION_READ_ONLY, automation_view};

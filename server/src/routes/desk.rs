@@ -31,7 +31,7 @@ use crate::app::App;
 use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::{JsonBody, QueryParams};
-use crate::page::{Order, Page, PageParams, page_by_id};
+use crate::pagination::{Order, Page, PageParams, page_by_id};
 use crate::routes::parse_id;
 use crate::wire::{group_view, incident_view, member_view, ticket_type_view, ticket_view};
 

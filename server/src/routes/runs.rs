@@ -29,7 +29,7 @@ use crate::app::App;
 use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::QueryParams;
-use crate::page::{Page, PageParams};
+use crate::pagination::{Page, PageParams};
 use crate::wire::{RunView, run_automation_id};
 
 #[derive(Debug, Deserialize)]
