@@ -434,6 +434,15 @@ impl RunStore for SqliteStore {
         self.read(runs::busy).await
     }
 
+    /// An empty job through the writer (a `BEGIN IMMEDIATE` and a commit that writes no
+    /// row: it proves the thread is there and the write lock can be had), then a
+    /// primary-key read of a run that does not exist through the read pool.
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.write(|_, _, _| Ok(())).await?;
+        self.read(|conn, now| runs::get(conn, RunId(uuid::Uuid::nil()), now).map(|_| ()))
+            .await
+    }
+
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.inner.signal.clone()
     }
