@@ -3,15 +3,15 @@
 //!
 //! [`WorkerMetrics`] is what a [`crate::Worker`] measures — how long each claim round and
 //! each completion batch took at the store, and how long a run waited between being due
-//! and being started. The HTTP server writes them at `GET /metrics` with
-//! [`Histogram::write_prometheus`], beside its own webhook histogram.
+//! and being started. The HTTP server reads their snapshots at each scrape and exposes
+//! them at `GET /metrics` (its `metrics` module encodes them).
 //!
-//! Decisions: hand-written (a few histograms do not need a metrics crate); buckets are
-//! fixed per histogram ([`LATENCY_BUCKETS`] fits everything here: 0.5 ms to 10 s);
-//! values are per process and reset on restart (the run counts that every process shares
-//! come from the database, not from here).
+//! Decisions: recording is a few relaxed atomic adds and the engine depends on no metrics
+//! crate (the exposition is the server's); buckets are fixed per histogram
+//! ([`LATENCY_BUCKETS`] fits everything here: 0.5 ms to 10 s); values are per process and
+//! reset on restart (the run counts that every process shares come from the database,
+//! not from here).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -75,23 +75,6 @@ impl Histogram {
             sum_seconds: self.sum_nanos.load(Ordering::Relaxed) as f64 / 1e9,
         }
     }
-
-    /// Appends `# HELP`, `# TYPE` and the `_bucket`, `_sum` and `_count` lines of `name`
-    /// in the Prometheus text format.
-    pub fn write_prometheus(&self, out: &mut String, name: &str, help: &str) {
-        let snapshot = self.snapshot();
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} histogram");
-        for (bound, count) in &snapshot.cumulative {
-            if bound.is_infinite() {
-                let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-            } else {
-                let _ = writeln!(out, "{name}_bucket{{le=\"{bound}\"}} {count}");
-            }
-        }
-        let _ = writeln!(out, "{name}_sum {}", snapshot.sum_seconds);
-        let _ = writeln!(out, "{name}_count {}", snapshot.count);
-    }
 }
 
 /// What one worker measured (shared with whoever reports it: `Worker::metrics`).
@@ -114,31 +97,6 @@ impl WorkerMetrics {
     pub fn handed_off(&self) -> u64 {
         self.handed_off.load(Ordering::Relaxed)
     }
-
-    /// The three histograms and the hand-off counter as Prometheus text.
-    pub fn write_prometheus(&self, out: &mut String) {
-        self.claim.write_prometheus(
-            out,
-            "fronta_worker_claim_duration_seconds",
-            "Time of one claim round at the store, by this process's worker.",
-        );
-        self.complete.write_prometheus(
-            out,
-            "fronta_worker_complete_duration_seconds",
-            "Time to write one batch of finished runs, by this process's worker.",
-        );
-        self.start_delay.write_prometheus(
-            out,
-            "fronta_run_start_delay_seconds",
-            "From a run being due to its start in this process (reclaims left out).",
-        );
-        let name = "fronta_worker_handed_off_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Runs enqueued here while this process's worker waited idle, started without a claim.\n# TYPE {name} counter\n{name} {}",
-            self.handed_off()
-        );
-    }
 }
 
 #[cfg(test)]
@@ -160,32 +118,5 @@ mod tests {
         assert_eq!(at_10s, Some(&(10.0, 2)), "30 s is above every bound");
         assert_eq!(snapshot.cumulative.last(), Some(&(f64::INFINITY, 3)));
         assert!((snapshot.sum_seconds - 30.0033).abs() < 1e-9);
-    }
-
-    #[test]
-    fn the_worker_series_include_the_hand_off_counter() {
-        let metrics = WorkerMetrics::default();
-        metrics.handed_off.fetch_add(3, Ordering::Relaxed);
-        let mut out = String::new();
-        metrics.write_prometheus(&mut out);
-        assert!(out.contains("# TYPE fronta_worker_handed_off_total counter\n"));
-        assert!(
-            out.ends_with("\nfronta_worker_handed_off_total 3\n"),
-            "{out}"
-        );
-    }
-
-    #[test]
-    fn the_text_format_has_every_line_prometheus_needs() {
-        let histogram = Histogram::default();
-        histogram.record(Duration::from_millis(2));
-        let mut out = String::new();
-        histogram.write_prometheus(&mut out, "x_seconds", "Help.");
-        assert!(out.starts_with("# HELP x_seconds Help.\n# TYPE x_seconds histogram\n"));
-        assert!(out.contains("x_seconds_bucket{le=\"0.001\"} 0\n"));
-        assert!(out.contains("x_seconds_bucket{le=\"0.0025\"} 1\n"));
-        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 1\n"));
-        assert!(out.contains("x_seconds_sum 0.002\n"));
-        assert!(out.ends_with("x_seconds_count 1\n"));
     }
 }

@@ -425,6 +425,15 @@ pub trait RunStore: Send + Sync + 'static {
     /// history (`run_stats` counts every row).
     async fn run_busy(&self) -> StoreResult<bool>;
 
+    /// Whether this store can take writes and answer reads now: what `/readyz` asks at
+    /// every probe, so it must be cheap (no scan, no row written, nothing changed).
+    /// `Ok(())` proves the whole write path where the store has one of its own (the
+    /// SQLite writer thread takes a job and commits, writing no row) and that reads are
+    /// answered; otherwise the error a write would get now — `Unavailable` when the
+    /// database, or the store's writer, is gone (a writer that ended never comes back, so
+    /// readiness fails until the process restarts).
+    async fn store_ready(&self) -> StoreResult<()>;
+
     /// Notified after runs were enqueued (in this process; stores that can hear other
     /// processes, like Postgres with LISTEN, notify for those too). Workers wait on it and
     /// poll as a fallback.

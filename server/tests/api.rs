@@ -252,6 +252,9 @@ impl RunStore for Broken {
     async fn run_busy(&self) -> StoreResult<bool> {
         self.gone().await
     }
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.gone().await
+    }
     fn enqueue_signal(&self) -> Arc<Notify> {
         Arc::new(Notify::new())
     }

@@ -1,7 +1,9 @@
 //! `GET /metrics` through the router: every line of the exposition is a comment of the
-//! Prometheus text format or a `name{labels} value` sample with a number, and the
-//! series move after a webhook (its count by status code, its latency histogram, the
-//! queued run) and after an incident opens.
+//! Prometheus text format or a `name{labels} value` sample with a number, every sample
+//! belongs to a typed family, counters end in `_total`, and the series move after a
+//! webhook (its count by status code, its latency histogram, the queued run) and after
+//! an incident opens. Sums over the runs table are gauges: they go down after a manual
+//! retry.
 
 mod support;
 
@@ -69,7 +71,16 @@ fn parse(text: &str) -> HashMap<String, f64> {
     samples
 }
 
-async fn scrape(harness: &Harness) -> HashMap<String, f64> {
+/// The type of each family (`# TYPE name kind`), by name.
+fn types(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|rest| rest.split_once(' '))
+        .map(|(name, kind)| (name.to_owned(), kind.to_owned()))
+        .collect()
+}
+
+async fn scrape_text(harness: &Harness) -> String {
     let reply = harness.call(Method::GET, "/metrics", None, None).await;
     assert_eq!(
         reply.status,
@@ -85,7 +96,11 @@ async fn scrape(harness: &Harness) -> HashMap<String, f64> {
         content_type.starts_with("text/plain; version=0.0.4"),
         "the Prometheus text format: {content_type}"
     );
-    parse(std::str::from_utf8(&reply.bytes).expect("UTF-8"))
+    String::from_utf8(reply.bytes.to_vec()).expect("UTF-8")
+}
+
+async fn scrape(harness: &Harness) -> HashMap<String, f64> {
+    parse(&scrape_text(harness).await)
 }
 
 fn sample(samples: &HashMap<String, f64>, series: &str) -> f64 {
@@ -212,9 +227,10 @@ async fn the_exposition_parses_and_moves_after_a_webhook() {
         );
     }
     assert_eq!(
-        sample(&drained, "fronta_worker_handed_off_total"),
-        0.0,
-        "the drain claimed its run: the webhook's enqueue was not this worker's own"
+        drained.get("fronta_worker_handed_off_total"),
+        Some(&0.0),
+        "the hand-off counter is told, and the drain claimed its run: the webhook's \
+         enqueue was not this worker's own"
     );
     assert_eq!(
         sample(&drained, "fronta_run_start_delay_seconds_count"),
@@ -254,5 +270,133 @@ async fn the_store_s_own_counters_are_read_at_each_scrape() {
         sample(&scrape(&harness).await, "fronta_pg_enqueue_groups_total"),
         5.0,
         "read again at the next scrape"
+    );
+}
+
+#[tokio::test]
+async fn every_sample_has_a_typed_family_and_every_counter_ends_in_total() {
+    let harness = Harness::new();
+    let (_, acme) = harness.tenant("Acme").await;
+    let reply = harness.post("/api/ticket-types", &acme, order_type()).await;
+    assert_eq!(reply.status, StatusCode::CREATED, "type: {}", reply.json);
+    let path = webhook_path(&harness.automation(&acme, orders_automation()).await);
+    let reply = harness.webhook(&path, &order_body("5101"), &[]).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::ACCEPTED,
+        "webhook: {}",
+        reply.json
+    );
+    harness.drain().await;
+    let text = scrape_text(&harness).await;
+    let types = types(&text);
+    for (name, kind) in &types {
+        assert_eq!(
+            kind == "counter",
+            name.ends_with("_total"),
+            "a family is a counter exactly when its name ends in _total: {name} is {kind}"
+        );
+    }
+    for series in parse(&text).keys() {
+        let name = &series[..series.find('{').unwrap_or(series.len())];
+        let family = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| {
+                name.strip_suffix(suffix)
+                    .filter(|family| types.get(*family).map(String::as_str) == Some("histogram"))
+            })
+            .unwrap_or(name);
+        assert!(
+            types.contains_key(family),
+            "the sample {series} belongs to a typed family"
+        );
+    }
+    for (name, kind) in [
+        ("fronta_runs", "gauge"),
+        ("fronta_run_attempts", "gauge"),
+        ("fronta_run_reclaims", "gauge"),
+        ("fronta_run_parks", "gauge"),
+        ("fronta_webhook_requests_total", "counter"),
+        ("fronta_webhook_request_duration_seconds", "histogram"),
+        ("fronta_worker_handed_off_total", "counter"),
+        ("fronta_worker_claim_duration_seconds", "histogram"),
+    ] {
+        assert_eq!(
+            types.get(name).map(String::as_str),
+            Some(kind),
+            "{name} is a {kind}: {text}"
+        );
+    }
+    for gone in [
+        "fronta_run_attempts_total",
+        "fronta_run_reclaims_total",
+        "fronta_run_parks_total",
+    ] {
+        assert!(
+            !types.contains_key(gone),
+            "{gone} was a counter that could go down; its sum is a gauge now"
+        );
+    }
+}
+
+#[tokio::test]
+async fn run_counter_sums_are_gauges_that_go_down_after_a_manual_retry() {
+    use fronta_engine::store::{ClaimParams, Finish, FinishAction, RetryReply};
+    use fronta_engine::{Dispatcher, EnqueueRequest, RunStore};
+
+    let harness = Harness::new();
+    let runs: std::sync::Arc<dyn RunStore> = std::sync::Arc::new(harness.store.clone());
+    let dispatcher = Dispatcher::new(runs.clone(), ["probe"]);
+    let id = dispatcher
+        .enqueue(EnqueueRequest::new("probe", serde_json::json!({}), 3))
+        .await
+        .expect("an enqueue")
+        .id();
+    let params = ClaimParams {
+        limit: 1,
+        default_lease: std::time::Duration::from_secs(60),
+        leases: HashMap::new(),
+        max_reclaims: 3,
+    };
+    let finish = |owner, action| Finish { id, owner, action };
+    for action in [
+        FinishAction::Retry {
+            delay: std::time::Duration::ZERO,
+            error: "first try failed".into(),
+        },
+        FinishAction::Fail {
+            error: "second try failed".into(),
+        },
+    ] {
+        let batch = runs.run_claim(params.clone()).await.expect("a claim");
+        let owner = batch
+            .claimed
+            .first()
+            .unwrap_or_else(|| panic!("the run is claimed: {batch:?}"))
+            .owner;
+        runs.run_finish_many(vec![finish(owner, action)])
+            .await
+            .expect("a finish");
+    }
+    assert_eq!(
+        sample(&scrape(&harness).await, "fronta_run_attempts"),
+        1.0,
+        "one retry spent"
+    );
+    assert_eq!(
+        runs.run_retry(id).await.expect("a manual retry"),
+        RetryReply::Requeued,
+        "the failed run is requeued"
+    );
+    let text = scrape_text(&harness).await;
+    assert_eq!(
+        sample(&parse(&text), "fronta_run_attempts"),
+        0.0,
+        "the manual retry set the run's count back: the sum went down"
+    );
+    assert_eq!(
+        types(&text).get("fronta_run_attempts").map(String::as_str),
+        Some("gauge"),
+        "so it is a gauge, never a counter"
     );
 }

@@ -87,6 +87,9 @@ impl<H: Hooks> RunStore for Hooked<H> {
     async fn run_busy(&self) -> StoreResult<bool> {
         self.store.run_busy().await
     }
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.store.store_ready().await
+    }
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.store.enqueue_signal()
     }

@@ -660,6 +660,11 @@ impl RunStore for MemoryStore {
             .any(|run| run.status == RunStatus::Running || (is_pending(run) && run.run_at <= now)))
     }
 
+    /// Ready while its rows can be reached (the lock is not poisoned).
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.lock().map(|_| ())
+    }
+
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.signal.clone()
     }

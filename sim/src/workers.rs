@@ -488,6 +488,11 @@ impl RunStore for Faulty {
             _ => Self::unavailable("busy check"),
         }
     }
+    /// Passed on without a fault: no worker asks it, and drawing would move the seed's
+    /// sequence of faults.
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.inner.store_ready().await
+    }
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.inner.enqueue_signal()
     }

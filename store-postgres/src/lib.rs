@@ -671,6 +671,24 @@ impl RunStore for PgStore {
         runs::busy(&mut conn, self.ctx()).await
     }
 
+    /// One statement on a pooled connection: the server answers, and it takes writes (a
+    /// standby in recovery, or a session forced read-only, does not).
+    async fn store_ready(&self) -> StoreResult<()> {
+        let mut conn = self.connection().await?;
+        let read_only: bool = sqlx::query_scalar(
+            "SELECT pg_is_in_recovery() OR current_setting('transaction_read_only')::boolean",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(map_err)?;
+        if read_only {
+            return Err(StoreError::Unavailable(
+                "the database is read-only (a standby in recovery, or a read-only session)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn enqueue_signal(&self) -> Arc<Notify> {
         self.inner.signal.clone()
     }

@@ -184,7 +184,7 @@ impl SqliteStore {
             tracing::info!(path = %config.path.display(), ?applied, "sqlite: migrations applied");
         }
         let signal = Arc::new(Notify::new());
-        let writer = writer::spawn(conn, config.max_group, signal.clone());
+        let writer = writer::spawn(conn, config.max_group, signal.clone())?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -203,6 +203,21 @@ impl SqliteStore {
     /// How many jobs the writer got and how many commits carried them.
     pub fn writer_stats(&self) -> writer::WriterStats {
         self.inner.writer.counters.snapshot()
+    }
+
+    /// Whether the writer thread is still there to take writes (a panicking write does
+    /// not end it; only [`stop_writer`](Self::stop_writer) or a fault outside any write
+    /// does). [`RunStore::store_ready`] proves the same through a write.
+    pub fn writer_running(&self) -> bool {
+        self.inner.writer.is_running()
+    }
+
+    /// Stop the writer thread for good, as a fault would: every write from now on answers
+    /// `Unavailable` and readiness fails. For tests of that state only; nothing restarts
+    /// the writer short of opening the store again.
+    #[doc(hidden)]
+    pub async fn stop_writer(&self) {
+        self.inner.writer.stop().await;
     }
 
     /// Install the sink every ticket write that changed something calls, inside its
@@ -417,6 +432,15 @@ impl RunStore for SqliteStore {
 
     async fn run_busy(&self) -> StoreResult<bool> {
         self.read(runs::busy).await
+    }
+
+    /// An empty job through the writer (a `BEGIN IMMEDIATE` and a commit that writes no
+    /// row: it proves the thread is there and the write lock can be had), then a
+    /// primary-key read of a run that does not exist through the read pool.
+    async fn store_ready(&self) -> StoreResult<()> {
+        self.write(|_, _, _| Ok(())).await?;
+        self.read(|conn, now| runs::get(conn, RunId(uuid::Uuid::nil()), now).map(|_| ()))
+            .await
     }
 
     fn enqueue_signal(&self) -> Arc<Notify> {

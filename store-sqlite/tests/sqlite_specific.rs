@@ -1,7 +1,8 @@
 //! What only the SQLite store promises, beyond the shared conformance suite: the claim
 //! queries walk their indexes (their cost does not grow with the queue), concurrent
-//! writes share one group commit, a caller's transaction carries its enqueues, the
-//! pragmas hold on every connection, and migrations run once.
+//! writes share one group commit, a caller's transaction carries its enqueues, a
+//! panicking write fails alone while a stopped writer fails every write and readiness,
+//! the pragmas hold on every connection, and migrations run once.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -220,5 +221,80 @@ fn a_database_that_cannot_be_opened_is_a_clear_error() {
     assert!(
         err.to_string().contains("cannot open SQLite database"),
         "the error names the problem: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_write_fails_alone_and_the_store_stays_ready() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir);
+    let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["noop"]);
+    let inside = dispatcher.clone();
+    let planted = store
+        .transaction(move |tx| -> Result<(), StoreError> {
+            inside
+                .enqueue_in(tx, EnqueueRequest::new("noop", serde_json::json!({}), 0))
+                .map_err(|err| StoreError::Internal(err.to_string()))?;
+            panic!("planted panic in a write")
+        })
+        .await;
+    match planted {
+        Err(StoreError::Internal(message)) => assert!(
+            message.contains("panicked") && message.contains("planted panic in a write"),
+            "the caller hears that its write panicked: {message}"
+        ),
+        other => panic!("a panicking write answers Internal, got {other:?}"),
+    }
+    assert!(store.writer_running(), "the writer thread goes on");
+    assert_eq!(
+        store.writer_stats().jobs_panicked,
+        1,
+        "the panic is counted"
+    );
+    dispatcher
+        .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
+        .await
+        .expect("the next write is written");
+    assert_eq!(
+        store.run_stats().await.expect("stats").queued,
+        1,
+        "only the later enqueue: the panicking write's run was rolled back"
+    );
+    store.store_ready().await.expect("the store is still ready");
+}
+
+#[tokio::test]
+async fn a_stopped_writer_fails_every_write_and_readiness_but_not_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir);
+    let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["noop"]);
+    dispatcher
+        .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
+        .await
+        .expect("an enqueue before the stop");
+    store.store_ready().await.expect("ready before the stop");
+    store.stop_writer().await;
+    assert!(!store.writer_running(), "the store knows its writer ended");
+    let refused = dispatcher
+        .enqueue(EnqueueRequest::new("noop", serde_json::json!({}), 0))
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(fronta_engine::EngineError::Store(StoreError::Unavailable(
+                _
+            )))
+        ),
+        "a write answers Unavailable: {refused:?}"
+    );
+    let ready = store.store_ready().await;
+    assert!(
+        matches!(ready, Err(StoreError::Unavailable(_))),
+        "readiness fails with the write path gone: {ready:?}"
+    );
+    assert_eq!(
+        store.run_stats().await.expect("reads still answer").queued,
+        1,
+        "the run written before the stop is still there"
     );
 }

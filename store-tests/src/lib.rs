@@ -206,6 +206,8 @@ macro_rules! conformance_suite {
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,
+            // Readiness.
+            store_cases::store_ready_answers_a_working_store_and_changes_nothing,
             // The worker against the store.
             worker_cases::worker_drains_many_runs_each_exactly_once,
             worker_cases::worker_parks_an_unknown_kind_then_fails_it_on_the_fifth_time,

@@ -2301,6 +2301,45 @@ pub async fn run_busy_tells_running_or_due_runs_from_idle(factory: &dyn StoreFac
     );
 }
 
+/// Readiness (`store_ready`): a working store is ready, empty or holding runs, and the
+/// probe changes nothing — every run reads back as it was (no `updated_at` moved, though
+/// the clock did) and the counts are the same.
+pub async fn store_ready_answers_a_working_store_and_changes_nothing(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    env.store
+        .store_ready()
+        .await
+        .expect("an empty store is ready");
+    let (running, _owner) = env.running_run().await;
+    let queued = env.enqueue_a().await;
+    let scheduled = env
+        .enqueue(request(KIND_B).delay(Duration::from_secs(60)))
+        .await;
+    let ids = [running, queued, scheduled];
+    let mut before = Vec::new();
+    for id in ids {
+        before.push(env.get(id).await);
+    }
+    let stats = env.store.run_stats().await.expect("stats");
+    env.advance(Duration::from_secs(1));
+    for probe in 0..3 {
+        env.store
+            .store_ready()
+            .await
+            .unwrap_or_else(|err| panic!("probe {probe}: a store holding runs is ready: {err}"));
+    }
+    let mut after = Vec::new();
+    for id in ids {
+        after.push(env.get(id).await);
+    }
+    assert_eq!(after, before, "the probes changed no run");
+    assert_eq!(
+        env.store.run_stats().await.expect("stats"),
+        stats,
+        "the probes added or moved no run"
+    );
+}
+
 /// Hand one run to `run_enqueue_started` with `lease`.
 async fn hand_off(env: &Env, request: EnqueueRequest, lease: Duration) -> (RunId, HandOff) {
     let run = env

@@ -1,6 +1,7 @@
-//! `GET /healthz` (the process answers) and `GET /readyz` (the run store answers, within
-//! `ready_timeout`: a primary-key read of a run that does not exist — cheap on every
-//! store, unlike counting runs).
+//! `GET /healthz` (the process answers) and `GET /readyz` (the run store can take writes
+//! and answer reads, within `ready_timeout`: `RunStore::store_ready`, which proves the
+//! write path — on SQLite a job through the writer thread, so a writer that has ended
+//! makes the server not ready — and costs no scan on any store).
 //!
 //! Left out: `/metrics` (another part of the server).
 
@@ -8,7 +9,6 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use fronta_engine::RunId;
 use serde_json::json;
 
 use crate::app::App;
@@ -18,9 +18,9 @@ pub async fn healthz() -> Json<serde_json::Value> {
 }
 
 pub async fn readyz(State(app): State<App>) -> Response {
-    let probe = app.runs().run_get(RunId(uuid::Uuid::nil()));
+    let probe = app.runs().store_ready();
     match tokio::time::timeout(app.config().ready_timeout, probe).await {
-        Ok(Ok(_)) => Json(json!({"status": "ready"})).into_response(),
+        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
         Ok(Err(err)) => {
             tracing::warn!(error = %err, "readiness: the run store did not answer");
             not_ready()
