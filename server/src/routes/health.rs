@@ -35,7 +35,7 @@ pub async fn readyz(State(app): State<App>) -> Response {
 fn not_ready() -> Response {
     (
         StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"error": {"code": "unavailable", "message": "the database is not answering"}})),
+        Json(json!({"error": {"code": "unavailable", "message": "the store cannot serve writes and reads right now (see the server log)"}})),
     )
         .into_response()
 }
