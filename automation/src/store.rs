@@ -255,7 +255,12 @@ impl AutomationRow {
 /// The refusal of a name another automation of the tenant holds; a store answers it too
 /// when its unique index catches a racing save of the same name.
 pub fn name_taken(name: &str) -> DeskError {
-    DeskError::Conflict(format!("automation {name:?} already exists"))
+    DeskError::Conflict(name_taken_message(name))
+}
+
+/// The message of [`name_taken`], for a store's mapping of its unique index.
+pub fn name_taken_message(name: &str) -> String {
+    format!("automation {name:?} already exists")
 }
 
 /// An automation on its way to being saved, its name checked: 1–200 characters, not
