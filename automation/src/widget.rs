@@ -329,6 +329,32 @@ pub struct WidgetCache {
     pub error_at: Option<DateTime<Utc>>,
 }
 
+impl WidgetCache {
+    /// The cache after a claimed call ended at `now` (the store's settle, once it knows
+    /// the token still holds the lease): `Data` replaces the data, stamps `fetched_at`
+    /// and `checked_at` and clears the error; `Failed` keeps the data and its age,
+    /// records the error and stamps `error_at` and `checked_at`; `NotMade` changes
+    /// nothing.
+    pub fn settled(self, outcome: Fetched, now: DateTime<Utc>) -> WidgetCache {
+        match outcome {
+            Fetched::Data(data) => WidgetCache {
+                data: Some(data),
+                fetched_at: Some(now),
+                checked_at: Some(now),
+                error: None,
+                error_at: None,
+            },
+            Fetched::Failed(message) => WidgetCache {
+                checked_at: Some(now),
+                error: Some(message),
+                error_at: Some(now),
+                ..self
+            },
+            Fetched::NotMade => self,
+        }
+    }
+}
+
 /// A widget with its cache, as the store answers it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WidgetView {
@@ -1009,6 +1035,44 @@ mod tests {
             plan_claim(None, false, lease, never),
             Err(DeskError::NotFound("widget")),
             "a missing widget"
+        );
+    }
+
+    #[test]
+    fn a_settle_replaces_the_data_keeps_it_beside_an_error_or_changes_nothing() {
+        let old = WidgetCache {
+            data: Some(json!(1)),
+            fetched_at: Some(instant(0)),
+            checked_at: Some(instant(0)),
+            error: Some("earlier".into()),
+            error_at: Some(instant(0)),
+        };
+        assert_eq!(
+            old.clone().settled(Fetched::Data(json!(2)), instant(9)),
+            WidgetCache {
+                data: Some(json!(2)),
+                fetched_at: Some(instant(9)),
+                checked_at: Some(instant(9)),
+                error: None,
+                error_at: None,
+            },
+            "new data, the error cleared"
+        );
+        assert_eq!(
+            old.clone()
+                .settled(Fetched::Failed("down".into()), instant(9)),
+            WidgetCache {
+                checked_at: Some(instant(9)),
+                error: Some("down".into()),
+                error_at: Some(instant(9)),
+                ..old.clone()
+            },
+            "the data and its age kept beside the error"
+        );
+        assert_eq!(
+            old.clone().settled(Fetched::NotMade, instant(9)),
+            old,
+            "a call not made changes nothing"
         );
     }
 }

@@ -262,47 +262,34 @@ impl WidgetStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let now = db.now().await?;
-        let query = match &outcome {
-            Fetched::Data(data) => sqlx::query(
-                "UPDATE widgets SET data = $4, fetched_at = $5, checked_at = $5, \
-                 error = NULL, error_at = NULL, lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token)
-            .bind(data.clone())
-            .bind(now),
-            Fetched::Failed(message) => sqlx::query(
-                "UPDATE widgets SET error = $4, error_at = $5, checked_at = $5, \
-                 lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token)
-            .bind(message.clone())
-            .bind(now),
-            Fetched::NotMade => sqlx::query(
-                "UPDATE widgets SET lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token),
+        // Read without a lock: while the token holds the lease nobody else writes the
+        // cache, and a reset or a takeover meanwhile changes the token the update asks for.
+        let Some(stored) = get(&mut db, tenant, id, false).await? else {
+            return Ok(None);
         };
-        let changed = query
-            .execute(db.c())
-            .await
-            .map_err(sql_err)?
-            .rows_affected();
+        let cache = stored.cache.settled(outcome, now);
+        let changed = sqlx::query(
+            "UPDATE widgets SET data = $4, fetched_at = $5, checked_at = $6, error = $7, \
+             error_at = $8, lease_token = NULL, lease_until = NULL \
+             WHERE tenant = $1 AND id = $2 AND lease_token = $3",
+        )
+        .bind(tenant.0)
+        .bind(id)
+        .bind(token)
+        .bind(cache.data.clone())
+        .bind(cache.fetched_at)
+        .bind(cache.checked_at)
+        .bind(cache.error.clone())
+        .bind(cache.error_at)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?
+        .rows_affected();
+        // The lease was lost (taken over after expiry, dropped by a reset).
         if changed == 0 {
             return Ok(None);
         }
-        let view = get(&mut db, tenant, id, false)
-            .await?
-            .map(|stored| stored.view(now));
         self.desk_commit(tx).await?;
-        Ok(view)
+        Ok(Some(WidgetView::at(stored.widget, cache, None, now)))
     }
 }

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_automation::widget::{
     self, Claim, ClaimPlan, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
@@ -228,40 +229,42 @@ impl WidgetStore for SqliteStore {
         outcome: Fetched,
     ) -> StoreResult<Option<WidgetView>> {
         let token = token.to_owned();
-        let data = match &outcome {
-            Fetched::Data(data) => Some(to_json(data)?),
-            _ => None,
-        };
         self.desk_write(move |conn, now| {
-            let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
-                conn.prepare_cached(sql)
-                    .and_then(|mut stmt| stmt.execute(values))
-                    .map_err(sql_err)
+            let Some(stored) = get(conn, tenant, id)? else {
+                return Ok(None);
             };
-            let (tenant_key, id_key) = (key(&tenant.0), key(&id));
-            let changed = match &outcome {
-                Fetched::Data(_) => run(
-                    "UPDATE widgets SET data = ?4, fetched_at = ?5, checked_at = ?5, \
-                     error = NULL, error_at = NULL, lease_token = NULL, lease_until = NULL \
+            let cache = stored.cache.settled(outcome, instant(now));
+            let data = cache.data.as_ref().map(to_json).transpose()?;
+            let at = |instant: Option<DateTime<Utc>>| instant.map(|at| at.timestamp_millis());
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE widgets SET data = ?4, fetched_at = ?5, checked_at = ?6, \
+                     error = ?7, error_at = ?8, lease_token = NULL, lease_until = NULL \
                      WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token, data, now],
-                )?,
-                Fetched::Failed(message) => run(
-                    "UPDATE widgets SET error = ?4, error_at = ?5, checked_at = ?5, \
-                     lease_token = NULL, lease_until = NULL \
-                     WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token, message, now],
-                )?,
-                Fetched::NotMade => run(
-                    "UPDATE widgets SET lease_token = NULL, lease_until = NULL \
-                     WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token],
-                )?,
-            };
+                )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        key(&tenant.0),
+                        key(&id),
+                        token,
+                        data,
+                        at(cache.fetched_at),
+                        at(cache.checked_at),
+                        cache.error,
+                        at(cache.error_at),
+                    ])
+                })
+                .map_err(sql_err)?;
+            // The lease was lost (taken over after expiry, dropped by a reset).
             if changed == 0 {
                 return Ok(None);
             }
-            Ok(get(conn, tenant, id)?.map(|stored| stored.view(now)))
+            Ok(Some(WidgetView::at(
+                stored.widget,
+                cache,
+                None,
+                instant(now),
+            )))
         })
         .await
     }
