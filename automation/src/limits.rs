@@ -235,20 +235,24 @@ pub struct AcquireRead {
     pub in_flight: u64,
 }
 
-/// What an acquire writes, planned by [`plan_acquire`]; `I` is the store's slot id.
+/// What an acquire writes and answers, planned by [`plan_acquire`]; `I` is the store's
+/// slot id.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AcquirePlan<I> {
-    /// Nothing more to write: answer this (`Open`, `ProbeBusy` or `Full`).
-    Answer(Admission),
-    /// Insert slot `id` leased until `lease_until`, store `breaker` with `probe_slot` as
-    /// its probe, and answer `answer` (`Admitted`).
-    Admit {
-        id: I,
-        lease_until: DateTime<Utc>,
-        breaker: Breaker,
-        probe_slot: Option<I>,
-        answer: Admission,
-    },
+pub struct AcquirePlan<I> {
+    /// The slot to insert and the breaker to store with it; `None`: nothing more to
+    /// write (`Open`, `ProbeBusy` or `Full`).
+    pub slot: Option<NewSlot<I>>,
+    pub answer: Admission,
+}
+
+/// An admitted call's slot row and the breaker stored with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSlot<I> {
+    pub id: I,
+    pub lease_until: DateTime<Utc>,
+    pub breaker: Breaker,
+    /// The breaker's probe: this slot when the call probes.
+    pub probe_slot: Option<I>,
 }
 
 /// One acquire (see [`ServiceLimits`]' contract): the breaker's [`gate`] first, then the
@@ -260,24 +264,27 @@ pub fn plan_acquire<I: Clone + ToString>(
     now: DateTime<Utc>,
     id: impl FnOnce() -> I,
 ) -> AcquirePlan<I> {
+    let refuse = |answer| AcquirePlan { slot: None, answer };
     let (probe, breaker) = match gate(&read.breaker, read.probe_in_flight, now) {
-        (Gate::Open { retry_at }, _) => return AcquirePlan::Answer(Admission::Open { retry_at }),
-        (Gate::ProbeBusy, _) => return AcquirePlan::Answer(Admission::ProbeBusy),
+        (Gate::Open { retry_at }, _) => return refuse(Admission::Open { retry_at }),
+        (Gate::ProbeBusy, _) => return refuse(Admission::ProbeBusy),
         (Gate::Pass { probe }, next) => (probe, next),
     };
     if read.in_flight >= u64::from(rules.max_concurrent) {
-        return AcquirePlan::Answer(Admission::Full);
+        return refuse(Admission::Full);
     }
     let id = id();
-    AcquirePlan::Admit {
-        lease_until: fronta_engine::clock::add(now, rules.slot_lease),
-        breaker,
-        probe_slot: probe.then(|| id.clone()),
+    AcquirePlan {
         answer: Admission::Admitted(Slot {
             id: id.to_string(),
             probe,
         }),
-        id,
+        slot: Some(NewSlot {
+            lease_until: fronta_engine::clock::add(now, rules.slot_lease),
+            breaker,
+            probe_slot: probe.then(|| id.clone()),
+            id,
+        }),
     }
 }
 
@@ -703,6 +710,10 @@ mod tests {
         }
     }
 
+    fn refused(answer: Admission) -> AcquirePlan<u32> {
+        AcquirePlan { slot: None, answer }
+    }
+
     fn open_until(seconds: i64) -> Breaker {
         Breaker {
             state: BreakerState::Open,
@@ -721,7 +732,7 @@ mod tests {
         let never = || -> u32 { panic!("no slot for a refused acquire") };
         assert_eq!(
             plan_acquire(&read(open_until(30), false, 0), &rules, at(10), never),
-            AcquirePlan::Answer(Admission::Open { retry_at: at(30) }),
+            refused(Admission::Open { retry_at: at(30) }),
             "open and cooling down, whatever the cap"
         );
         let half = Breaker {
@@ -730,12 +741,12 @@ mod tests {
         };
         assert_eq!(
             plan_acquire(&read(half, true, 0), &rules, at(40), never),
-            AcquirePlan::Answer(Admission::ProbeBusy),
+            refused(Admission::ProbeBusy),
             "the probe is in flight"
         );
         assert_eq!(
             plan_acquire(&read(Breaker::default(), false, 2), &rules, at(0), never),
-            AcquirePlan::Answer(Admission::Full),
+            refused(Admission::Full),
             "two live slots of two"
         );
     }
@@ -745,11 +756,13 @@ mod tests {
         let plan = plan_acquire(&read(Breaker::default(), false, 1), &rules(), at(0), || 7);
         assert_eq!(
             plan,
-            AcquirePlan::Admit {
-                id: 7,
-                lease_until: at(600),
-                breaker: Breaker::default(),
-                probe_slot: None,
+            AcquirePlan {
+                slot: Some(NewSlot {
+                    id: 7,
+                    lease_until: at(600),
+                    breaker: Breaker::default(),
+                    probe_slot: None,
+                }),
                 answer: Admission::Admitted(Slot {
                     id: "7".into(),
                     probe: false
@@ -757,11 +770,14 @@ mod tests {
             },
             "a closed breaker: a plain slot, leased for slot_lease"
         );
-        let AcquirePlan::Admit {
-            breaker,
-            probe_slot,
+        let AcquirePlan {
+            slot:
+                Some(NewSlot {
+                    breaker,
+                    probe_slot,
+                    ..
+                }),
             answer,
-            ..
         } = plan_acquire(&read(open_until(30), false, 0), &rules(), at(30), || 8)
         else {
             panic!("the cool-down is over: one probe passes")

@@ -420,18 +420,19 @@ pub enum Claim {
     Claimed { token: String, view: WidgetView },
 }
 
-/// What a claim writes, planned by [`plan_claim`].
+/// What a claim writes and answers, planned by [`plan_claim`].
 #[derive(Debug, Clone, PartialEq)]
-pub enum ClaimPlan<T> {
-    /// Nothing to write: answer this (`Fresh` or `Busy`).
-    Answer(Claim),
-    /// Take the lease (store `token`, expiring at `until`), then answer `answer`
-    /// (`Claimed`).
-    Lease {
-        token: T,
-        until: DateTime<Utc>,
-        answer: Claim,
-    },
+pub struct ClaimPlan<T> {
+    /// The lease to take; `None`: nothing to write (`Fresh` or `Busy`).
+    pub lease: Option<Lease<T>>,
+    pub answer: Claim,
+}
+
+/// A widget's refresh lease: the store's `token`, expiring at `until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease<T> {
+    pub token: T,
+    pub until: DateTime<Utc>,
 }
 
 /// A claim of the widget a store read (`None`: the tenant has no such widget,
@@ -446,23 +447,29 @@ pub fn plan_claim<T: ToString>(
     token: impl FnOnce() -> T,
 ) -> StoreResult<ClaimPlan<T>> {
     let view = stored.ok_or(DeskError::NotFound(names::WIDGET))?;
+    let answer = |answer| ClaimPlan {
+        lease: None,
+        answer,
+    };
     if !force && view.fresh() {
-        return Ok(ClaimPlan::Answer(Claim::Fresh(view)));
+        return Ok(answer(Claim::Fresh(view)));
     }
     if view.refreshing {
-        return Ok(ClaimPlan::Answer(Claim::Busy(view)));
+        return Ok(answer(Claim::Busy(view)));
     }
     let token = token();
-    Ok(ClaimPlan::Lease {
-        until: fronta_engine::clock::add(view.now, lease),
+    Ok(ClaimPlan {
         answer: Claim::Claimed {
             token: token.to_string(),
             view: WidgetView {
                 refreshing: true,
-                ..view
+                ..view.clone()
             },
         },
-        token,
+        lease: Some(Lease {
+            token,
+            until: fronta_engine::clock::add(view.now, lease),
+        }),
     })
 }
 
@@ -1001,19 +1008,24 @@ mod tests {
         let never = || -> Uuid { panic!("no token for a claim that takes nothing") };
         assert_eq!(
             plan_claim(Some(fresh.clone()), false, lease, never),
-            Ok(ClaimPlan::Answer(Claim::Fresh(fresh.clone()))),
+            Ok(ClaimPlan {
+                lease: None,
+                answer: Claim::Fresh(fresh.clone())
+            }),
             "fresh and not forced"
         );
         let held = WidgetView::at(saved(60), cache.clone(), Some(instant(90)), instant(30));
         assert_eq!(
             plan_claim(Some(held.clone()), true, lease, never),
-            Ok(ClaimPlan::Answer(Claim::Busy(held))),
+            Ok(ClaimPlan {
+                lease: None,
+                answer: Claim::Busy(held)
+            }),
             "forced, but another holds the lease"
         );
         let stale = WidgetView::at(saved(60), cache, None, instant(60));
-        let Ok(ClaimPlan::Lease {
-            token,
-            until,
+        let Ok(ClaimPlan {
+            lease: Some(Lease { token, until }),
             answer,
         }) = plan_claim(Some(stale.clone()), false, lease, Uuid::max)
         else {

@@ -9,8 +9,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::limits::{
-    self, AcquirePlan, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules,
-    Released, ServiceLimits, ServiceStatus, ServiceTotals, Slot,
+    self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
+    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
 use fronta_desk::{DeskError, TenantId};
@@ -134,33 +134,32 @@ impl ServiceLimits for PgStore {
             probe_in_flight,
             in_flight: u64::try_from(in_flight).unwrap_or(0),
         };
-        let (id, lease_until, breaker, probe_slot, answer) =
-            match limits::plan_acquire(&read, rules, now, Uuid::new_v4) {
-                AcquirePlan::Answer(answer) => {
-                    self.desk_commit(tx).await?;
-                    return Ok(answer);
-                }
-                AcquirePlan::Admit {
-                    id,
-                    lease_until,
-                    breaker,
-                    probe_slot,
-                    answer,
-                } => (id, lease_until, breaker, probe_slot, answer),
-            };
+        let plan = limits::plan_acquire(&read, rules, now, Uuid::new_v4);
+        let Some(slot) = plan.slot else {
+            self.desk_commit(tx).await?;
+            return Ok(plan.answer);
+        };
         sqlx::query(
             "INSERT INTO service_slots (id, tenant, service, expires_at) VALUES ($1, $2, $3, $4)",
         )
-        .bind(id)
+        .bind(slot.id)
         .bind(tenant.0)
         .bind(service)
-        .bind(lease_until)
+        .bind(slot.lease_until)
         .execute(db.c())
         .await
         .map_err(sql_err)?;
-        breaker_put(&mut db, tenant, service, &breaker, probe_slot, now).await?;
+        breaker_put(
+            &mut db,
+            tenant,
+            service,
+            &slot.breaker,
+            slot.probe_slot,
+            now,
+        )
+        .await?;
         self.desk_commit(tx).await?;
-        Ok(answer)
+        Ok(plan.answer)
     }
 
     async fn service_release(

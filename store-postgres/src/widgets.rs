@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_automation::widget::{
-    self, Claim, ClaimPlan, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
+    self, Claim, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
 };
 use fronta_desk::{DeskError, TenantId};
 use sqlx::Row;
@@ -226,26 +226,22 @@ impl WidgetStore for PgStore {
         // After the lock: a claimer that waited for another sees its lease.
         let now = db.now().await?;
         let stored = stored.map(|stored| stored.view(now));
-        let (token, until, answer) = match widget::plan_claim(stored, force, lease, Uuid::new_v4)? {
-            ClaimPlan::Answer(answer) => return Ok(answer),
-            ClaimPlan::Lease {
-                token,
-                until,
-                answer,
-            } => (token, until, answer),
+        let plan = widget::plan_claim(stored, force, lease, Uuid::new_v4)?;
+        let Some(lease) = plan.lease else {
+            return Ok(plan.answer);
         };
         sqlx::query(
             "UPDATE widgets SET lease_token = $3, lease_until = $4 WHERE tenant = $1 AND id = $2",
         )
         .bind(tenant.0)
         .bind(id)
-        .bind(token)
-        .bind(until)
+        .bind(lease.token)
+        .bind(lease.until)
         .execute(db.c())
         .await
         .map_err(sql_err)?;
         self.desk_commit(tx).await?;
-        Ok(answer)
+        Ok(plan.answer)
     }
 
     async fn widget_settle(

@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use fronta_automation::limits::{
-    self, AcquirePlan, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules,
-    Released, ServiceLimits, ServiceStatus, ServiceTotals, Slot,
+    self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
+    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
 use fronta_desk::TenantId;
@@ -129,31 +129,31 @@ impl ServiceLimits for SqliteStore {
                 in_flight: u64::try_from(in_flight).unwrap_or(0),
             };
             let new_id = || uuid::Uuid::new_v4().to_string();
-            let (id, lease_until, breaker, probe_slot, answer) =
-                match limits::plan_acquire(&read, &rules, instant(now), new_id) {
-                    AcquirePlan::Answer(answer) => return Ok(answer),
-                    AcquirePlan::Admit {
-                        id,
-                        lease_until,
-                        breaker,
-                        probe_slot,
-                        answer,
-                    } => (id, lease_until, breaker, probe_slot, answer),
-                };
+            let plan = limits::plan_acquire(&read, &rules, instant(now), new_id);
+            let Some(slot) = plan.slot else {
+                return Ok(plan.answer);
+            };
             conn.prepare_cached(
                 "INSERT INTO service_slots (id, tenant, service, expires_at) VALUES (?1, ?2, ?3, ?4)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
-                    id,
+                    slot.id,
                     key(&tenant.0),
                     service,
-                    lease_until.timestamp_millis()
+                    slot.lease_until.timestamp_millis()
                 ])
             })
             .map_err(sql_err)?;
-            breaker_put(conn, tenant, &service, &breaker, probe_slot.as_deref(), now)?;
-            Ok(answer)
+            breaker_put(
+                conn,
+                tenant,
+                &service,
+                &slot.breaker,
+                slot.probe_slot.as_deref(),
+                now,
+            )?;
+            Ok(plan.answer)
         })
         .await
     }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_automation::widget::{
-    self, Claim, ClaimPlan, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
+    self, Claim, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
 };
 use fronta_desk::TenantId;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -194,14 +194,9 @@ impl WidgetStore for SqliteStore {
         self.desk_write(move |conn, now| {
             let stored = get(conn, tenant, id)?.map(|stored| stored.view(now));
             let new_token = || Uuid::new_v4().to_string();
-            let (token, until, answer) = match widget::plan_claim(stored, force, lease, new_token)?
-            {
-                ClaimPlan::Answer(answer) => return Ok(answer),
-                ClaimPlan::Lease {
-                    token,
-                    until,
-                    answer,
-                } => (token, until, answer),
+            let plan = widget::plan_claim(stored, force, lease, new_token)?;
+            let Some(lease) = plan.lease else {
+                return Ok(plan.answer);
             };
             conn.prepare_cached(
                 "UPDATE widgets SET lease_token = ?3, lease_until = ?4 \
@@ -211,12 +206,12 @@ impl WidgetStore for SqliteStore {
                 stmt.execute(params![
                     key(&tenant.0),
                     key(&id),
-                    token,
-                    until.timestamp_millis()
+                    lease.token,
+                    lease.until.timestamp_millis()
                 ])
             })
             .map_err(sql_err)?;
-            Ok(answer)
+            Ok(plan.answer)
         })
         .await
     }
