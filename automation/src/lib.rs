@@ -7,6 +7,12 @@
 //! and [`secrets::SecretStore`] / [`secrets::SecretCipher`] (per-tenant secrets); [`widget`]
 //! is dashboard widgets over connector data, with their [`widget::WidgetStore`] port.
 //!
+//! The rules of the stores' writes are here too, as pure plans beside their ports (read
+//! → plan → write): automation saves and the loop guard in [`store`], widget create,
+//! update, claim and settle in [`widget`], service limit acquire and release in
+//! [`limits`], the poll cursor's compare-and-set in [`poll`]. Both databases call them
+//! inside their transactions and keep only SQL, locking and row mapping.
+//!
 //! Deliberately left out: storage, HTTP (connectors implement the port elsewhere) and the
 //! scheduler. Everything here is a function of its inputs — no clock, no I/O — so the
 //! executor and the server can lean on it and tests need no setup.

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use fronta_desk::TenantId;
+use fronta_desk::{DeskError, TenantId};
 
 use crate::connector::{Connector, ConnectorCall, ConnectorFailure, ConnectorReply};
 use crate::retry::Cause;
@@ -88,6 +88,12 @@ impl BreakerState {
 
     pub fn parse(text: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|state| state.as_str() == text)
+    }
+
+    /// A stored state read back; a spelling no version wrote is `Internal`.
+    pub fn from_column(text: &str) -> StoreResult<Self> {
+        Self::parse(text)
+            .ok_or_else(|| DeskError::Internal(format!("unknown breaker state {text:?}")))
     }
 }
 
@@ -217,6 +223,100 @@ pub fn record(
     }
 }
 
+/// What a store read for one acquire, inside its transaction (with the (tenant,
+/// service)'s breaker locked or the writer held), after forgetting expired slots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRead {
+    /// The stored breaker (a missing row is [`Breaker::default`], closed).
+    pub breaker: Breaker,
+    /// The stored probe's slot is still live.
+    pub probe_in_flight: bool,
+    /// Live slots of the (tenant, service).
+    pub in_flight: u64,
+}
+
+/// What an acquire writes and answers, planned by [`plan_acquire`]; `I` is the store's
+/// slot id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquirePlan<I> {
+    /// The slot to insert and the breaker to store with it; `None`: nothing more to
+    /// write (`Open`, `ProbeBusy` or `Full`).
+    pub slot: Option<NewSlot<I>>,
+    pub answer: Admission,
+}
+
+/// An admitted call's slot row and the breaker stored with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewSlot<I> {
+    pub id: I,
+    pub lease_until: DateTime<Utc>,
+    pub breaker: Breaker,
+    /// The breaker's probe: this slot when the call probes.
+    pub probe_slot: Option<I>,
+}
+
+/// One acquire (see [`ServiceLimits`]' contract): the breaker's [`gate`] first, then the
+/// cap; a call that passes both gets a new slot (`id` makes its id) leased for
+/// `rules.slot_lease` from `now`, recorded as the probe when the gate says it probes.
+pub fn plan_acquire<I: Clone + ToString>(
+    read: &AcquireRead,
+    rules: &LimitRules,
+    now: DateTime<Utc>,
+    id: impl FnOnce() -> I,
+) -> AcquirePlan<I> {
+    let refuse = |answer| AcquirePlan { slot: None, answer };
+    let (probe, breaker) = match gate(&read.breaker, read.probe_in_flight, now) {
+        (Gate::Open { retry_at }, _) => return refuse(Admission::Open { retry_at }),
+        (Gate::ProbeBusy, _) => return refuse(Admission::ProbeBusy),
+        (Gate::Pass { probe }, next) => (probe, next),
+    };
+    if read.in_flight >= u64::from(rules.max_concurrent) {
+        return refuse(Admission::Full);
+    }
+    let id = id();
+    AcquirePlan {
+        answer: Admission::Admitted(Slot {
+            id: id.to_string(),
+            probe,
+        }),
+        slot: Some(NewSlot {
+            lease_until: fronta_engine::clock::add(now, rules.slot_lease),
+            breaker,
+            probe_slot: probe.then(|| id.clone()),
+            id,
+        }),
+    }
+}
+
+/// What a release writes, planned by [`plan_release`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleasePlan<I> {
+    /// The breaker to store.
+    pub breaker: Breaker,
+    /// The probe to store with it: cleared when the released slot was it.
+    pub probe_slot: Option<I>,
+    pub answer: Released,
+}
+
+/// One release of `slot` (already deleted, or gone with its lease): [`record`] with
+/// `probe` true only when `slot` is the stored probe (`probe_slot`), which it clears.
+pub fn plan_release<I: PartialEq>(
+    before: Breaker,
+    probe_slot: Option<I>,
+    slot: &I,
+    result: CallResult,
+    rules: &LimitRules,
+    now: DateTime<Utc>,
+) -> ReleasePlan<I> {
+    let is_probe = probe_slot.as_ref() == Some(slot);
+    let after = record(&before, result, is_probe, rules, now);
+    ReleasePlan {
+        breaker: after.clone(),
+        probe_slot: if is_probe { None } else { probe_slot },
+        answer: Released { before, after },
+    }
+}
+
 /// An admitted call's slot; hand it back to [`ServiceLimits::service_release`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slot {
@@ -262,6 +362,28 @@ pub struct ServiceTotals {
     pub breakers: Vec<(BreakerState, u64)>,
     /// Calls in flight now, every tenant and service.
     pub in_flight: u64,
+}
+
+impl ServiceTotals {
+    /// The totals from the stored breakers counted by state (a state no breaker is in
+    /// counts zero; every state is present, in [`BreakerState::ALL`] order) and the live
+    /// slots.
+    pub fn from_counts(
+        counts: impl IntoIterator<Item = (BreakerState, u64)>,
+        in_flight: u64,
+    ) -> Self {
+        let mut breakers: Vec<(BreakerState, u64)> =
+            BreakerState::ALL.iter().map(|state| (*state, 0)).collect();
+        for (state, count) in counts {
+            if let Some(entry) = breakers.iter_mut().find(|(s, _)| *s == state) {
+                entry.1 += count;
+            }
+        }
+        Self {
+            breakers,
+            in_flight,
+        }
+    }
 }
 
 /// Per-(tenant, service) concurrency slots and breakers, shared by every process on one
@@ -578,5 +700,160 @@ mod tests {
             assert_eq!(BreakerState::parse(state.as_str()), Some(state));
         }
         assert_eq!(BreakerState::parse("ajar"), None);
+    }
+
+    fn read(breaker: Breaker, probe_in_flight: bool, in_flight: u64) -> AcquireRead {
+        AcquireRead {
+            breaker,
+            probe_in_flight,
+            in_flight,
+        }
+    }
+
+    fn refused(answer: Admission) -> AcquirePlan<u32> {
+        AcquirePlan { slot: None, answer }
+    }
+
+    fn open_until(seconds: i64) -> Breaker {
+        Breaker {
+            state: BreakerState::Open,
+            failures: 3,
+            opened_at: Some(at(seconds - 30)),
+            retry_at: Some(at(seconds)),
+        }
+    }
+
+    #[test]
+    fn an_acquire_asks_the_breaker_before_the_cap() {
+        let rules = LimitRules {
+            max_concurrent: 2,
+            ..rules()
+        };
+        let never = || -> u32 { panic!("no slot for a refused acquire") };
+        assert_eq!(
+            plan_acquire(&read(open_until(30), false, 0), &rules, at(10), never),
+            refused(Admission::Open { retry_at: at(30) }),
+            "open and cooling down, whatever the cap"
+        );
+        let half = Breaker {
+            state: BreakerState::HalfOpen,
+            ..open_until(30)
+        };
+        assert_eq!(
+            plan_acquire(&read(half, true, 0), &rules, at(40), never),
+            refused(Admission::ProbeBusy),
+            "the probe is in flight"
+        );
+        assert_eq!(
+            plan_acquire(&read(Breaker::default(), false, 2), &rules, at(0), never),
+            refused(Admission::Full),
+            "two live slots of two"
+        );
+    }
+
+    #[test]
+    fn an_admitted_call_gets_a_leased_slot_and_a_probe_is_recorded() {
+        let plan = plan_acquire(&read(Breaker::default(), false, 1), &rules(), at(0), || 7);
+        assert_eq!(
+            plan,
+            AcquirePlan {
+                slot: Some(NewSlot {
+                    id: 7,
+                    lease_until: at(600),
+                    breaker: Breaker::default(),
+                    probe_slot: None,
+                }),
+                answer: Admission::Admitted(Slot {
+                    id: "7".into(),
+                    probe: false
+                }),
+            },
+            "a closed breaker: a plain slot, leased for slot_lease"
+        );
+        let AcquirePlan {
+            slot:
+                Some(NewSlot {
+                    breaker,
+                    probe_slot,
+                    ..
+                }),
+            answer,
+        } = plan_acquire(&read(open_until(30), false, 0), &rules(), at(30), || 8)
+        else {
+            panic!("the cool-down is over: one probe passes")
+        };
+        assert_eq!(breaker.state, BreakerState::HalfOpen, "half-open now");
+        assert_eq!(probe_slot, Some(8), "this slot is the probe");
+        assert_eq!(
+            answer,
+            Admission::Admitted(Slot {
+                id: "8".into(),
+                probe: true
+            }),
+            "the caller knows it probes"
+        );
+    }
+
+    #[test]
+    fn a_release_counts_as_the_probe_only_for_the_probes_slot_and_clears_it() {
+        let half = Breaker {
+            state: BreakerState::HalfOpen,
+            ..open_until(30)
+        };
+        let probe = plan_release(
+            half.clone(),
+            Some(8),
+            &8,
+            CallResult::Success,
+            &rules(),
+            at(40),
+        );
+        assert_eq!(probe.breaker, Breaker::default(), "the probe closed it");
+        assert_eq!(probe.probe_slot, None, "the probe is cleared");
+        assert_eq!(
+            probe.answer,
+            Released {
+                before: half.clone(),
+                after: Breaker::default()
+            },
+            "before and after, for the log line"
+        );
+        let other = plan_release(
+            half.clone(),
+            Some(8),
+            &9,
+            CallResult::Success,
+            &rules(),
+            at(40),
+        );
+        assert_eq!(other.breaker, half, "a late call changes nothing");
+        assert_eq!(other.probe_slot, Some(8), "the probe stays recorded");
+    }
+
+    #[test]
+    fn totals_name_every_state_and_stored_states_read_back() {
+        let totals = ServiceTotals::from_counts([(BreakerState::Open, 2)], 5);
+        assert_eq!(
+            totals,
+            ServiceTotals {
+                breakers: vec![
+                    (BreakerState::Closed, 0),
+                    (BreakerState::Open, 2),
+                    (BreakerState::HalfOpen, 0)
+                ],
+                in_flight: 5
+            },
+            "every state present, zero when none"
+        );
+        assert_eq!(
+            BreakerState::from_column("half_open"),
+            Ok(BreakerState::HalfOpen),
+            "a stored spelling"
+        );
+        assert_eq!(
+            BreakerState::from_column("ajar"),
+            Err(DeskError::Internal("unknown breaker state \"ajar\"".into())),
+            "an unknown one"
+        );
     }
 }

@@ -1,14 +1,21 @@
 //! The [`AutomationStore`] port: saved automations of a tenant, their webhook tokens, and
 //! the loop guard's per-ticket counter. Stores implement it beside `RunStore` and
 //! `DeskStore`; errors reuse the desk's kinds ([`DeskError`]).
+//!
+//! Also the plans of its writes, pure functions both stores call inside their
+//! transaction (read → plan → write): an automation save ([`Save`]: the name rule, the
+//! "name taken" refusal, the webhook token minted once and kept across updates), a pause
+//! or resume ([`set_enabled`]), the loop guard's admission ([`GuardAdmission`]), how a
+//! stored row reads back ([`AutomationColumns`]) and the `NotFound` of a delete that
+//! found nothing ([`deleted`]). The stores keep the SQL, the locking and the row mapping.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use fronta_desk::{DeskError, TenantId, TicketId};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::model::Automation;
+use crate::model::{Automation, Trigger};
 
 pub type StoreResult<T> = Result<T, DeskError>;
 
@@ -140,3 +147,487 @@ pub type TicketEventSink = std::sync::Arc<
         + Send
         + Sync,
 >;
+
+// ---------------------------------------------------------------------------------------
+// The plans of the writes
+// ---------------------------------------------------------------------------------------
+
+/// What `DeskError::NotFound` names for the rows of the automation runtime: one spelling
+/// for every store (the desk's for tenants, automations and tickets).
+pub mod names {
+    pub use fronta_desk::store::names::{AUTOMATION, TENANT, TICKET};
+    pub const WIDGET: &str = "widget";
+    pub const SECRET: &str = "secret";
+    pub const MCP_SERVER: &str = "MCP server";
+}
+
+/// The prefix of webhook tokens, so a leaked one is easy to recognise.
+pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
+
+/// A new webhook token: random and unguessable, behind [`WEBHOOK_TOKEN_PREFIX`]. Stores
+/// hand it to the save plans, which decide whether a token is needed.
+pub fn mint_webhook_token() -> String {
+    fronta_desk::token::generate(WEBHOOK_TOKEN_PREFIX)
+}
+
+/// A delete by key that removed `rows` rows: none is `NotFound` naming `what`.
+pub fn deleted(rows: u64, what: &'static str) -> StoreResult<()> {
+    if rows == 0 {
+        Err(DeskError::NotFound(what))
+    } else {
+        Ok(())
+    }
+}
+
+/// An automation's row as a store reads it, decoded column by column; what it answers is
+/// `StoredAutomation::from(columns)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutomationColumns {
+    pub id: AutomationId,
+    pub tenant: TenantId,
+    pub definition: Automation,
+    /// The `enabled` column.
+    pub enabled: bool,
+    /// The `webhook_token` column, kept whatever the trigger now is.
+    pub webhook_token: Option<String>,
+    pub signing_secret: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl From<AutomationColumns> for StoredAutomation {
+    /// The `enabled` column is the truth (every write keeps the definition's equal to
+    /// it); the token is shown only while the trigger is a webhook, though the row keeps
+    /// it, so that a trigger changed away and back answers at the URL it had.
+    fn from(columns: AutomationColumns) -> Self {
+        let mut automation = columns.definition;
+        automation.enabled = columns.enabled;
+        let webhook_token = match automation.trigger {
+            Trigger::Webhook { .. } => columns.webhook_token,
+            _ => None,
+        };
+        StoredAutomation {
+            id: columns.id,
+            tenant: columns.tenant,
+            automation,
+            webhook_token,
+            signing_secret: columns.signing_secret,
+            created_at: columns.created_at,
+            updated_at: columns.updated_at,
+        }
+    }
+}
+
+/// What an automation write stores: the definition (as JSON) and the columns the lookups
+/// need, which mirror it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AutomationRow {
+    pub automation: Automation,
+    /// The `webhook_token` column.
+    pub webhook_token: Option<String>,
+}
+
+impl AutomationRow {
+    /// The `name` column (unique within a tenant).
+    pub fn name(&self) -> &str {
+        &self.automation.name
+    }
+
+    /// The `enabled` column.
+    pub fn enabled(&self) -> bool {
+        self.automation.enabled
+    }
+
+    /// The `trigger_kind` column (`webhook`, `event`, `poll`, `schedule`, `manual`).
+    pub fn trigger_kind(&self) -> &'static str {
+        self.automation.trigger.kind()
+    }
+
+    /// The `event` column: the event an event trigger listens to, `None` for others.
+    pub fn event(&self) -> Option<&'static str> {
+        match &self.automation.trigger {
+            Trigger::Event { event } => Some(event.as_str()),
+            _ => None,
+        }
+    }
+}
+
+/// The refusal of a name another automation of the tenant holds; a store answers it too
+/// when its unique index catches a racing save of the same name.
+pub fn name_taken(name: &str) -> DeskError {
+    DeskError::Conflict(name_taken_message(name))
+}
+
+/// The message of [`name_taken`], for a store's mapping of its unique index.
+pub fn name_taken_message(name: &str) -> String {
+    format!("automation {name:?} already exists")
+}
+
+/// An automation on its way to being saved, its name checked: 1–200 characters, not
+/// only white space (`Invalid`, the desk's rule). A store checks it before its
+/// transaction begins, so a bad name is refused before anything is read (also for an
+/// unknown tenant or id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Save(Automation);
+
+impl Save {
+    pub fn check(automation: Automation) -> StoreResult<Save> {
+        fronta_desk::plan::check_name(names::AUTOMATION, &automation.name)?;
+        Ok(Save(automation))
+    }
+
+    /// The name to look the holder up by.
+    pub fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    /// A create. `holder` is the tenant's automation already called so (the store's
+    /// lookup by name); `mint` makes the token a webhook trigger gets, others get none.
+    pub fn create(
+        self,
+        holder: Option<AutomationId>,
+        mint: impl FnOnce() -> String,
+    ) -> StoreResult<AutomationRow> {
+        if holder.is_some() {
+            return Err(name_taken(&self.0.name));
+        }
+        let webhook_token = is_webhook(&self.0.trigger).then(mint);
+        Ok(AutomationRow {
+            automation: self.0,
+            webhook_token,
+        })
+    }
+
+    /// An update of `id`. `holder` is the tenant's automation called so (`id` itself
+    /// keeps its name freely); `stored_token` is the row's token whatever its trigger now
+    /// is: it outlives a trigger that changes away, so back to a webhook the automation
+    /// answers at the URL it had; `mint` is called only for a webhook that has none.
+    pub fn update(
+        self,
+        id: AutomationId,
+        holder: Option<AutomationId>,
+        stored_token: Option<String>,
+        mint: impl FnOnce() -> String,
+    ) -> StoreResult<AutomationRow> {
+        if holder.is_some_and(|holder| holder != id) {
+            return Err(name_taken(&self.0.name));
+        }
+        let webhook_token = match stored_token {
+            None if is_webhook(&self.0.trigger) => Some(mint()),
+            kept => kept,
+        };
+        Ok(AutomationRow {
+            automation: self.0,
+            webhook_token,
+        })
+    }
+}
+
+fn is_webhook(trigger: &Trigger) -> bool {
+    matches!(trigger, Trigger::Webhook { .. })
+}
+
+/// What pausing or resuming a stored automation writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Enable {
+    /// It already is so: nothing is written, the stored automation is the answer.
+    Unchanged(StoredAutomation),
+    /// Write this definition (its token kept as stored) and answer the row written.
+    Write(Automation),
+}
+
+/// Pausing (`enabled` false) or resuming `stored`.
+pub fn set_enabled(stored: StoredAutomation, enabled: bool) -> Enable {
+    if stored.automation.enabled == enabled {
+        return Enable::Unchanged(stored);
+    }
+    let mut automation = stored.automation;
+    automation.enabled = enabled;
+    Enable::Write(automation)
+}
+
+/// The token a webhook lookup searches for: an empty one finds nothing (no automation
+/// has one), so a store answers `None` without asking.
+pub fn webhook_lookup(token: &str) -> Option<&str> {
+    (!token.is_empty()).then_some(token)
+}
+
+/// One admission of the loop guard ([`AutomationStore::guard_admit`]), planned: the
+/// window `(since, now]` in whole milliseconds (as SQLite keeps instants), and the two
+/// decisions a store makes inside its transaction. The store first checks the targets
+/// ([`GuardAdmission::targets`]), then prunes the pair's rows at or before `since`,
+/// counts the rest and, when [`GuardAdmission::admits`] says so, inserts one at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardAdmission {
+    pub now: DateTime<Utc>,
+    pub since: DateTime<Utc>,
+    pub max: u32,
+}
+
+impl GuardAdmission {
+    pub fn new(now: DateTime<Utc>, window: std::time::Duration, max: u32) -> Self {
+        let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+        let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let since = TimeDelta::try_milliseconds(window)
+            .and_then(|window| now.checked_sub_signed(window))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        Self { now, since, max }
+    }
+
+    /// The automation and the ticket must both be the tenant's: `NotFound` naming the
+    /// first that is not.
+    pub fn targets(&self, automation_found: bool, ticket_found: bool) -> StoreResult<()> {
+        if !automation_found {
+            return Err(DeskError::NotFound(names::AUTOMATION));
+        }
+        if !ticket_found {
+            return Err(DeskError::NotFound(names::TICKET));
+        }
+        Ok(())
+    }
+
+    /// Whether one more run is admitted when `admitted` runs of the pair are in the
+    /// window: fewer than `max`. A refused run counts nothing.
+    pub fn admits(&self, admitted: u64) -> bool {
+        admitted < u64::from(self.max)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn automation(value: serde_json::Value) -> Automation {
+        Automation::from_value(&value)
+            .unwrap_or_else(|problems| panic!("the test automation parses: {problems:?}"))
+    }
+
+    fn steps() -> serde_json::Value {
+        json!([{"name": "note", "op": "flow/log", "input": {"message": "hi"}}])
+    }
+
+    fn webhook(name: &str) -> Automation {
+        automation(
+            json!({"name": name, "trigger": {"type": "webhook", "params": []}, "steps": steps()}),
+        )
+    }
+
+    fn manual(name: &str) -> Automation {
+        automation(json!({"name": name, "trigger": {"type": "manual"}, "steps": steps()}))
+    }
+
+    fn named(mut automation: Automation, name: &str) -> Automation {
+        automation.name = name.to_owned();
+        automation
+    }
+
+    fn minted() -> String {
+        "wh_minted".to_owned()
+    }
+
+    fn never() -> String {
+        panic!("no token may be minted here")
+    }
+
+    fn at(ms: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(1_700_000_000_000 + ms).expect("an instant")
+    }
+
+    #[test]
+    fn a_blank_or_overlong_name_is_refused_before_anything_is_read() {
+        let blank = Save::check(named(manual("x"), "  ")).expect_err("blank");
+        assert_eq!(
+            blank,
+            DeskError::Invalid("automation name must not be empty".into()),
+            "the desk's name rule, naming an automation"
+        );
+        let long = Save::check(named(manual("x"), &"x".repeat(201))).expect_err("too long");
+        assert!(
+            matches!(long, DeskError::Invalid(ref message) if message.contains("200")),
+            "names the limit: {long:?}"
+        );
+        assert!(Save::check(manual("Orders")).is_ok(), "a good name passes");
+    }
+
+    #[test]
+    fn a_taken_name_is_refused_with_the_name_quoted() {
+        let save = Save::check(manual("Orders")).expect("checked");
+        let err = save
+            .clone()
+            .create(Some(AutomationId::new()), never)
+            .expect_err("taken");
+        assert_eq!(
+            err,
+            DeskError::Conflict("automation \"Orders\" already exists".into()),
+            "the message quotes the name"
+        );
+        let id = AutomationId::new();
+        assert!(
+            save.clone().update(id, Some(id), None, never).is_ok(),
+            "an update keeps its own name"
+        );
+        assert_eq!(
+            save.update(id, Some(AutomationId::new()), None, never),
+            Err(name_taken("Orders")),
+            "an update onto another's name is refused"
+        );
+    }
+
+    #[test]
+    fn only_a_webhook_gets_a_token_at_creation() {
+        let row = Save::check(webhook("Hook"))
+            .and_then(|save| save.create(None, minted))
+            .expect("created");
+        assert_eq!(row.webhook_token.as_deref(), Some("wh_minted"), "minted");
+        assert_eq!(row.trigger_kind(), "webhook", "the kind column");
+        let row = Save::check(manual("Hand"))
+            .and_then(|save| save.create(None, never))
+            .expect("created");
+        assert_eq!(row.webhook_token, None, "a manual trigger has none");
+    }
+
+    #[test]
+    fn the_token_is_kept_across_updates_and_minted_only_for_a_webhook_without_one() {
+        let id = AutomationId::new();
+        let kept = Save::check(manual("Hook"))
+            .and_then(|save| save.update(id, None, Some("wh_old".into()), never))
+            .expect("updated");
+        assert_eq!(
+            kept.webhook_token.as_deref(),
+            Some("wh_old"),
+            "a trigger changed away keeps the token in the row"
+        );
+        let back = Save::check(webhook("Hook"))
+            .and_then(|save| save.update(id, None, Some("wh_old".into()), never))
+            .expect("updated");
+        assert_eq!(
+            back.webhook_token.as_deref(),
+            Some("wh_old"),
+            "back to a webhook: the URL it had"
+        );
+        let first = Save::check(webhook("Hook"))
+            .and_then(|save| save.update(id, None, None, minted))
+            .expect("updated");
+        assert_eq!(
+            first.webhook_token.as_deref(),
+            Some("wh_minted"),
+            "a webhook without a token gets one"
+        );
+    }
+
+    #[test]
+    fn the_row_mirrors_the_definition_in_its_lookup_columns() {
+        let mut listener = automation(json!({"name": "L",
+            "trigger": {"type": "event", "event": "ticket.changed"}, "steps": steps()}));
+        listener.enabled = false;
+        let row = AutomationRow {
+            automation: listener,
+            webhook_token: None,
+        };
+        assert_eq!(row.name(), "L", "name");
+        assert!(!row.enabled(), "enabled");
+        assert_eq!(row.trigger_kind(), "event", "kind");
+        assert_eq!(row.event(), Some("ticket.changed"), "the event listened to");
+        let hook = AutomationRow {
+            automation: webhook("H"),
+            webhook_token: None,
+        };
+        assert_eq!(hook.event(), None, "other triggers listen to no event");
+    }
+
+    #[test]
+    fn a_stored_row_shows_its_token_only_while_the_trigger_is_a_webhook() {
+        let columns = |definition: Automation| AutomationColumns {
+            id: AutomationId::new(),
+            tenant: TenantId::new(),
+            definition,
+            enabled: false,
+            webhook_token: Some("wh_kept".into()),
+            signing_secret: None,
+            created_at: at(0),
+            updated_at: at(0),
+        };
+        let hook = StoredAutomation::from(columns(webhook("H")));
+        assert_eq!(hook.webhook_token.as_deref(), Some("wh_kept"), "shown");
+        assert!(!hook.automation.enabled, "the enabled column is the truth");
+        let hand = StoredAutomation::from(columns(manual("M")));
+        assert_eq!(hand.webhook_token, None, "kept in the row, not shown");
+    }
+
+    #[test]
+    fn pausing_what_is_paused_writes_nothing() {
+        let stored = StoredAutomation::from(AutomationColumns {
+            id: AutomationId::new(),
+            tenant: TenantId::new(),
+            definition: manual("M"),
+            enabled: true,
+            webhook_token: None,
+            signing_secret: None,
+            created_at: at(0),
+            updated_at: at(0),
+        });
+        assert_eq!(
+            set_enabled(stored.clone(), true),
+            Enable::Unchanged(stored.clone()),
+            "already enabled"
+        );
+        let Enable::Write(paused) = set_enabled(stored, false) else {
+            panic!("a change is written")
+        };
+        assert!(!paused.enabled, "the definition written is paused");
+    }
+
+    #[test]
+    fn an_empty_webhook_token_finds_nothing() {
+        assert_eq!(webhook_lookup(""), None, "empty");
+        assert_eq!(
+            webhook_lookup("wh_x"),
+            Some("wh_x"),
+            "any other is looked up"
+        );
+    }
+
+    #[test]
+    fn the_guard_admits_fewer_than_max_in_a_window_of_whole_milliseconds() {
+        let now = at(5) + TimeDelta::microseconds(700);
+        let guard = GuardAdmission::new(now, Duration::from_secs(60), 5);
+        assert_eq!(guard.now, at(5), "whole milliseconds");
+        assert_eq!(guard.since, at(5 - 60_000), "the window reaches back 60 s");
+        assert!(guard.admits(4), "the fifth run is admitted");
+        assert!(!guard.admits(5), "the sixth is not");
+        let endless = GuardAdmission::new(now, Duration::MAX, 1);
+        assert_eq!(
+            endless.since,
+            DateTime::<Utc>::MIN_UTC,
+            "a window longer than time reaches back to the start"
+        );
+    }
+
+    #[test]
+    fn the_guard_names_the_missing_target() {
+        let guard = GuardAdmission::new(at(0), Duration::from_secs(60), 5);
+        assert_eq!(
+            guard.targets(false, false),
+            Err(DeskError::NotFound("automation")),
+            "the automation first"
+        );
+        assert_eq!(
+            guard.targets(true, false),
+            Err(DeskError::NotFound("ticket")),
+            "then the ticket"
+        );
+        assert_eq!(guard.targets(true, true), Ok(()), "both found");
+    }
+
+    #[test]
+    fn a_delete_that_found_nothing_names_what_it_looked_for() {
+        assert_eq!(
+            deleted(0, names::SECRET),
+            Err(DeskError::NotFound("secret")),
+            "nothing deleted"
+        );
+        assert_eq!(deleted(1, names::SECRET), Ok(()), "one row deleted");
+    }
+}

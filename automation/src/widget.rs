@@ -58,7 +58,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use fronta_desk::TenantId;
+use fronta_desk::{DeskError, TenantId};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -69,7 +69,7 @@ use crate::context::Context;
 use crate::model::ActionStep;
 use crate::problem::Problem;
 use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
-use crate::store::StoreResult;
+use crate::store::{StoreResult, names};
 use crate::{contract, template, validate};
 
 /// Default shortest `ttlSec` (`FRONTA_WIDGET_MIN_TTL`).
@@ -329,6 +329,32 @@ pub struct WidgetCache {
     pub error_at: Option<DateTime<Utc>>,
 }
 
+impl WidgetCache {
+    /// The cache after a claimed call ended at `now` (the store's settle, once it knows
+    /// the token still holds the lease): `Data` replaces the data, stamps `fetched_at`
+    /// and `checked_at` and clears the error; `Failed` keeps the data and its age,
+    /// records the error and stamps `error_at` and `checked_at`; `NotMade` changes
+    /// nothing.
+    pub fn settled(self, outcome: Fetched, now: DateTime<Utc>) -> WidgetCache {
+        match outcome {
+            Fetched::Data(data) => WidgetCache {
+                data: Some(data),
+                fetched_at: Some(now),
+                checked_at: Some(now),
+                error: None,
+                error_at: None,
+            },
+            Fetched::Failed(message) => WidgetCache {
+                checked_at: Some(now),
+                error: Some(message),
+                error_at: Some(now),
+                ..self
+            },
+            Fetched::NotMade => self,
+        }
+    }
+}
+
 /// A widget with its cache, as the store answers it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct WidgetView {
@@ -341,6 +367,22 @@ pub struct WidgetView {
 }
 
 impl WidgetView {
+    /// A widget as a store read it, seen at the store's `now`: `refreshing` while a lease
+    /// is held that expires after `now`.
+    pub fn at(
+        widget: Widget,
+        cache: WidgetCache,
+        lease_until: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+    ) -> Self {
+        WidgetView {
+            widget,
+            cache,
+            refreshing: lease_until.is_some_and(|until| until > now),
+            now,
+        }
+    }
+
     /// Whether a reader would call out: no attempt yet, or the last one `ttlSec` ago or more.
     pub fn fresh(&self) -> bool {
         is_fresh(&self.cache, self.widget.def.ttl(), self.now)
@@ -376,6 +418,99 @@ pub enum Claim {
     Busy(WidgetView),
     /// This caller holds the lease: call, then settle with `token`.
     Claimed { token: String, view: WidgetView },
+}
+
+/// What a claim writes and answers, planned by [`plan_claim`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimPlan<T> {
+    /// The lease to take; `None`: nothing to write (`Fresh` or `Busy`).
+    pub lease: Option<Lease<T>>,
+    pub answer: Claim,
+}
+
+/// A widget's refresh lease: the store's `token`, expiring at `until`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease<T> {
+    pub token: T,
+    pub until: DateTime<Utc>,
+}
+
+/// A claim of the widget a store read (`None`: the tenant has no such widget,
+/// `NotFound`), seen at the store's now (after its lock, so a claimer that waited sees
+/// the other's lease): with `force` false and a fresh cache ([`is_fresh`]) `Fresh`; else,
+/// while another holds an unexpired lease, `Busy`; else the lease, with the token `token`
+/// makes, expiring `lease` after now.
+pub fn plan_claim<T: ToString>(
+    stored: Option<WidgetView>,
+    force: bool,
+    lease: Duration,
+    token: impl FnOnce() -> T,
+) -> StoreResult<ClaimPlan<T>> {
+    let view = stored.ok_or(DeskError::NotFound(names::WIDGET))?;
+    let answer = |answer| ClaimPlan {
+        lease: None,
+        answer,
+    };
+    if !force && view.fresh() {
+        return Ok(answer(Claim::Fresh(view)));
+    }
+    if view.refreshing {
+        return Ok(answer(Claim::Busy(view)));
+    }
+    let token = token();
+    Ok(ClaimPlan {
+        answer: Claim::Claimed {
+            token: token.to_string(),
+            view: WidgetView {
+                refreshing: true,
+                ..view.clone()
+            },
+        },
+        lease: Some(Lease {
+            token,
+            until: fronta_engine::clock::add(view.now, lease),
+        }),
+    })
+}
+
+/// A create when the tenant has `count` widgets already: at `max` it is refused
+/// (`Conflict`, saying both numbers) and nothing is stored; else the widget to insert
+/// and answer, with its new `id` and an empty cache, created and updated at `now`.
+pub fn plan_create(
+    def: WidgetDef,
+    count: u64,
+    max: usize,
+    id: Uuid,
+    now: DateTime<Utc>,
+) -> StoreResult<Widget> {
+    if usize::try_from(count).unwrap_or(usize::MAX) >= max {
+        return Err(DeskError::Conflict(format!(
+            "the tenant has {count} widgets, the most allowed is {max}"
+        )));
+    }
+    Ok(Widget {
+        id,
+        def,
+        created_at: now,
+        updated_at: now,
+    })
+}
+
+/// An update of the widget a store read (`None`: the tenant has no such widget,
+/// `NotFound`): the widget to write and answer, `def` replacing the definition and
+/// `updated_at` moved to `now`. Emptying the cache is the caller's `reset`.
+pub fn plan_update(
+    stored: Option<Widget>,
+    def: WidgetDef,
+    now: DateTime<Utc>,
+) -> StoreResult<Widget> {
+    let stored = stored.ok_or(DeskError::NotFound(names::WIDGET))?;
+    Ok(Widget {
+        id: stored.id,
+        def,
+        created_at: stored.created_at,
+        updated_at: now,
+    })
 }
 
 /// How a claimed call ended.
@@ -492,7 +627,7 @@ impl WidgetService {
                 .store
                 .widget_get(tenant, id)
                 .await?
-                .ok_or(fronta_desk::DeskError::NotFound("widget"))?;
+                .ok_or(DeskError::NotFound(names::WIDGET))?;
             if view.fresh() || view.refreshing {
                 tracing::debug!(%tenant, widget = %id, refreshing = view.refreshing, "widget served from its cache");
                 return Ok(Reading {
@@ -550,7 +685,7 @@ impl WidgetService {
                 self.store
                     .widget_get(tenant, id)
                     .await?
-                    .ok_or(fronta_desk::DeskError::NotFound("widget"))?
+                    .ok_or(DeskError::NotFound(names::WIDGET))?
             }
         };
         Ok(Reading {
@@ -785,6 +920,171 @@ mod tests {
         assert!(
             message.contains("\"body.count\" finds nothing"),
             "{message}"
+        );
+    }
+
+    fn instant(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + seconds, 0).expect("an instant")
+    }
+
+    fn saved(ttl: u64) -> Widget {
+        Widget {
+            id: Uuid::nil(),
+            def: def(json!({"name": "x", "op": "http/request",
+                "input": {"url": "https://x.test"}, "ttlSec": ttl})),
+            created_at: instant(0),
+            updated_at: instant(0),
+        }
+    }
+
+    #[test]
+    fn a_create_at_the_tenants_limit_is_refused_saying_both_numbers() {
+        let widget = saved(60);
+        let refused = plan_create(widget.def.clone(), 3, 3, Uuid::nil(), instant(5))
+            .expect_err("at the limit");
+        assert_eq!(
+            refused,
+            DeskError::Conflict("the tenant has 3 widgets, the most allowed is 3".into()),
+            "says the count and the limit"
+        );
+        let created = plan_create(widget.def.clone(), 2, 3, Uuid::max(), instant(5))
+            .expect("under the limit");
+        assert_eq!(
+            (created.id, created.created_at, created.updated_at),
+            (Uuid::max(), instant(5), instant(5)),
+            "the new id, created and updated now"
+        );
+    }
+
+    #[test]
+    fn an_update_keeps_the_creation_and_moves_updated_at() {
+        let stored = saved(60);
+        let renamed = WidgetDef {
+            name: "y".into(),
+            ..stored.def.clone()
+        };
+        let updated =
+            plan_update(Some(stored.clone()), renamed.clone(), instant(9)).expect("found");
+        assert_eq!(
+            updated,
+            Widget {
+                def: renamed.clone(),
+                updated_at: instant(9),
+                ..stored
+            },
+            "the new definition, created_at kept"
+        );
+        assert_eq!(
+            plan_update(None, renamed, instant(9)),
+            Err(DeskError::NotFound("widget")),
+            "a missing widget"
+        );
+    }
+
+    #[test]
+    fn a_view_is_refreshing_only_while_its_lease_is_unexpired() {
+        let view = |lease: Option<i64>| {
+            WidgetView::at(
+                saved(60),
+                WidgetCache::default(),
+                lease.map(instant),
+                instant(10),
+            )
+            .refreshing
+        };
+        assert!(view(Some(11)), "a lease expiring later");
+        assert!(!view(Some(10)), "a lease expiring now is gone");
+        assert!(!view(None), "no lease");
+    }
+
+    #[test]
+    fn a_claim_serves_fresh_data_leaves_a_held_lease_and_otherwise_takes_the_lease() {
+        let cache = WidgetCache {
+            checked_at: Some(instant(0)),
+            ..WidgetCache::default()
+        };
+        let lease = Duration::from_secs(600);
+        let fresh = WidgetView::at(saved(60), cache.clone(), None, instant(30));
+        let never = || -> Uuid { panic!("no token for a claim that takes nothing") };
+        assert_eq!(
+            plan_claim(Some(fresh.clone()), false, lease, never),
+            Ok(ClaimPlan {
+                lease: None,
+                answer: Claim::Fresh(fresh.clone())
+            }),
+            "fresh and not forced"
+        );
+        let held = WidgetView::at(saved(60), cache.clone(), Some(instant(90)), instant(30));
+        assert_eq!(
+            plan_claim(Some(held.clone()), true, lease, never),
+            Ok(ClaimPlan {
+                lease: None,
+                answer: Claim::Busy(held)
+            }),
+            "forced, but another holds the lease"
+        );
+        let stale = WidgetView::at(saved(60), cache, None, instant(60));
+        let Ok(ClaimPlan {
+            lease: Some(Lease { token, until }),
+            answer,
+        }) = plan_claim(Some(stale.clone()), false, lease, Uuid::max)
+        else {
+            panic!("a stale widget is claimed")
+        };
+        assert_eq!((token, until), (Uuid::max(), instant(660)), "the lease");
+        assert_eq!(
+            answer,
+            Claim::Claimed {
+                token: Uuid::max().to_string(),
+                view: WidgetView {
+                    refreshing: true,
+                    ..stale
+                },
+            },
+            "answered as refreshing, with the token"
+        );
+        assert_eq!(
+            plan_claim(None, false, lease, never),
+            Err(DeskError::NotFound("widget")),
+            "a missing widget"
+        );
+    }
+
+    #[test]
+    fn a_settle_replaces_the_data_keeps_it_beside_an_error_or_changes_nothing() {
+        let old = WidgetCache {
+            data: Some(json!(1)),
+            fetched_at: Some(instant(0)),
+            checked_at: Some(instant(0)),
+            error: Some("earlier".into()),
+            error_at: Some(instant(0)),
+        };
+        assert_eq!(
+            old.clone().settled(Fetched::Data(json!(2)), instant(9)),
+            WidgetCache {
+                data: Some(json!(2)),
+                fetched_at: Some(instant(9)),
+                checked_at: Some(instant(9)),
+                error: None,
+                error_at: None,
+            },
+            "new data, the error cleared"
+        );
+        assert_eq!(
+            old.clone()
+                .settled(Fetched::Failed("down".into()), instant(9)),
+            WidgetCache {
+                checked_at: Some(instant(9)),
+                error: Some("down".into()),
+                error_at: Some(instant(9)),
+                ..old.clone()
+            },
+            "the data and its age kept beside the error"
+        );
+        assert_eq!(
+            old.clone().settled(Fetched::NotMade, instant(9)),
+            old,
+            "a call not made changes nothing"
         );
     }
 }

@@ -4,8 +4,12 @@
 //! (`fronta_store_sqlite::automations`), pinned by the same conformance suite, whose
 //! module docs list the decisions the port leaves open.
 //!
+//! The rules are the plans in `fronta_automation::store` ([`Save`], [`set_enabled`],
+//! [`GuardAdmission`], [`AutomationColumns`]): this file reads what they need, calls them
+//! and writes what they answer.
+//!
 //! Every write is one transaction. A name check and its write race other writes of the
-//! same name only in the unique index (`Conflict`, with the same message as the check).
+//! same name only in the unique index (`Conflict`, with the plan's message).
 //! The guard's prune, count and insert run under a transaction-level advisory lock on
 //! the (automation, ticket) pair ([`crate::schema::GUARD_LOCK_CLASS`]), so concurrent
 //! admissions of one pair are counted one after another and admit exactly `max`; other
@@ -19,24 +23,20 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
-use fronta_automation::model::Trigger;
-use fronta_automation::store::{AutomationId, AutomationStore, StoreResult, StoredAutomation};
-use fronta_desk::{DeskError, TenantId, TicketId, token};
+use fronta_automation::store::{
+    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Enable, GuardAdmission, Save,
+    StoreResult, StoredAutomation, mint_webhook_token, name_taken, name_taken_message, names,
+    set_enabled, webhook_lookup,
+};
+use fronta_desk::{DeskError, TenantId, TicketId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::PgStore;
-use crate::desk::{Db, DeskSql, check_name, sql_err, tenant_exists, to_millis, unique_as};
-use crate::runs::millis;
+use crate::desk::{Db, DeskSql, sql_err, tenant_exists, unique_as};
 use crate::schema::GUARD_LOCK_CLASS;
-
-/// The prefix of webhook tokens, so a leaked one is easy to recognise.
-pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
-
-use fronta_desk::store::names::AUTOMATION;
-const TICKET: &str = "ticket";
 
 macro_rules! columns {
     () => {
@@ -46,41 +46,21 @@ macro_rules! columns {
 
 /// A row of [`columns!`] as a saved automation.
 fn automation_of(row: &PgRow) -> DeskSql<StoredAutomation> {
-    let read = || -> Result<StoredAutomation, sqlx::Error> {
-        let mut automation: Automation = row.try_get::<Json<Automation>, _>(2)?.0;
-        automation.enabled = row.try_get(3)?;
-        let token: Option<String> = row.try_get(4)?;
-        let webhook_token = match automation.trigger {
-            Trigger::Webhook { .. } => token,
-            _ => None,
-        };
-        Ok(StoredAutomation {
+    let read = || -> Result<AutomationColumns, sqlx::Error> {
+        Ok(AutomationColumns {
             id: AutomationId(row.try_get(0)?),
             tenant: TenantId(row.try_get(1)?),
-            automation,
-            webhook_token,
+            definition: row.try_get::<Json<Automation>, _>(2)?.0,
+            enabled: row.try_get(3)?,
+            webhook_token: row.try_get(4)?,
             signing_secret: row.try_get(5)?,
             created_at: row.try_get(6)?,
             updated_at: row.try_get(7)?,
         })
     };
-    read().map_err(|err| DeskError::Internal(format!("cannot read an automation row: {err}")))
-}
-
-/// The event an event trigger listens to; `None` for other triggers.
-fn event_of(trigger: &Trigger) -> Option<&'static str> {
-    match trigger {
-        Trigger::Event { event } => Some(event.as_str()),
-        _ => None,
-    }
-}
-
-fn is_webhook(trigger: &Trigger) -> bool {
-    matches!(trigger, Trigger::Webhook { .. })
-}
-
-fn name_taken(name: &str) -> String {
-    format!("automation {name:?} already exists")
+    read()
+        .map(StoredAutomation::from)
+        .map_err(|err| DeskError::Internal(format!("cannot read an automation row: {err}")))
 }
 
 async fn get(
@@ -111,7 +91,7 @@ async fn get(
     row.as_ref()
         .map(automation_of)
         .transpose()?
-        .ok_or(DeskError::NotFound(AUTOMATION))
+        .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
 async fn by_name(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<StoredAutomation> {
@@ -128,25 +108,23 @@ async fn by_name(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<Store
     row.as_ref()
         .map(automation_of)
         .transpose()?
-        .ok_or(DeskError::NotFound(AUTOMATION))
+        .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
-/// `name` is free in the tenant, or taken by `except` itself.
-async fn name_free(
+/// The tenant's automation called `name`, if any.
+async fn name_holder(
     db: &mut Db<'_>,
     tenant: TenantId,
     name: &str,
-    except: Option<AutomationId>,
-) -> DeskSql<()> {
-    let holder = match by_name(db, tenant, name).await {
-        Ok(found) => Some(found.id),
-        Err(DeskError::NotFound(_)) => None,
-        Err(err) => return Err(err),
-    };
-    match holder {
-        Some(holder) if Some(holder) != except => Err(DeskError::Conflict(name_taken(name))),
-        _ => Ok(()),
-    }
+) -> DeskSql<Option<AutomationId>> {
+    let found: Option<Uuid> =
+        sqlx::query_scalar("SELECT id FROM automations WHERE tenant = $1 AND name = $2")
+            .bind(tenant.0)
+            .bind(name)
+            .fetch_optional(db.c())
+            .await
+            .map_err(sql_err)?;
+    Ok(found.map(AutomationId))
 }
 
 /// The stored token of the tenant's automation `id`, whatever its trigger now is, with
@@ -165,54 +143,53 @@ async fn stored_token(
     .fetch_optional(db.c())
     .await
     .map_err(sql_err)?;
-    found.ok_or(DeskError::NotFound(AUTOMATION))
+    found.ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
-/// Write the definition and its mirror columns of the tenant's automation `id`, with
-/// `updated_at = now`, and read the row back.
-async fn write_definition(
+/// Write `row` over the tenant's automation `id`, with `updated_at = now`, and read the
+/// row back.
+async fn write_row(
     db: &mut Db<'_>,
     tenant: TenantId,
     id: AutomationId,
-    automation: &Automation,
-    webhook_token: Option<&str>,
+    row: &AutomationRow,
 ) -> DeskSql<StoredAutomation> {
     let now = db.now().await?;
-    let row = sqlx::query(concat!(
+    let written = sqlx::query(concat!(
         "UPDATE automations SET name = $1, definition = $2, enabled = $3, trigger_kind = $4, \
          event = $5, webhook_token = $6, updated_at = $7 WHERE tenant = $8 AND id = $9 \
          RETURNING ",
         columns!()
     ))
-    .bind(&automation.name)
-    .bind(Json(automation))
-    .bind(automation.enabled)
-    .bind(automation.trigger.kind())
-    .bind(event_of(&automation.trigger))
-    .bind(webhook_token)
+    .bind(row.name())
+    .bind(Json(&row.automation))
+    .bind(row.enabled())
+    .bind(row.trigger_kind())
+    .bind(row.event())
+    .bind(row.webhook_token.as_deref())
     .bind(now)
     .bind(tenant.0)
     .bind(id.0)
     .fetch_optional(db.c())
     .await
-    .map_err(unique_as(|| name_taken(&automation.name)))?;
-    row.as_ref()
+    .map_err(unique_as(|| name_taken_message(row.name())))?;
+    written
+        .as_ref()
         .map(automation_of)
         .transpose()?
-        .ok_or(DeskError::NotFound(AUTOMATION))
+        .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
 /// One admission of the loop guard, in one transaction: check the automation and the
 /// ticket are the tenant's, take the pair's advisory lock, prune the pair's rows that
-/// left the window `(since, now]`, and insert one more when fewer than `max` remain.
+/// left the window and count the rest (one statement), and insert one more when the plan
+/// admits it.
 async fn guard_admit(
     db: &mut Db<'_>,
     tenant: TenantId,
     automation: AutomationId,
     ticket: TicketId,
-    now: DateTime<Utc>,
-    since: DateTime<Utc>,
-    max: u32,
+    guard: GuardAdmission,
 ) -> DeskSql<bool> {
     let (automation_found, ticket_found): (bool, bool) = sqlx::query_as(
         "SELECT EXISTS (SELECT 1 FROM automations WHERE tenant = $1 AND id = $2), \
@@ -224,12 +201,7 @@ async fn guard_admit(
     .fetch_one(db.c())
     .await
     .map_err(sql_err)?;
-    if !automation_found {
-        return Err(DeskError::NotFound(AUTOMATION));
-    }
-    if !ticket_found {
-        return Err(DeskError::NotFound(TICKET));
-    }
+    guard.targets(automation_found, ticket_found)?;
     sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2::text || '/' || $3::text))")
         .bind(GUARD_LOCK_CLASS)
         .bind(automation.0)
@@ -237,29 +209,33 @@ async fn guard_admit(
         .execute(db.c())
         .await
         .map_err(sql_err)?;
-    sqlx::query("DELETE FROM automation_guard WHERE automation = $1 AND ticket = $2 AND at <= $3")
-        .bind(automation.0)
-        .bind(ticket.0)
-        .bind(since)
-        .execute(db.c())
-        .await
-        .map_err(sql_err)?;
-    let admitted = sqlx::query(
-        "INSERT INTO automation_guard (tenant, automation, ticket, at)
-         SELECT $1, $2, $3, $4
-         WHERE (SELECT count(*) FROM automation_guard
-                WHERE automation = $2 AND ticket = $3 AND at > $5) < $6",
+    // The count does not see the pruned rows go (one snapshot), but they are all at or
+    // before `since`, which it does not count.
+    let admitted: i64 = sqlx::query_scalar(
+        "WITH pruned AS (DELETE FROM automation_guard \
+                         WHERE automation = $1 AND ticket = $2 AND at <= $3) \
+         SELECT count(*) FROM automation_guard WHERE automation = $1 AND ticket = $2 AND at > $3",
+    )
+    .bind(automation.0)
+    .bind(ticket.0)
+    .bind(guard.since)
+    .fetch_one(db.c())
+    .await
+    .map_err(sql_err)?;
+    if !guard.admits(u64::try_from(admitted).unwrap_or(0)) {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO automation_guard (tenant, automation, ticket, at) VALUES ($1, $2, $3, $4)",
     )
     .bind(tenant.0)
     .bind(automation.0)
     .bind(ticket.0)
-    .bind(now)
-    .bind(since)
-    .bind(i64::from(max))
+    .bind(guard.now)
     .execute(db.c())
     .await
     .map_err(sql_err)?;
-    Ok(admitted.rows_affected() == 1)
+    Ok(true)
 }
 
 #[async_trait]
@@ -270,18 +246,17 @@ impl AutomationStore for PgStore {
         automation: Automation,
         signing_secret: Option<String>,
     ) -> StoreResult<StoredAutomation> {
-        check_name(AUTOMATION, &automation.name)?;
+        let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;
-        name_free(&mut db, tenant, &automation.name, None).await?;
+        let holder = name_holder(&mut db, tenant, save.name()).await?;
+        let row = save.create(holder, mint_webhook_token)?;
         let now = db.now().await?;
         let id = AutomationId::new();
-        let webhook_token =
-            is_webhook(&automation.trigger).then(|| token::generate(WEBHOOK_TOKEN_PREFIX));
         // The name check answers the usual case; a concurrent create of the same name is
         // caught by the unique index.
-        let row = sqlx::query(concat!(
+        let inserted = sqlx::query(concat!(
             "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
              event, webhook_token, signing_secret, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
@@ -290,21 +265,21 @@ impl AutomationStore for PgStore {
         ))
         .bind(id.0)
         .bind(tenant.0)
-        .bind(&automation.name)
-        .bind(Json(&automation))
-        .bind(automation.enabled)
-        .bind(automation.trigger.kind())
-        .bind(event_of(&automation.trigger))
-        .bind(webhook_token)
+        .bind(row.name())
+        .bind(Json(&row.automation))
+        .bind(row.enabled())
+        .bind(row.trigger_kind())
+        .bind(row.event())
+        .bind(row.webhook_token.as_deref())
         .bind(signing_secret)
         .bind(now)
         .fetch_optional(db.c())
         .await
         .map_err(sql_err)?;
-        let Some(row) = row else {
-            return Err(DeskError::Conflict(name_taken(&automation.name)));
+        let Some(inserted) = inserted else {
+            return Err(name_taken(row.name()));
         };
-        let stored = automation_of(&row)?;
+        let stored = automation_of(&inserted)?;
         self.desk_commit(tx).await?;
         Ok(stored)
     }
@@ -348,18 +323,13 @@ impl AutomationStore for PgStore {
         id: AutomationId,
         automation: Automation,
     ) -> StoreResult<StoredAutomation> {
-        check_name(AUTOMATION, &automation.name)?;
+        let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let token = stored_token(&mut db, tenant, id).await?;
-        name_free(&mut db, tenant, &automation.name, Some(id)).await?;
-        // The token outlives a trigger that changes away: back to a webhook, the
-        // automation answers at the URL it had.
-        let token = match token {
-            None if is_webhook(&automation.trigger) => Some(token::generate(WEBHOOK_TOKEN_PREFIX)),
-            kept => kept,
-        };
-        let stored = write_definition(&mut db, tenant, id, &automation, token.as_deref()).await?;
+        let holder = name_holder(&mut db, tenant, save.name()).await?;
+        let row = save.update(id, holder, token, mint_webhook_token)?;
+        let stored = write_row(&mut db, tenant, id, &row).await?;
         self.desk_commit(tx).await?;
         Ok(stored)
     }
@@ -372,14 +342,15 @@ impl AutomationStore for PgStore {
     ) -> StoreResult<StoredAutomation> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let stored = get(&mut db, tenant, id, true).await?;
-        if stored.automation.enabled == enabled {
-            return Ok(stored);
-        }
-        let token = stored_token(&mut db, tenant, id).await?;
-        let mut automation = stored.automation;
-        automation.enabled = enabled;
-        let stored = write_definition(&mut db, tenant, id, &automation, token.as_deref()).await?;
+        let automation = match set_enabled(get(&mut db, tenant, id, true).await?, enabled) {
+            Enable::Unchanged(stored) => return Ok(stored),
+            Enable::Write(automation) => automation,
+        };
+        let row = AutomationRow {
+            automation,
+            webhook_token: stored_token(&mut db, tenant, id).await?,
+        };
+        let stored = write_row(&mut db, tenant, id, &row).await?;
         self.desk_commit(tx).await?;
         Ok(stored)
     }
@@ -402,9 +373,9 @@ impl AutomationStore for PgStore {
         &self,
         token: &str,
     ) -> StoreResult<Option<StoredAutomation>> {
-        if token.is_empty() {
+        let Some(token) = webhook_lookup(token) else {
             return Ok(None);
-        }
+        };
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);
         let row = sqlx::query(concat!(
@@ -464,20 +435,14 @@ impl AutomationStore for PgStore {
         window: std::time::Duration,
         max: u32,
     ) -> StoreResult<bool> {
-        // Whole milliseconds, as on SQLite: the window is `(now - window, now]`.
-        let now = to_millis(now);
-        let since = chrono::TimeDelta::try_milliseconds(millis(window))
-            .and_then(|window| now.checked_sub_signed(window))
-            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        let guard = GuardAdmission::new(now, window, max);
         let mut tx = self.desk_begin().await?;
         let admitted = guard_admit(
             &mut Db::new(&mut tx, self),
             tenant,
             automation,
             ticket,
-            now,
-            since,
-            max,
+            guard,
         )
         .await?;
         self.desk_commit(tx).await?;

@@ -3,14 +3,14 @@
 //! expiry. Acquire and release each run in one transaction that first makes sure the
 //! breaker row exists and then locks it (`SELECT … FOR UPDATE`): every process's
 //! acquirers of one (tenant, service) queue on that row, so two racing for the last
-//! slot cannot both count it free. The decisions are the shared pure functions
-//! [`limits::gate`] and [`limits::record`].
+//! slot cannot both count it free. The decisions are the plans
+//! [`limits::plan_acquire`] and [`limits::plan_release`].
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::limits::{
-    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released, ServiceLimits,
-    ServiceStatus, ServiceTotals, Slot,
+    self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
+    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
 use fronta_desk::{DeskError, TenantId};
@@ -21,16 +21,11 @@ use uuid::Uuid;
 use crate::PgStore;
 use crate::desk::{Db, DeskSql, sql_err, tenant_exists};
 
-fn state_of(text: &str) -> DeskSql<BreakerState> {
-    BreakerState::parse(text)
-        .ok_or_else(|| DeskError::Internal(format!("unknown breaker state {text:?}")))
-}
-
 fn breaker_of(row: &PgRow) -> DeskSql<Breaker> {
     let state: String = row.try_get("state").map_err(sql_err)?;
     let failures: i32 = row.try_get("failures").map_err(sql_err)?;
     Ok(Breaker {
-        state: state_of(&state)?,
+        state: BreakerState::from_column(&state)?,
         failures: u32::try_from(failures).unwrap_or(0),
         opened_at: row.try_get("opened_at").map_err(sql_err)?,
         retry_at: row.try_get("retry_at").map_err(sql_err)?,
@@ -95,10 +90,6 @@ async fn breaker_put(
     Ok(())
 }
 
-fn lease_end(now: DateTime<Utc>, lease: std::time::Duration) -> DateTime<Utc> {
-    fronta_engine::clock::add(now, lease)
-}
-
 #[async_trait]
 impl ServiceLimits for PgStore {
     async fn service_acquire(
@@ -130,17 +121,6 @@ impl ServiceLimits for PgStore {
                 .map_err(sql_err)?,
             None => false,
         };
-        let (is_probe, next) = match limits::gate(&breaker, probe_in_flight, now) {
-            (Gate::Open { retry_at }, _) => {
-                self.desk_commit(tx).await?;
-                return Ok(Admission::Open { retry_at });
-            }
-            (Gate::ProbeBusy, _) => {
-                self.desk_commit(tx).await?;
-                return Ok(Admission::ProbeBusy);
-            }
-            (Gate::Pass { probe }, next) => (probe, next),
-        };
         let in_flight: i64 =
             sqlx::query("SELECT count(*) FROM service_slots WHERE tenant = $1 AND service = $2")
                 .bind(tenant.0)
@@ -149,18 +129,23 @@ impl ServiceLimits for PgStore {
                 .await
                 .and_then(|row| row.try_get(0))
                 .map_err(sql_err)?;
-        if in_flight >= i64::from(rules.max_concurrent) {
+        let read = AcquireRead {
+            breaker,
+            probe_in_flight,
+            in_flight: u64::try_from(in_flight).unwrap_or(0),
+        };
+        let plan = limits::plan_acquire(&read, rules, now, Uuid::new_v4);
+        let Some(slot) = plan.slot else {
             self.desk_commit(tx).await?;
-            return Ok(Admission::Full);
-        }
-        let id = Uuid::new_v4();
+            return Ok(plan.answer);
+        };
         sqlx::query(
             "INSERT INTO service_slots (id, tenant, service, expires_at) VALUES ($1, $2, $3, $4)",
         )
-        .bind(id)
+        .bind(slot.id)
         .bind(tenant.0)
         .bind(service)
-        .bind(lease_end(now, rules.slot_lease))
+        .bind(slot.lease_until)
         .execute(db.c())
         .await
         .map_err(sql_err)?;
@@ -168,16 +153,13 @@ impl ServiceLimits for PgStore {
             &mut db,
             tenant,
             service,
-            &next,
-            if is_probe { Some(id) } else { None },
+            &slot.breaker,
+            slot.probe_slot,
             now,
         )
         .await?;
         self.desk_commit(tx).await?;
-        Ok(Admission::Admitted(Slot {
-            id: id.to_string(),
-            probe: is_probe,
-        }))
+        Ok(plan.answer)
     }
 
     async fn service_release(
@@ -201,12 +183,18 @@ impl ServiceLimits for PgStore {
             .execute(db.c())
             .await
             .map_err(sql_err)?;
-        let is_probe = probe == Some(slot_id);
-        let after = limits::record(&before, result, is_probe, rules, now);
-        let probe = if is_probe { None } else { probe };
-        breaker_put(&mut db, tenant, service, &after, probe, now).await?;
+        let plan = limits::plan_release(before, probe, &slot_id, result, rules, now);
+        breaker_put(
+            &mut db,
+            tenant,
+            service,
+            &plan.breaker,
+            plan.probe_slot,
+            now,
+        )
+        .await?;
         self.desk_commit(tx).await?;
-        Ok(Released { before, after })
+        Ok(plan.answer)
     }
 
     async fn service_list(&self, tenant: TenantId) -> StoreResult<Vec<ServiceStatus>> {
@@ -244,16 +232,17 @@ impl ServiceLimits for PgStore {
             .fetch_all(db.c())
             .await
             .map_err(sql_err)?;
-        let mut breakers: Vec<(BreakerState, u64)> =
-            BreakerState::ALL.iter().map(|state| (*state, 0)).collect();
-        for row in &rows {
-            let state: String = row.try_get("state").map_err(sql_err)?;
-            let count: i64 = row.try_get("n").map_err(sql_err)?;
-            let state = state_of(&state)?;
-            if let Some(entry) = breakers.iter_mut().find(|(s, _)| *s == state) {
-                entry.1 = u64::try_from(count).unwrap_or(0);
-            }
-        }
+        let counts = rows
+            .iter()
+            .map(|row| {
+                let state: String = row.try_get("state").map_err(sql_err)?;
+                let count: i64 = row.try_get("n").map_err(sql_err)?;
+                Ok((
+                    BreakerState::from_column(&state)?,
+                    u64::try_from(count).unwrap_or(0),
+                ))
+            })
+            .collect::<StoreResult<Vec<_>>>()?;
         let in_flight: i64 =
             sqlx::query("SELECT count(*) FROM service_slots WHERE expires_at > $1")
                 .bind(now)
@@ -261,9 +250,9 @@ impl ServiceLimits for PgStore {
                 .await
                 .and_then(|row| row.try_get(0))
                 .map_err(sql_err)?;
-        Ok(ServiceTotals {
-            breakers,
-            in_flight: u64::try_from(in_flight).unwrap_or(0),
-        })
+        Ok(ServiceTotals::from_counts(
+            counts,
+            u64::try_from(in_flight).unwrap_or(0),
+        ))
     }
 }

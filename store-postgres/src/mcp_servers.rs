@@ -3,15 +3,13 @@
 
 use async_trait::async_trait;
 use fronta_automation::mcp::{McpServer, McpServerStore};
-use fronta_automation::store::StoreResult;
+use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_desk::{DeskError, TenantId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::PgStore;
 use crate::desk::{Db, DeskSql, sql_err, tenant_exists};
-
-const MCP_SERVER: &str = "MCP server";
 
 fn server_of(row: &PgRow) -> DeskSql<McpServer> {
     let config: serde_json::Value = row.try_get("config").map_err(sql_err)?;
@@ -71,16 +69,14 @@ impl McpServerStore for PgStore {
     async fn mcp_server_delete(&self, tenant: TenantId, name: &str) -> StoreResult<()> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let deleted = sqlx::query("DELETE FROM mcp_servers WHERE tenant = $1 AND name = $2")
+        let rows = sqlx::query("DELETE FROM mcp_servers WHERE tenant = $1 AND name = $2")
             .bind(tenant.0)
             .bind(name)
             .execute(db.c())
             .await
             .map_err(sql_err)?
             .rows_affected();
-        if deleted == 0 {
-            return Err(DeskError::NotFound(MCP_SERVER));
-        }
+        deleted(rows, names::MCP_SERVER)?;
         self.desk_commit(tx).await
     }
 }

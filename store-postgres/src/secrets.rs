@@ -5,15 +5,13 @@
 
 use async_trait::async_trait;
 use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore};
-use fronta_automation::store::StoreResult;
+use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_desk::{DeskError, TenantId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
 use crate::PgStore;
 use crate::desk::{Db, DeskSql, sql_err, tenant_exists};
-
-const SECRET: &str = "secret";
 
 fn info_of(row: &PgRow) -> DeskSql<SecretInfo> {
     let version: i32 = row.try_get("key_version").map_err(sql_err)?;
@@ -113,16 +111,14 @@ impl SecretStore for PgStore {
     async fn secret_delete(&self, tenant: TenantId, name: &str) -> StoreResult<()> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let deleted = sqlx::query("DELETE FROM secrets WHERE tenant = $1 AND name = $2")
+        let rows = sqlx::query("DELETE FROM secrets WHERE tenant = $1 AND name = $2")
             .bind(tenant.0)
             .bind(name)
             .execute(db.c())
             .await
             .map_err(sql_err)?
             .rows_affected();
-        if deleted == 0 {
-            return Err(DeskError::NotFound(SECRET));
-        }
+        deleted(rows, names::SECRET)?;
         self.desk_commit(tx).await
     }
 }

@@ -3,13 +3,16 @@
 //! widget's row (`SELECT … FOR UPDATE`) in its transaction, so of two processes claiming
 //! a stale widget one waits for the other's lease and answers `Busy`. A create counts the
 //! tenant's widgets under a per-tenant advisory lock ([`WIDGET_LOCK_CLASS`]), so racing
-//! creates cannot pass the limit. Freshness is the shared pure [`widget::is_fresh`].
+//! creates cannot pass the limit. The decisions are the plans in
+//! `fronta_automation::widget` ([`widget::plan_create`], [`widget::plan_update`],
+//! [`widget::plan_claim`], [`WidgetView::at`]): this file reads what they need and
+//! writes what they answer.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use fronta_automation::store::StoreResult;
+use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_automation::widget::{
     self, Claim, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
 };
@@ -20,8 +23,6 @@ use uuid::Uuid;
 
 use crate::PgStore;
 use crate::desk::{Db, DeskSql, sql_err, tenant_exists};
-
-const WIDGET: &str = "widget";
 
 /// The advisory lock class (two-`int4` key space) of a tenant's widget creates ("widg");
 /// the second key is `hashtext(tenant)`.
@@ -41,12 +42,7 @@ struct Stored {
 
 impl Stored {
     fn view(self, now: DateTime<Utc>) -> WidgetView {
-        WidgetView {
-            widget: self.widget,
-            cache: self.cache,
-            refreshing: self.lease_until.is_some_and(|until| until > now),
-            now,
-        }
+        WidgetView::at(self.widget, self.cache, self.lease_until, now)
     }
 }
 
@@ -123,32 +119,23 @@ impl WidgetStore for PgStore {
             .fetch_one(db.c())
             .await
             .map_err(sql_err)?;
-        if usize::try_from(count).unwrap_or(usize::MAX) >= max {
-            return Err(DeskError::Conflict(format!(
-                "the tenant has {count} widgets, the most allowed is {max}"
-            )));
-        }
         let now = db.now().await?;
-        let id = Uuid::new_v4();
+        let count = u64::try_from(count).unwrap_or(u64::MAX);
+        let widget = widget::plan_create(def, count, max, Uuid::new_v4(), now)?;
         sqlx::query(
             "INSERT INTO widgets (id, tenant, name, config, created_at, updated_at) \
              VALUES ($1, $2, $3, $4, $5, $5)",
         )
-        .bind(id)
+        .bind(widget.id)
         .bind(tenant.0)
-        .bind(&def.name)
+        .bind(&widget.def.name)
         .bind(config)
         .bind(now)
         .execute(db.c())
         .await
         .map_err(sql_err)?;
         self.desk_commit(tx).await?;
-        Ok(Widget {
-            id,
-            def,
-            created_at: now,
-            updated_at: now,
-        })
+        Ok(widget)
     }
 
     async fn widget_update(
@@ -161,10 +148,9 @@ impl WidgetStore for PgStore {
         let config = config_of(&def)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let Some(stored) = get(&mut db, tenant, id, true).await? else {
-            return Err(DeskError::NotFound(WIDGET));
-        };
+        let stored = get(&mut db, tenant, id, true).await?;
         let now = db.now().await?;
+        let widget = widget::plan_update(stored.map(|stored| stored.widget), def, now)?;
         let sql = if reset {
             "UPDATE widgets SET name = $3, config = $4, updated_at = $5, data = NULL, \
              fetched_at = NULL, checked_at = NULL, error = NULL, error_at = NULL, \
@@ -176,19 +162,14 @@ impl WidgetStore for PgStore {
         sqlx::query(sql)
             .bind(tenant.0)
             .bind(id)
-            .bind(&def.name)
+            .bind(&widget.def.name)
             .bind(config)
             .bind(now)
             .execute(db.c())
             .await
             .map_err(sql_err)?;
         self.desk_commit(tx).await?;
-        Ok(Widget {
-            id,
-            def,
-            created_at: stored.widget.created_at,
-            updated_at: now,
-        })
+        Ok(widget)
     }
 
     async fn widget_get(&self, tenant: TenantId, id: Uuid) -> StoreResult<Option<WidgetView>> {
@@ -221,16 +202,14 @@ impl WidgetStore for PgStore {
     async fn widget_delete(&self, tenant: TenantId, id: Uuid) -> StoreResult<()> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let deleted = sqlx::query("DELETE FROM widgets WHERE tenant = $1 AND id = $2")
+        let rows = sqlx::query("DELETE FROM widgets WHERE tenant = $1 AND id = $2")
             .bind(tenant.0)
             .bind(id)
             .execute(db.c())
             .await
             .map_err(sql_err)?
             .rows_affected();
-        if deleted == 0 {
-            return Err(DeskError::NotFound(WIDGET));
-        }
+        deleted(rows, names::WIDGET)?;
         self.desk_commit(tx).await
     }
 
@@ -243,37 +222,26 @@ impl WidgetStore for PgStore {
     ) -> StoreResult<Claim> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let Some(stored) = get(&mut db, tenant, id, true).await? else {
-            return Err(DeskError::NotFound(WIDGET));
-        };
+        let stored = get(&mut db, tenant, id, true).await?;
         // After the lock: a claimer that waited for another sees its lease.
         let now = db.now().await?;
-        let view = stored.view(now);
-        if !force && widget::is_fresh(&view.cache, view.widget.def.ttl(), now) {
-            return Ok(Claim::Fresh(view));
-        }
-        if view.refreshing {
-            return Ok(Claim::Busy(view));
-        }
-        let token = Uuid::new_v4();
+        let stored = stored.map(|stored| stored.view(now));
+        let plan = widget::plan_claim(stored, force, lease, Uuid::new_v4)?;
+        let Some(lease) = plan.lease else {
+            return Ok(plan.answer);
+        };
         sqlx::query(
             "UPDATE widgets SET lease_token = $3, lease_until = $4 WHERE tenant = $1 AND id = $2",
         )
         .bind(tenant.0)
         .bind(id)
-        .bind(token)
-        .bind(fronta_engine::clock::add(now, lease))
+        .bind(lease.token)
+        .bind(lease.until)
         .execute(db.c())
         .await
         .map_err(sql_err)?;
         self.desk_commit(tx).await?;
-        Ok(Claim::Claimed {
-            token: token.to_string(),
-            view: WidgetView {
-                refreshing: true,
-                ..view
-            },
-        })
+        Ok(plan.answer)
     }
 
     async fn widget_settle(
@@ -290,47 +258,34 @@ impl WidgetStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let now = db.now().await?;
-        let query = match &outcome {
-            Fetched::Data(data) => sqlx::query(
-                "UPDATE widgets SET data = $4, fetched_at = $5, checked_at = $5, \
-                 error = NULL, error_at = NULL, lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token)
-            .bind(data.clone())
-            .bind(now),
-            Fetched::Failed(message) => sqlx::query(
-                "UPDATE widgets SET error = $4, error_at = $5, checked_at = $5, \
-                 lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token)
-            .bind(message.clone())
-            .bind(now),
-            Fetched::NotMade => sqlx::query(
-                "UPDATE widgets SET lease_token = NULL, lease_until = NULL \
-                 WHERE tenant = $1 AND id = $2 AND lease_token = $3",
-            )
-            .bind(tenant.0)
-            .bind(id)
-            .bind(token),
+        // Read without a lock: while the token holds the lease nobody else writes the
+        // cache, and a reset or a takeover meanwhile changes the token the update asks for.
+        let Some(stored) = get(&mut db, tenant, id, false).await? else {
+            return Ok(None);
         };
-        let changed = query
-            .execute(db.c())
-            .await
-            .map_err(sql_err)?
-            .rows_affected();
+        let cache = stored.cache.settled(outcome, now);
+        let changed = sqlx::query(
+            "UPDATE widgets SET data = $4, fetched_at = $5, checked_at = $6, error = $7, \
+             error_at = $8, lease_token = NULL, lease_until = NULL \
+             WHERE tenant = $1 AND id = $2 AND lease_token = $3",
+        )
+        .bind(tenant.0)
+        .bind(id)
+        .bind(token)
+        .bind(cache.data.clone())
+        .bind(cache.fetched_at)
+        .bind(cache.checked_at)
+        .bind(cache.error.clone())
+        .bind(cache.error_at)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?
+        .rows_affected();
+        // The lease was lost (taken over after expiry, dropped by a reset).
         if changed == 0 {
             return Ok(None);
         }
-        let view = get(&mut db, tenant, id, false)
-            .await?
-            .map(|stored| stored.view(now));
         self.desk_commit(tx).await?;
-        Ok(view)
+        Ok(Some(WidgetView::at(stored.widget, cache, None, now)))
     }
 }

@@ -7,16 +7,14 @@
 //! the webhook token lookup is scoped by the caller's tenant, so another tenant's id finds
 //! nothing, exactly like an unknown one.
 //!
-//! Decisions made here (the port's contract is silent on them; the conformance suite pins
-//! them): names follow the desk's rule (1–200 characters, `Invalid` otherwise); the
-//! `enabled` column is the truth `get` reports (it mirrors `automation.enabled`, which
-//! every write keeps equal); a token is shown and found only while the trigger is a
-//! webhook, but stays in the row so that changing the trigger away and back keeps the
-//! URL; `automation_by_webhook_token` finds paused automations too (the caller decides
-//! what a paused one answers); `automation_list` is ordered by name; `guard_admit` checks
-//! that the automation and the ticket are the tenant's (`NotFound` otherwise) and counts
-//! the runs admitted in `(now - window, now]` and later; deleting an automation deletes
-//! its guard rows.
+//! The rules are the plans in `fronta_automation::store` ([`Save`], [`set_enabled`],
+//! [`GuardAdmission`], [`AutomationColumns`]): this file reads what they need, calls them
+//! and writes what they answer. Decisions of storage made here (the conformance suite
+//! pins them): the `enabled` column mirrors `automation.enabled`; the token stays in the
+//! row whatever the trigger; `automation_by_webhook_token` finds paused automations too
+//! (the caller decides what a paused one answers); `automation_list` is ordered by name;
+//! the guard counts the runs admitted in `(now - window, now]` and later; deleting an
+//! automation deletes its guard rows and its poll cursor.
 //!
 //! Left out: validating the step tree (the caller runs `fronta_automation::validate`
 //! before saving), hashing webhook tokens (the token is shown again in the webhook URL, so
@@ -26,23 +24,16 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
-use fronta_automation::model::Trigger;
-use fronta_automation::store::{AutomationId, AutomationStore, StoreResult, StoredAutomation};
-use fronta_desk::{DeskError, TenantId, TicketId, token};
+use fronta_automation::store::{
+    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Enable, GuardAdmission, Save,
+    StoreResult, StoredAutomation, mint_webhook_token, names, set_enabled, webhook_lookup,
+};
+use fronta_desk::{DeskError, TenantId, TicketId};
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::SqliteStore;
-use crate::desk::{
-    DeskSql, check_name, instant, key, many, one, sql_err, tenant_exists, to_json, uuid_at,
-};
-use crate::runs::millis;
-
-/// The prefix of webhook tokens, so a leaked one is easy to recognise.
-pub const WEBHOOK_TOKEN_PREFIX: &str = "wh_";
-
-use fronta_desk::store::names::AUTOMATION;
-const TICKET: &str = "ticket";
+use crate::desk::{DeskSql, instant, key, many, one, sql_err, tenant_exists, to_json, uuid_at};
 
 const COLUMNS: &str =
     "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at";
@@ -50,35 +41,18 @@ const COLUMNS: &str =
 /// A row of [`COLUMNS`] as a saved automation.
 fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
     let definition: String = row.get(2)?;
-    let mut automation: Automation = serde_json::from_str(&definition)
+    let definition: Automation = serde_json::from_str(&definition)
         .map_err(|err| rusqlite::Error::FromSqlConversionFailure(2, Type::Text, Box::new(err)))?;
-    automation.enabled = row.get::<_, i64>(3)? != 0;
-    let token: Option<String> = row.get(4)?;
-    let webhook_token = match automation.trigger {
-        Trigger::Webhook { .. } => token,
-        _ => None,
-    };
-    Ok(StoredAutomation {
+    Ok(StoredAutomation::from(AutomationColumns {
         id: AutomationId(uuid_at(row, 0)?),
         tenant: TenantId(uuid_at(row, 1)?),
-        automation,
-        webhook_token,
+        definition,
+        enabled: row.get::<_, i64>(3)? != 0,
+        webhook_token: row.get(4)?,
         signing_secret: row.get(5)?,
         created_at: instant(row.get(6)?),
         updated_at: instant(row.get(7)?),
-    })
-}
-
-/// The event an event trigger listens to; `None` for other triggers.
-fn event_of(trigger: &Trigger) -> Option<&'static str> {
-    match trigger {
-        Trigger::Event { event } => Some(event.as_str()),
-        _ => None,
-    }
-}
-
-fn is_webhook(trigger: &Trigger) -> bool {
-    matches!(trigger, Trigger::Webhook { .. })
+    }))
 }
 
 fn get(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<StoredAutomation> {
@@ -87,7 +61,7 @@ fn get(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<StoredA
         &format!("SELECT {COLUMNS} FROM automations WHERE tenant = ?1 AND id = ?2"),
         params![key(&tenant.0), key(&id.0)],
         automation_of,
-        AUTOMATION,
+        names::AUTOMATION,
     )
 }
 
@@ -97,28 +71,19 @@ fn by_name(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<StoredAut
         &format!("SELECT {COLUMNS} FROM automations WHERE tenant = ?1 AND name = ?2"),
         params![key(&tenant.0), name],
         automation_of,
-        AUTOMATION,
+        names::AUTOMATION,
     )
 }
 
-/// `name` is free in the tenant, or taken by `except` itself.
-fn name_free(
-    conn: &Connection,
-    tenant: TenantId,
-    name: &str,
-    except: Option<AutomationId>,
-) -> DeskSql<()> {
-    let holder = match by_name(conn, tenant, name) {
-        Ok(found) => Some(found.id),
-        Err(DeskError::NotFound(_)) => None,
-        Err(err) => return Err(err),
-    };
-    match holder {
-        Some(holder) if Some(holder) != except => Err(DeskError::Conflict(format!(
-            "automation {name:?} already exists"
-        ))),
-        _ => Ok(()),
-    }
+/// The tenant's automation called `name`, if any.
+fn name_holder(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<Option<AutomationId>> {
+    conn.prepare_cached("SELECT id FROM automations WHERE tenant = ?1 AND name = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![key(&tenant.0), name], |row| uuid_at(row, 0))
+                .optional()
+        })
+        .map_err(sql_err)
+        .map(|found| found.map(AutomationId))
 }
 
 /// The stored token of the tenant's automation `id`, whatever its trigger now is;
@@ -133,21 +98,20 @@ pub(crate) fn stored_token(
         "SELECT webhook_token FROM automations WHERE tenant = ?1 AND id = ?2",
         params![key(&tenant.0), key(&id.0)],
         |row| row.get(0),
-        AUTOMATION,
+        names::AUTOMATION,
     )
 }
 
-/// Write the definition and its mirror columns of the tenant's automation `id`, with
-/// `updated_at = now`, and read the row back.
-fn write_definition(
+/// Write `row` over the tenant's automation `id`, with `updated_at = now`, and read the
+/// row back.
+fn write_row(
     conn: &Connection,
     tenant: TenantId,
     id: AutomationId,
-    automation: &Automation,
-    webhook_token: Option<&str>,
+    row: &AutomationRow,
     now: i64,
 ) -> DeskSql<StoredAutomation> {
-    let definition = to_json(automation)?;
+    let definition = to_json(&row.automation)?;
     conn.prepare_cached(&format!(
         "UPDATE automations SET name = ?1, definition = ?2, enabled = ?3, trigger_kind = ?4, \
          event = ?5, webhook_token = ?6, updated_at = ?7 WHERE tenant = ?8 AND id = ?9 \
@@ -156,12 +120,12 @@ fn write_definition(
     .and_then(|mut stmt| {
         stmt.query_row(
             params![
-                automation.name,
+                row.name(),
                 definition,
-                automation.enabled,
-                automation.trigger.kind(),
-                event_of(&automation.trigger),
-                webhook_token,
+                row.enabled(),
+                row.trigger_kind(),
+                row.event(),
+                row.webhook_token,
                 now,
                 key(&tenant.0),
                 key(&id.0),
@@ -171,7 +135,7 @@ fn write_definition(
         .optional()
     })
     .map_err(sql_err)?
-    .ok_or(DeskError::NotFound(AUTOMATION))
+    .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
 /// Whether the tenant has a row with `id` in `table`.
@@ -183,24 +147,21 @@ fn exists(conn: &Connection, table: &str, tenant: TenantId, id: &uuid::Uuid) -> 
     .map_err(sql_err)
 }
 
-/// One admission of the loop guard, in one job: prune this (automation, ticket)'s rows
-/// that left the window, count the rest, and insert one more when under `max`.
+/// One admission of the loop guard, in one job: check its targets, prune this
+/// (automation, ticket)'s rows that left the window, count the rest, and insert one more
+/// when the plan admits it.
 fn guard_admit(
     conn: &Connection,
     tenant: TenantId,
     automation: AutomationId,
     ticket: TicketId,
-    now: i64,
-    window: i64,
-    max: u32,
+    guard: GuardAdmission,
 ) -> DeskSql<bool> {
-    if !exists(conn, "automations", tenant, &automation.0)? {
-        return Err(DeskError::NotFound(AUTOMATION));
-    }
-    if !exists(conn, "desk_tickets", tenant, &ticket.0)? {
-        return Err(DeskError::NotFound(TICKET));
-    }
-    let since = now.saturating_sub(window);
+    guard.targets(
+        exists(conn, "automations", tenant, &automation.0)?,
+        exists(conn, "desk_tickets", tenant, &ticket.0)?,
+    )?;
+    let (now, since) = (guard.now.timestamp_millis(), guard.since.timestamp_millis());
     conn.prepare_cached(
         "DELETE FROM automation_guard WHERE automation = ?1 AND ticket = ?2 AND at <= ?3",
     )
@@ -217,7 +178,7 @@ fn guard_admit(
             })
         })
         .map_err(sql_err)?;
-    if admitted >= i64::from(max) {
+    if !guard.admits(u64::try_from(admitted).unwrap_or(0)) {
         return Ok(false);
     }
     conn.prepare_cached(
@@ -243,14 +204,13 @@ impl AutomationStore for SqliteStore {
         automation: Automation,
         signing_secret: Option<String>,
     ) -> StoreResult<StoredAutomation> {
-        check_name(AUTOMATION, &automation.name)?;
-        let definition = to_json(&automation)?;
+        let save = Save::check(automation)?;
         self.desk_write(move |conn, now| {
             tenant_exists(conn, tenant)?;
-            name_free(conn, tenant, &automation.name, None)?;
+            let holder = name_holder(conn, tenant, save.name())?;
+            let row = save.create(holder, mint_webhook_token)?;
+            let definition = to_json(&row.automation)?;
             let id = AutomationId::new();
-            let webhook_token =
-                is_webhook(&automation.trigger).then(|| token::generate(WEBHOOK_TOKEN_PREFIX));
             conn.prepare_cached(&format!(
                 "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
                  event, webhook_token, signing_secret, created_at, updated_at) \
@@ -261,12 +221,12 @@ impl AutomationStore for SqliteStore {
                     params![
                         key(&id.0),
                         key(&tenant.0),
-                        automation.name,
+                        row.name(),
                         definition,
-                        automation.enabled,
-                        automation.trigger.kind(),
-                        event_of(&automation.trigger),
-                        webhook_token,
+                        row.enabled(),
+                        row.trigger_kind(),
+                        row.event(),
+                        row.webhook_token,
                         signing_secret,
                         now,
                     ],
@@ -314,19 +274,12 @@ impl AutomationStore for SqliteStore {
         id: AutomationId,
         automation: Automation,
     ) -> StoreResult<StoredAutomation> {
-        check_name(AUTOMATION, &automation.name)?;
+        let save = Save::check(automation)?;
         self.desk_write(move |conn, now| {
             let token = stored_token(conn, tenant, id)?;
-            name_free(conn, tenant, &automation.name, Some(id))?;
-            // The token outlives a trigger that changes away: back to a webhook, the
-            // automation answers at the URL it had.
-            let token = match token {
-                None if is_webhook(&automation.trigger) => {
-                    Some(token::generate(WEBHOOK_TOKEN_PREFIX))
-                }
-                kept => kept,
-            };
-            write_definition(conn, tenant, id, &automation, token.as_deref(), now)
+            let holder = name_holder(conn, tenant, save.name())?;
+            let row = save.update(id, holder, token, mint_webhook_token)?;
+            write_row(conn, tenant, id, &row, now)
         })
         .await
     }
@@ -338,14 +291,15 @@ impl AutomationStore for SqliteStore {
         enabled: bool,
     ) -> StoreResult<StoredAutomation> {
         self.desk_write(move |conn, now| {
-            let stored = get(conn, tenant, id)?;
-            if stored.automation.enabled == enabled {
-                return Ok(stored);
-            }
-            let token = stored_token(conn, tenant, id)?;
-            let mut automation = stored.automation;
-            automation.enabled = enabled;
-            write_definition(conn, tenant, id, &automation, token.as_deref(), now)
+            let automation = match set_enabled(get(conn, tenant, id)?, enabled) {
+                Enable::Unchanged(stored) => return Ok(stored),
+                Enable::Write(automation) => automation,
+            };
+            let row = AutomationRow {
+                automation,
+                webhook_token: stored_token(conn, tenant, id)?,
+            };
+            write_row(conn, tenant, id, &row, now)
         })
         .await
     }
@@ -371,10 +325,9 @@ impl AutomationStore for SqliteStore {
         &self,
         token: &str,
     ) -> StoreResult<Option<StoredAutomation>> {
-        if token.is_empty() {
+        let Some(token) = webhook_lookup(token).map(str::to_owned) else {
             return Ok(None);
-        }
-        let token = token.to_owned();
+        };
         self.desk_read(move |conn| {
             conn.prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM automations \
@@ -430,11 +383,9 @@ impl AutomationStore for SqliteStore {
         window: std::time::Duration,
         max: u32,
     ) -> StoreResult<bool> {
-        let (now, window) = (now.timestamp_millis(), millis(window));
-        self.desk_write(move |conn, _| {
-            guard_admit(conn, tenant, automation, ticket, now, window, max)
-        })
-        .await
+        let guard = GuardAdmission::new(now, window, max);
+        self.desk_write(move |conn, _| guard_admit(conn, tenant, automation, ticket, guard))
+            .await
     }
 }
 

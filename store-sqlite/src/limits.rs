@@ -2,28 +2,19 @@
 //! (tenant, service) and a slot row per in-flight call with its lease's expiry.
 //! Acquire and release are one job each on the writer thread, so they are serialised
 //! against every other write of every process on the file (SQLite has one writer); the
-//! decisions are the shared pure functions [`limits::gate`] and [`limits::record`].
+//! decisions are the plans [`limits::plan_acquire`] and [`limits::plan_release`].
 
 use async_trait::async_trait;
 use fronta_automation::limits::{
-    self, Admission, Breaker, BreakerState, CallResult, Gate, LimitRules, Released, ServiceLimits,
-    ServiceStatus, ServiceTotals, Slot,
+    self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
+    ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
 use fronta_automation::store::StoreResult;
-use fronta_desk::{DeskError, TenantId};
+use fronta_desk::TenantId;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::SqliteStore;
 use crate::desk::{DeskSql, instant, key, many, sql_err, tenant_exists};
-
-fn millis(duration: std::time::Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn state_of(text: &str) -> DeskSql<BreakerState> {
-    BreakerState::parse(text)
-        .ok_or_else(|| DeskError::Internal(format!("unknown breaker state {text:?}")))
-}
 
 /// The stored breaker and its probe slot (a missing row is a closed breaker).
 fn breaker_get(
@@ -54,7 +45,7 @@ fn breaker_get(
     };
     Ok((
         Breaker {
-            state: state_of(&state)?,
+            state: BreakerState::from_column(&state)?,
             failures: u32::try_from(failures).unwrap_or(u32::MAX),
             opened_at: opened_at.map(instant),
             retry_at: retry_at.map(instant),
@@ -124,11 +115,6 @@ impl ServiceLimits for SqliteStore {
                 Some(id) => slot_live(conn, id)?,
                 None => false,
             };
-            let probe_flag = match limits::gate(&breaker, probe_in_flight, instant(now)) {
-                (Gate::Open { retry_at }, _) => return Ok(Admission::Open { retry_at }),
-                (Gate::ProbeBusy, _) => return Ok(Admission::ProbeBusy),
-                (Gate::Pass { probe }, next) => (probe, next),
-            };
             let in_flight: i64 = conn
                 .prepare_cached(
                     "SELECT count(*) FROM service_slots WHERE tenant = ?1 AND service = ?2",
@@ -137,29 +123,37 @@ impl ServiceLimits for SqliteStore {
                     stmt.query_row(params![key(&tenant.0), service], |row| row.get(0))
                 })
                 .map_err(sql_err)?;
-            if in_flight >= i64::from(rules.max_concurrent) {
-                return Ok(Admission::Full);
-            }
-            let (is_probe, next) = probe_flag;
-            let id = uuid::Uuid::new_v4().to_string();
+            let read = AcquireRead {
+                breaker,
+                probe_in_flight,
+                in_flight: u64::try_from(in_flight).unwrap_or(0),
+            };
+            let new_id = || uuid::Uuid::new_v4().to_string();
+            let plan = limits::plan_acquire(&read, &rules, instant(now), new_id);
+            let Some(slot) = plan.slot else {
+                return Ok(plan.answer);
+            };
             conn.prepare_cached(
                 "INSERT INTO service_slots (id, tenant, service, expires_at) VALUES (?1, ?2, ?3, ?4)",
             )
             .and_then(|mut stmt| {
                 stmt.execute(params![
-                    id,
+                    slot.id,
                     key(&tenant.0),
                     service,
-                    now.saturating_add(millis(rules.slot_lease))
+                    slot.lease_until.timestamp_millis()
                 ])
             })
             .map_err(sql_err)?;
-            let probe_slot = if is_probe { Some(id.as_str()) } else { None };
-            breaker_put(conn, tenant, &service, &next, probe_slot, now)?;
-            Ok(Admission::Admitted(Slot {
-                id,
-                probe: is_probe,
-            }))
+            breaker_put(
+                conn,
+                tenant,
+                &service,
+                &slot.breaker,
+                slot.probe_slot.as_deref(),
+                now,
+            )?;
+            Ok(plan.answer)
         })
         .await
     }
@@ -182,11 +176,16 @@ impl ServiceLimits for SqliteStore {
             .and_then(|mut stmt| stmt.execute(params![slot.id, key(&tenant.0), service]))
             .map_err(sql_err)?;
             let (before, probe) = breaker_get(conn, tenant, &service)?;
-            let is_probe = probe.as_deref() == Some(slot.id.as_str());
-            let after = limits::record(&before, result, is_probe, &rules, instant(now));
-            let probe = if is_probe { None } else { probe };
-            breaker_put(conn, tenant, &service, &after, probe.as_deref(), now)?;
-            Ok(Released { before, after })
+            let plan = limits::plan_release(before, probe, &slot.id, result, &rules, instant(now));
+            breaker_put(
+                conn,
+                tenant,
+                &service,
+                &plan.breaker,
+                plan.probe_slot.as_deref(),
+                now,
+            )?;
+            Ok(plan.answer)
         })
         .await
     }
@@ -218,7 +217,7 @@ impl ServiceLimits for SqliteStore {
                             Ok(ServiceStatus {
                                 service,
                                 breaker: Breaker {
-                                    state: state_of(&state)?,
+                                    state: BreakerState::from_column(&state)?,
                                     failures: u32::try_from(failures).unwrap_or(u32::MAX),
                                     opened_at: opened_at.map(instant),
                                     retry_at: retry_at.map(instant),
@@ -243,22 +242,23 @@ impl ServiceLimits for SqliteStore {
                     [],
                     |row| Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?)),
                 )?;
-                let mut breakers: Vec<(BreakerState, u64)> =
-                    BreakerState::ALL.iter().map(|state| (*state, 0)).collect();
-                for (state, count) in counts {
-                    let state = state_of(&state)?;
-                    if let Some(entry) = breakers.iter_mut().find(|(s, _)| *s == state) {
-                        entry.1 = u64::try_from(count).unwrap_or(0);
-                    }
-                }
+                let counts = counts
+                    .into_iter()
+                    .map(|(state, count)| {
+                        Ok((
+                            BreakerState::from_column(&state)?,
+                            u64::try_from(count).unwrap_or(0),
+                        ))
+                    })
+                    .collect::<StoreResult<Vec<_>>>()?;
                 let in_flight: i64 = conn
                     .prepare_cached("SELECT count(*) FROM service_slots WHERE expires_at > ?1")
                     .and_then(|mut stmt| stmt.query_row([now], |row| row.get(0)))
                     .map_err(sql_err)?;
-                Ok(ServiceTotals {
-                    breakers,
-                    in_flight: u64::try_from(in_flight).unwrap_or(0),
-                })
+                Ok(ServiceTotals::from_counts(
+                    counts,
+                    u64::try_from(in_flight).unwrap_or(0),
+                ))
             },
             crate::desk::from_store,
         )

@@ -4,14 +4,12 @@
 
 use async_trait::async_trait;
 use fronta_automation::mcp::{McpServer, McpServerStore};
-use fronta_automation::store::StoreResult;
+use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_desk::{DeskError, TenantId};
 use rusqlite::{Row, params};
 
 use crate::SqliteStore;
 use crate::desk::{key, many, sql_err, tenant_exists};
-
-const MCP_SERVER: &str = "MCP server";
 
 fn server_of(row: &Row<'_>) -> rusqlite::Result<McpServer> {
     let config: String = row.get(0)?;
@@ -73,14 +71,11 @@ impl McpServerStore for SqliteStore {
     async fn mcp_server_delete(&self, tenant: TenantId, name: &str) -> StoreResult<()> {
         let name = name.to_owned();
         self.desk_write(move |conn, _| {
-            let deleted = conn
+            let rows = conn
                 .prepare_cached("DELETE FROM mcp_servers WHERE tenant = ?1 AND name = ?2")
                 .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), name]))
                 .map_err(sql_err)?;
-            if deleted == 0 {
-                return Err(DeskError::NotFound(MCP_SERVER));
-            }
-            Ok(())
+            deleted(rows as u64, names::MCP_SERVER)
         })
         .await
     }

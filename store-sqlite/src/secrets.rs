@@ -5,14 +5,12 @@
 
 use async_trait::async_trait;
 use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore};
-use fronta_automation::store::StoreResult;
-use fronta_desk::{DeskError, TenantId};
+use fronta_automation::store::{StoreResult, deleted, names};
+use fronta_desk::TenantId;
 use rusqlite::{Row, params};
 
 use crate::SqliteStore;
 use crate::desk::{instant, key, many, sql_err, tenant_exists};
-
-const SECRET: &str = "secret";
 
 fn info_of(row: &Row<'_>) -> rusqlite::Result<SecretInfo> {
     Ok(SecretInfo {
@@ -111,14 +109,11 @@ impl SecretStore for SqliteStore {
     async fn secret_delete(&self, tenant: TenantId, name: &str) -> StoreResult<()> {
         let name = name.to_owned();
         self.desk_write(move |conn, _| {
-            let deleted = conn
+            let rows = conn
                 .prepare_cached("DELETE FROM secrets WHERE tenant = ?1 AND name = ?2")
                 .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), name]))
                 .map_err(sql_err)?;
-            if deleted == 0 {
-                return Err(DeskError::NotFound(SECRET));
-            }
-            Ok(())
+            deleted(rows as u64, names::SECRET)
         })
         .await
     }

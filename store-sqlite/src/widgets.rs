@@ -2,23 +2,24 @@
 //! definition as JSON, the cache and the refresh lease. Claims and settles are jobs on
 //! the writer thread, so they are serialised against every other write of every process
 //! on the file (SQLite has one writer): two claimers of a stale widget cannot both take
-//! the lease. Freshness is the shared pure [`widget::is_fresh`].
+//! the lease. The decisions are the plans in `fronta_automation::widget`
+//! ([`widget::plan_create`], [`widget::plan_update`], [`widget::plan_claim`],
+//! [`WidgetView::at`]): this file reads what they need and writes what they answer.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fronta_automation::store::StoreResult;
+use chrono::{DateTime, Utc};
+use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_automation::widget::{
     self, Claim, Fetched, Widget, WidgetCache, WidgetDef, WidgetStore, WidgetView,
 };
-use fronta_desk::{DeskError, TenantId};
+use fronta_desk::TenantId;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use crate::SqliteStore;
 use crate::desk::{DeskSql, instant, key, many, sql_err, tenant_exists, to_json, uuid_at};
-
-const WIDGET: &str = "widget";
 
 const COLUMNS: &str = "id, config, created_at, updated_at, data, fetched_at, checked_at, \
                        error, error_at, lease_until";
@@ -32,12 +33,12 @@ struct Stored {
 
 impl Stored {
     fn view(self, now: i64) -> WidgetView {
-        WidgetView {
-            widget: self.widget,
-            cache: self.cache,
-            refreshing: self.lease_until.is_some_and(|until| until > now),
-            now: instant(now),
-        }
+        WidgetView::at(
+            self.widget,
+            self.cache,
+            self.lease_until.map(instant),
+            instant(now),
+        )
     }
 }
 
@@ -81,10 +82,6 @@ fn get(conn: &Connection, tenant: TenantId, id: Uuid) -> DeskSql<Option<Stored>>
     .map_err(sql_err)
 }
 
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[async_trait]
 impl WidgetStore for SqliteStore {
     async fn widget_create(
@@ -100,26 +97,23 @@ impl WidgetStore for SqliteStore {
                 .prepare_cached("SELECT count(*) FROM widgets WHERE tenant = ?1")
                 .and_then(|mut stmt| stmt.query_row([key(&tenant.0)], |row| row.get(0)))
                 .map_err(sql_err)?;
-            if usize::try_from(count).unwrap_or(usize::MAX) >= max {
-                return Err(DeskError::Conflict(format!(
-                    "the tenant has {count} widgets, the most allowed is {max}"
-                )));
-            }
-            let id = Uuid::new_v4();
+            let count = u64::try_from(count).unwrap_or(u64::MAX);
+            let widget = widget::plan_create(def, count, max, Uuid::new_v4(), instant(now))?;
             conn.prepare_cached(
                 "INSERT INTO widgets (id, tenant, name, config, created_at, updated_at) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?5)",
             )
             .and_then(|mut stmt| {
-                stmt.execute(params![key(&id), key(&tenant.0), def.name, config, now])
+                stmt.execute(params![
+                    key(&widget.id),
+                    key(&tenant.0),
+                    widget.def.name,
+                    config,
+                    now
+                ])
             })
             .map_err(sql_err)?;
-            Ok(Widget {
-                id,
-                def,
-                created_at: instant(now),
-                updated_at: instant(now),
-            })
+            Ok(widget)
         })
         .await
     }
@@ -133,9 +127,8 @@ impl WidgetStore for SqliteStore {
     ) -> StoreResult<Widget> {
         let config = to_json(&def)?;
         self.desk_write(move |conn, now| {
-            let Some(stored) = get(conn, tenant, id)? else {
-                return Err(DeskError::NotFound(WIDGET));
-            };
+            let stored = get(conn, tenant, id)?.map(|stored| stored.widget);
+            let widget = widget::plan_update(stored, def, instant(now))?;
             let sql = if reset {
                 "UPDATE widgets SET name = ?3, config = ?4, updated_at = ?5, data = NULL, \
                  fetched_at = NULL, checked_at = NULL, error = NULL, error_at = NULL, \
@@ -146,15 +139,16 @@ impl WidgetStore for SqliteStore {
             };
             conn.prepare_cached(sql)
                 .and_then(|mut stmt| {
-                    stmt.execute(params![key(&tenant.0), key(&id), def.name, config, now])
+                    stmt.execute(params![
+                        key(&tenant.0),
+                        key(&id),
+                        widget.def.name,
+                        config,
+                        now
+                    ])
                 })
                 .map_err(sql_err)?;
-            Ok(Widget {
-                id,
-                def,
-                created_at: stored.widget.created_at,
-                updated_at: instant(now),
-            })
+            Ok(widget)
         })
         .await
     }
@@ -181,14 +175,11 @@ impl WidgetStore for SqliteStore {
 
     async fn widget_delete(&self, tenant: TenantId, id: Uuid) -> StoreResult<()> {
         self.desk_write(move |conn, _| {
-            let deleted = conn
+            let rows = conn
                 .prepare_cached("DELETE FROM widgets WHERE tenant = ?1 AND id = ?2")
                 .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), key(&id)]))
                 .map_err(sql_err)?;
-            if deleted == 0 {
-                return Err(DeskError::NotFound(WIDGET));
-            }
-            Ok(())
+            deleted(rows as u64, names::WIDGET)
         })
         .await
     }
@@ -201,17 +192,12 @@ impl WidgetStore for SqliteStore {
         lease: Duration,
     ) -> StoreResult<Claim> {
         self.desk_write(move |conn, now| {
-            let Some(stored) = get(conn, tenant, id)? else {
-                return Err(DeskError::NotFound(WIDGET));
+            let stored = get(conn, tenant, id)?.map(|stored| stored.view(now));
+            let new_token = || Uuid::new_v4().to_string();
+            let plan = widget::plan_claim(stored, force, lease, new_token)?;
+            let Some(lease) = plan.lease else {
+                return Ok(plan.answer);
             };
-            let view = stored.view(now);
-            if !force && widget::is_fresh(&view.cache, view.widget.def.ttl(), view.now) {
-                return Ok(Claim::Fresh(view));
-            }
-            if view.refreshing {
-                return Ok(Claim::Busy(view));
-            }
-            let token = Uuid::new_v4().to_string();
             conn.prepare_cached(
                 "UPDATE widgets SET lease_token = ?3, lease_until = ?4 \
                  WHERE tenant = ?1 AND id = ?2",
@@ -220,18 +206,12 @@ impl WidgetStore for SqliteStore {
                 stmt.execute(params![
                     key(&tenant.0),
                     key(&id),
-                    token,
-                    now.saturating_add(millis(lease))
+                    lease.token,
+                    lease.until.timestamp_millis()
                 ])
             })
             .map_err(sql_err)?;
-            Ok(Claim::Claimed {
-                token,
-                view: WidgetView {
-                    refreshing: true,
-                    ..view
-                },
-            })
+            Ok(plan.answer)
         })
         .await
     }
@@ -244,40 +224,42 @@ impl WidgetStore for SqliteStore {
         outcome: Fetched,
     ) -> StoreResult<Option<WidgetView>> {
         let token = token.to_owned();
-        let data = match &outcome {
-            Fetched::Data(data) => Some(to_json(data)?),
-            _ => None,
-        };
         self.desk_write(move |conn, now| {
-            let run = |sql: &str, values: &[&dyn rusqlite::ToSql]| {
-                conn.prepare_cached(sql)
-                    .and_then(|mut stmt| stmt.execute(values))
-                    .map_err(sql_err)
+            let Some(stored) = get(conn, tenant, id)? else {
+                return Ok(None);
             };
-            let (tenant_key, id_key) = (key(&tenant.0), key(&id));
-            let changed = match &outcome {
-                Fetched::Data(_) => run(
-                    "UPDATE widgets SET data = ?4, fetched_at = ?5, checked_at = ?5, \
-                     error = NULL, error_at = NULL, lease_token = NULL, lease_until = NULL \
+            let cache = stored.cache.settled(outcome, instant(now));
+            let data = cache.data.as_ref().map(to_json).transpose()?;
+            let at = |instant: Option<DateTime<Utc>>| instant.map(|at| at.timestamp_millis());
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE widgets SET data = ?4, fetched_at = ?5, checked_at = ?6, \
+                     error = ?7, error_at = ?8, lease_token = NULL, lease_until = NULL \
                      WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token, data, now],
-                )?,
-                Fetched::Failed(message) => run(
-                    "UPDATE widgets SET error = ?4, error_at = ?5, checked_at = ?5, \
-                     lease_token = NULL, lease_until = NULL \
-                     WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token, message, now],
-                )?,
-                Fetched::NotMade => run(
-                    "UPDATE widgets SET lease_token = NULL, lease_until = NULL \
-                     WHERE tenant = ?1 AND id = ?2 AND lease_token = ?3",
-                    params![tenant_key, id_key, token],
-                )?,
-            };
+                )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        key(&tenant.0),
+                        key(&id),
+                        token,
+                        data,
+                        at(cache.fetched_at),
+                        at(cache.checked_at),
+                        cache.error,
+                        at(cache.error_at),
+                    ])
+                })
+                .map_err(sql_err)?;
+            // The lease was lost (taken over after expiry, dropped by a reset).
             if changed == 0 {
                 return Ok(None);
             }
-            Ok(get(conn, tenant, id)?.map(|stored| stored.view(now)))
+            Ok(Some(WidgetView::at(
+                stored.widget,
+                cache,
+                None,
+                instant(now),
+            )))
         })
         .await
     }

@@ -430,6 +430,54 @@ pub async fn automation_names_are_unique_within_a_tenant(factory: &dyn Automatio
     );
 }
 
+/// A save checks the name before it reads anything: a blank name is `Invalid` also for an
+/// unknown tenant or an unknown id; a taken name's `Conflict` quotes it, alike for a
+/// create and an update, on every store.
+pub async fn automation_save_checks_the_name_first_and_quotes_a_taken_one(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let store = &env.automations;
+    let blank = || manual("   ");
+    for (result, what) in [
+        (
+            store
+                .automation_create(TenantId::new(), blank(), None)
+                .await,
+            "a blank name for an unknown tenant",
+        ),
+        (
+            store
+                .automation_update(env.acme, AutomationId::new(), blank())
+                .await,
+            "a blank name for an unknown id",
+        ),
+    ] {
+        let err = expect_err(result, what);
+        assert!(
+            matches!(err, DeskError::Invalid(_)),
+            "{what}: Invalid before any lookup, got {err:?}"
+        );
+    }
+    env.create(env.acme, manual("Orders")).await;
+    let other = env.create(env.acme, manual("Refunds")).await;
+    let taken = DeskError::Conflict("automation \"Orders\" already exists".into());
+    assert_eq!(
+        store
+            .automation_create(env.acme, webhook("Orders"), None)
+            .await,
+        Err(taken.clone()),
+        "a create onto a taken name"
+    );
+    assert_eq!(
+        store
+            .automation_update(env.acme, other.id, manual("Orders"))
+            .await,
+        Err(taken),
+        "an update onto a taken name"
+    );
+}
+
 /// `automation_list` is ordered by name, whatever the creation order.
 pub async fn automation_list_is_ordered_by_name(factory: &dyn AutomationStoreFactory) {
     let env = Env::open(factory).await;

@@ -327,6 +327,7 @@ macro_rules! automation_conformance_suite {
             // Saved automations.
             automations_are_created_read_listed_updated_and_deleted,
             automation_names_are_unique_within_a_tenant,
+            automation_save_checks_the_name_first_and_quotes_a_taken_one,
             automation_list_is_ordered_by_name,
             // Tenant isolation.
             another_tenants_automation_answers_exactly_like_an_unknown_one,
