@@ -60,7 +60,6 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
 use fronta_automation::ticket_events;
-pub(crate) use fronta_desk::plan::check_name;
 use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
     DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
@@ -296,7 +295,6 @@ impl PgStore {
 #[async_trait]
 impl DeskStore for PgStore {
     async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)> {
-        check_name(TENANT, name)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let now = db.now().await?;

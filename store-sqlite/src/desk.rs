@@ -27,7 +27,6 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
 use fronta_automation::ticket_events;
-pub(crate) use fronta_desk::plan::check_name;
 use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
     DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
@@ -160,7 +159,6 @@ impl SqliteStore {
 #[async_trait]
 impl DeskStore for SqliteStore {
     async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)> {
-        check_name(TENANT, name)?;
         let name = name.to_owned();
         self.desk_write(move |conn, now| {
             let (tenant, raw) = plan::tenant_new(&name, instant(now))?;
