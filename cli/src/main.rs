@@ -141,9 +141,10 @@ struct EnqueueArgs {
     /// How many runs (all validated before any is written).
     #[arg(long, default_value_t = 1)]
     count: u64,
-    /// Start no earlier than this many seconds from now.
-    #[arg(long)]
-    delay: Option<f64>,
+    /// Start no earlier than this long from now: seconds (`90`, `1.5`) or a duration
+    /// (`500ms`, `5m`, `2h`, `1d`).
+    #[arg(long, value_parser = duration::parse)]
+    delay: Option<Duration>,
     /// Retries allowed after the first attempt.
     #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     max_retries: i64,
@@ -200,12 +201,11 @@ impl BatchingArgs {
 
     /// The same settings as flags of a `fronta worker` child process.
     pub(crate) fn as_flags(&self) -> [String; 6] {
-        let millis = |wait: Duration| format!("{}ms", wait.as_secs_f64() * 1000.0);
         [
             "--completer-linger".into(),
-            millis(self.completer_linger),
+            duration::format(self.completer_linger),
             "--claim-gather".into(),
-            millis(self.claim_gather),
+            duration::format(self.claim_gather),
             "--hand-off".into(),
             self.hand_off.to_string(),
         ]
@@ -596,11 +596,6 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
     if args.count == 0 {
         bail!("--count must be at least 1");
     }
-    if let Some(delay) = args.delay
-        && (!delay.is_finite() || delay < 0.0)
-    {
-        bail!("--delay must be zero or more seconds");
-    }
     let store = open_store(db, "fronta-enqueue").await?.runs();
     let registry = registry(&default_worker_args())?;
     let dispatcher = Dispatcher::from_registry(store, &registry);
@@ -612,7 +607,7 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
         trigger: fronta_engine::Trigger::Manual,
         unique_key: args.unique_key,
         priority: args.priority,
-        delay: args.delay.map(Duration::from_secs_f64),
+        delay: args.delay,
         run_at: None,
     };
     // Validate once up front: a bad request writes nothing.

@@ -180,6 +180,44 @@ fn bad_input_is_one_clear_line_a_failure_and_nothing_written() {
 }
 
 #[test]
+fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    for delay in ["90", "1.5", "500ms", "5m", "2h", "1d"] {
+        let output = fronta(&db, &["enqueue", "noop", "--delay", delay]);
+        assert!(
+            output.status.success(),
+            "--delay {delay}: {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(stats(&db)["scheduled"], 6, "every delayed run is scheduled");
+    for args in [
+        &["enqueue", "noop", "--delay", "99999999999999999999d"][..],
+        &["worker", "--until-idle", "--lease", "99999999999999999999d"],
+        &["worker", "--until-idle", "--poll", "18446744073709551616s"],
+    ] {
+        let output = fronta(&db, args);
+        let message = stderr(&output);
+        assert!(!output.status.success(), "{args:?} must fail");
+        assert!(
+            !message.contains("panicked"),
+            "{args:?}: no panic: {message}"
+        );
+        assert!(
+            message.contains("too long a duration"),
+            "{args:?}: the message says what is wrong: {message}"
+        );
+    }
+    let after = stats(&db);
+    assert_eq!(
+        (after["scheduled"].as_u64(), after["queued"].as_u64()),
+        (Some(6), Some(0)),
+        "nothing more was written: {after}"
+    );
+}
+
+#[test]
 fn the_demo_runs_the_seed_scenario_over_http_and_every_check_passes() {
     let output = Command::new(FRONTA)
         .args(["demo", "--exit"])
