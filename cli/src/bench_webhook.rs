@@ -159,7 +159,12 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
         ..WorkerConfig::default()
     };
     // Ingestion only: the worker is never started, every accepted run stays queued.
-    let (app, _worker) = serve::server_parts(&store, config, worker_config)?;
+    let (app, _worker) = serve::server_parts(
+        &store,
+        config,
+        worker_config,
+        &crate::outside::OutsideArgs::from_environment()?,
+    )?;
     let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let address = listener.local_addr()?;
     let shutdown = CancellationToken::new();

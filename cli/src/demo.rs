@@ -121,7 +121,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         poll_interval: Duration::from_millis(100),
         ..WorkerConfig::default()
     };
-    let (app, worker) = serve::server_parts(&store, config, worker_config)?;
+    let (app, worker) = serve::server_parts(
+        &store,
+        config,
+        worker_config,
+        &crate::outside::OutsideArgs::from_environment()?,
+    )?;
     app.observe_worker(worker.metrics());
     let listener = Listener::bind(args.listen)
         .await

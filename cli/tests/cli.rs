@@ -217,6 +217,148 @@ fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
     );
 }
 
+/// Every setting of a working process, by its variable.
+const SETTINGS: [&str; 25] = [
+    "FRONTA_HTTP_ALLOW",
+    "FRONTA_HTTP_TIMEOUT",
+    "FRONTA_HTTP_MAX_TIMEOUT",
+    "FRONTA_HTTP_CONNECT_TIMEOUT",
+    "FRONTA_HTTP_MAX_RESPONSE_BYTES",
+    "FRONTA_HTTP_MAX_REDIRECTS",
+    "FRONTA_HTTP_MAX_RETRY_AFTER",
+    "FRONTA_MCP_STDIO",
+    "FRONTA_MCP_CONNECT_TIMEOUT",
+    "FRONTA_MCP_MAX_RESULT_BYTES",
+    "FRONTA_POLL_MAX_ITEMS",
+    "FRONTA_MAIL_CONNECT_TIMEOUT",
+    "FRONTA_MAIL_TIMEOUT",
+    "FRONTA_MAIL_MESSAGE_BYTES",
+    "FRONTA_MAIL_TEXT_BYTES",
+    "FRONTA_SECRET_KEY",
+    "FRONTA_SECRET_KEY_VERSION",
+    "FRONTA_SECRET_OLD_KEYS",
+    "FRONTA_SERVICE_MAX_CONCURRENT",
+    "FRONTA_BREAKER_FAILURES",
+    "FRONTA_BREAKER_COOLDOWN",
+    "FRONTA_SERVICE_SLOT_LEASE",
+    "FRONTA_SERVICE_FULL_DELAY",
+    "FRONTA_SERVICE_JITTER",
+    "FRONTA_STORAGE_WAIT",
+];
+
+#[test]
+fn help_lists_every_setting_with_its_default_and_never_a_secret() {
+    let key = "c2VjcmV0LWtleS1tYXRlcmlhbC10aGF0LWxlYWtz";
+    let admin = "fa_an_admin_token_that_must_not_show";
+    for command in ["serve", "worker"] {
+        let output = Command::new(FRONTA)
+            .args([command, "--help"])
+            .env("FRONTA_SECRET_KEY", key)
+            .env("FRONTA_SECRET_OLD_KEYS", format!("1:{key}"))
+            .env("FRONTA_ADMIN_TOKEN", admin)
+            .output()
+            .expect("run fronta --help");
+        let help = stdout(&output);
+        assert!(
+            output.status.success(),
+            "{command} --help: {}",
+            stderr(&output)
+        );
+        for setting in SETTINGS {
+            assert!(
+                help.contains(&format!("[env: {setting}")),
+                "{command} --help lists {setting}:\n{help}"
+            );
+        }
+        for (flag, default) in [
+            ("--http-timeout", "[default: 30s]"),
+            ("--service-slot-lease", "[default: 10m]"),
+            ("--mail-text-bytes", "[default: 65536]"),
+        ] {
+            let line = help
+                .lines()
+                .skip_while(|line| !line.contains(flag))
+                .take(2)
+                .collect::<String>();
+            assert!(line.contains(default), "{flag} shows {default}: {line}");
+        }
+        assert!(
+            !help.contains(key) && !help.contains(admin),
+            "{command} --help shows no secret:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_setting_in_the_environment_stops_the_worker_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let cases = [
+        (
+            "FRONTA_BREAKER_COOLDOWN",
+            "soon",
+            "FRONTA_BREAKER_COOLDOWN (--breaker-cooldown)",
+        ),
+        ("FRONTA_POLL_MAX_ITEMS", "0", "must be from 1"),
+        (
+            "FRONTA_HTTP_TIMEOUT",
+            "99999999999999999999d",
+            "too long a duration",
+        ),
+        (
+            "FRONTA_SERVICE_SLOT_LEASE",
+            "1m",
+            "longer than the longest HTTP call",
+        ),
+        (
+            "FRONTA_SECRET_KEY",
+            "bm90LTMyLWJ5dGVzLWJ1dC1zZWNyZXQ=",
+            "FRONTA_SECRET_KEY: not base64 of exactly 32 bytes",
+        ),
+    ];
+    for (setting, value, expected) in cases {
+        let output = Command::new(FRONTA)
+            .arg("--database")
+            .arg(&db)
+            .args(["worker", "--until-idle"])
+            .env("RUST_LOG", "warn")
+            .env(setting, value)
+            .output()
+            .expect("run fronta worker");
+        let message = stderr(&output);
+        assert!(
+            !output.status.success(),
+            "{setting}={value} stops the worker"
+        );
+        assert!(
+            message.contains(expected),
+            "{setting}={value}: expected {expected:?} in {message:?}"
+        );
+        assert_eq!(
+            message.trim().lines().count(),
+            1,
+            "{setting}: one line: {message:?}"
+        );
+        if setting == "FRONTA_SECRET_KEY" {
+            assert!(!message.contains(value), "the key is not echoed: {message}");
+        }
+    }
+    let output = Command::new(FRONTA)
+        .arg("--database")
+        .arg(&db)
+        .args(["worker", "--until-idle"])
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_HTTP_TIMEOUT", "")
+        .env("FRONTA_SERVICE_JITTER", " ")
+        .output()
+        .expect("run fronta worker");
+    assert!(
+        output.status.success(),
+        "blank settings are their defaults: {}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn the_demo_runs_the_seed_scenario_over_http_and_every_check_passes() {
     let output = Command::new(FRONTA)
