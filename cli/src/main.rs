@@ -5,6 +5,7 @@
 //! `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
+mod api_client;
 mod apply;
 mod background;
 mod bench;
@@ -14,7 +15,6 @@ mod bench_webhook;
 mod demo;
 mod demo_engine;
 mod duration;
-mod http_client;
 mod kinds;
 mod outside;
 mod serve;

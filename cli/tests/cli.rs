@@ -359,6 +359,73 @@ fn a_bad_setting_in_the_environment_stops_the_worker_naming_it() {
     );
 }
 
+/// No TLS server can be made here without a certificate generator, so the test stands in
+/// for one: it reads what `apply` sends to an `https://` address (a TLS handshake record,
+/// not HTTP) and hangs up; the error then says where and why.
+#[test]
+fn apply_speaks_tls_to_an_https_server_and_says_why_it_failed() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setup = dir.path().join("setup.json");
+    std::fs::write(&setup, r#"{"groups": []}"#).expect("write the setup");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let address = listener.local_addr().expect("an address");
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().expect("apply connects");
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a timeout");
+        let mut head = [0u8; 3];
+        socket.read_exact(&mut head).expect("the first bytes");
+        head
+    });
+    let output = Command::new(FRONTA)
+        .args(["apply", "-f"])
+        .arg(&setup)
+        .args([
+            "--server",
+            &format!("https://{address}"),
+            "--token",
+            "ft_test",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta apply");
+    // Had apply not connected, this connection would be the one read (and fail the test);
+    // once the listener has served apply it is closed and this one is refused.
+    if let Ok(mut poke) = std::net::TcpStream::connect(address) {
+        let _ = std::io::Write::write_all(&mut poke, b"not TLS");
+    }
+    let head = server.join().expect("the listener read the first bytes");
+    assert_eq!(
+        (head[0], head[1]),
+        (0x16, 0x03),
+        "apply opened with a TLS handshake record: {head:02x?}"
+    );
+    let message = stderr(&output);
+    assert!(
+        !output.status.success(),
+        "a server that hangs up is a failure"
+    );
+    assert!(
+        message.contains(&format!("POST https://{address}/api/apply"))
+            && message.contains("TLS handshake"),
+        "the error says what was called and at which step it failed: {message}"
+    );
+    assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    let output = Command::new(FRONTA)
+        .args(["apply", "-f"])
+        .arg(&setup)
+        .args(["--server", "ftp://127.0.0.1:1", "--token", "ft_test"])
+        .output()
+        .expect("run fronta apply");
+    assert!(
+        stderr(&output).contains("not http or https"),
+        "another scheme is refused by name: {}",
+        stderr(&output)
+    );
+}
+
 #[test]
 fn the_demo_runs_the_seed_scenario_over_http_and_every_check_passes() {
     let output = Command::new(FRONTA)
