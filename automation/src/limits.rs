@@ -484,8 +484,9 @@ impl LimitedConnector {
         if bound == 0 {
             return Duration::ZERO;
         }
-        let random = uuid::Uuid::new_v4().as_u128();
-        Duration::from_millis(u64::try_from(random % u128::from(bound)).unwrap_or(0))
+        // Spreads snoozes apart, nothing more: without randomness there is no jitter.
+        let random = getrandom::u64().unwrap_or(0);
+        Duration::from_millis(random % bound)
     }
 }
 

@@ -2,38 +2,28 @@
 //! automations — API.md's `POST /api/apply` body) to a running `fronta serve` as a tenant,
 //! and print what was created, updated or left unchanged. Idempotent by names, like the
 //! route; a refused setup prints the server's problems and exits non-zero, writing nothing.
+//! The server is reached over plain HTTP or HTTPS (`crate::api_client`).
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::Value;
 
-use crate::http_client::Client;
+use crate::api_client::ApiClient;
 
 #[derive(Args, Debug, Clone)]
 pub struct ApplyArgs {
     /// The setup file (JSON).
     #[arg(short = 'f', long = "file")]
     file: PathBuf,
-    /// The server: HOST:PORT or http://HOST:PORT.
+    /// The server: HOST:PORT (plain HTTP), http://HOST:PORT or https://HOST[:PORT] (a
+    /// path after the host is kept as a prefix, for a server behind a proxy).
     #[arg(long, env = "FRONTA_SERVER", default_value = "127.0.0.1:8080")]
     server: String,
     /// The tenant's API token.
-    #[arg(long, env = "FRONTA_TOKEN")]
+    #[arg(long, env = "FRONTA_TOKEN", hide_env_values = true)]
     token: String,
-}
-
-fn address(server: &str) -> anyhow::Result<SocketAddr> {
-    let host = server.trim_start_matches("http://").trim_end_matches('/');
-    if server.starts_with("https://") {
-        bail!("--server: https is not supported by this client; give the plain HTTP address");
-    }
-    host.to_socket_addrs()
-        .with_context(|| format!("--server {server:?} is not HOST:PORT"))?
-        .next()
-        .with_context(|| format!("--server {server:?} resolves to no address"))
 }
 
 pub async fn run(args: ApplyArgs) -> anyhow::Result<()> {
@@ -41,7 +31,7 @@ pub async fn run(args: ApplyArgs) -> anyhow::Result<()> {
         .with_context(|| format!("reading {}", args.file.display()))?;
     let setup: Value = serde_json::from_str(&text)
         .map_err(|err| anyhow::anyhow!("{} is not valid JSON: {err}", args.file.display()))?;
-    let client = Client::new(address(&args.server)?);
+    let client = ApiClient::new(&args.server).context("--server")?;
     let answer = client
         .call("POST", "/api/apply", Some(&args.token), Some(&setup))
         .await?;

@@ -25,11 +25,11 @@ use crate::{Store, duration};
 pub(crate) struct LeadArgs {
     /// On Postgres: how often a follower tries to become the leader, and the leader
     /// checks its connection.
-    #[arg(long, default_value = "1s", value_parser = duration::parse)]
+    #[arg(long, default_value = "1s", value_parser = duration::parse, help_heading = "Leadership and scheduling")]
     pub leader_retry: Duration,
     /// How often the scheduler looks at poll and schedule automations (their runs are
     /// enqueued ahead for their time; this bounds how soon the next one is planned).
-    #[arg(long, env = "FRONTA_SCHEDULER_TICK", default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_SCHEDULER_TICK", default_value = "30s", value_parser = duration::parse, help_heading = "Leadership and scheduling")]
     pub scheduler_tick: Duration,
 }
 

@@ -2,11 +2,12 @@
 //! (the router of `fronta serve`) runs in this process with no worker, on a fresh SQLite
 //! file or on the empty Postgres database `--database postgres://…` names; a tenant and
 //! a webhook automation are made through the API; then kept-alive HTTP/1.1 connections
-//! on loopback post webhooks:
+//! on loopback post webhooks, each connection a reqwest client whose pool holds one
+//! connection (`ApiClient::connection`):
 //!
 //! 1. **paced** — `--rate` requests/s (default 1,000) for `--seconds` from
-//!    `--paced-connections` connections; the latency of each 202, from the first byte
-//!    written to the last byte read (p50/p95/p99/max). The schedule is open-loop per
+//!    `--paced-connections` connections; the latency of each 202, from the request handed
+//!    to the client to the last byte of its answer read (p50/p95/p99/max). The schedule is open-loop per
 //!    connection: a request late on its slot goes at once, and the late ones are counted.
 //! 2. **throughput** — `--connections` connections as fast as they can for `--requests`;
 //!    requests/s and p99.
@@ -30,7 +31,7 @@ use fronta_store_sqlite::{SqliteConfig, SqliteStore};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::http_client::{Client, Connection};
+use crate::api_client::{Answer, ApiClient};
 use crate::{DbArgs, Store, is_postgres, open_store, serve};
 
 /// The target the paced phase is judged against.
@@ -77,7 +78,7 @@ impl Seen {
         self.late += other.late;
     }
 
-    fn record(&mut self, answer: &crate::http_client::Answer) {
+    fn record(&mut self, answer: &Answer) {
         let run_id = answer.json()["runId"].as_str().map(str::to_owned);
         match (answer.status, run_id) {
             (202, Some(run_id)) => {
@@ -159,7 +160,12 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
         ..WorkerConfig::default()
     };
     // Ingestion only: the worker is never started, every accepted run stays queued.
-    let (app, _worker) = serve::server_parts(&store, config, worker_config)?;
+    let (app, _worker) = serve::server_parts(
+        &store,
+        config,
+        worker_config,
+        &crate::outside::OutsideArgs::from_environment()?,
+    )?;
     let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let address = listener.local_addr()?;
     let shutdown = CancellationToken::new();
@@ -206,7 +212,8 @@ async fn measure(
     database: &Database,
     args: &WebhookBenchArgs,
 ) -> anyhow::Result<()> {
-    let webhook = setup(Client::new(address), admin).await?;
+    let client = ApiClient::at(address)?;
+    let webhook = setup(&client, admin).await?;
     eprintln!("webhook bench: server on http://{address}, {database}, no worker");
 
     // 1. Paced.
@@ -221,10 +228,12 @@ async fn measure(
     let start = tokio::time::Instant::now() + Duration::from_millis(50);
     for connection in 0..args.paced_connections {
         let (webhook, sequence) = (webhook.clone(), sequence.clone());
+        let http = client.connection()?;
         // Spread the connections' slots across the interval.
         let offset = interval.mul_f64(connection as f64 / args.paced_connections as f64);
         tasks.spawn(async move {
-            let mut client = Connection::open(address).await?;
+            // Connect before the first slot, as the throughput phase does.
+            opened(&http).await?;
             let mut seen = Seen::default();
             for i in 0..per_connection {
                 let slot = start + offset + interval.mul_f64(i as f64);
@@ -235,7 +244,7 @@ async fn measure(
                     tokio::time::sleep_until(slot).await;
                 }
                 let n = sequence.fetch_add(1, Ordering::Relaxed);
-                let answer = client.send("POST", &webhook, None, &body(n)).await?;
+                let answer = http.send("POST", &webhook, None, Some(body(n))).await?;
                 seen.record(&answer);
             }
             Ok::<_, anyhow::Error>(seen)
@@ -278,13 +287,16 @@ async fn measure(
             }
         });
     }
+    // Each connection is opened before the clock starts.
     let mut connections = Vec::new();
     for _ in 0..args.connections {
-        connections.push(Connection::open(address).await?);
+        let http = client.connection()?;
+        opened(&http).await?;
+        connections.push(http);
     }
     let mut tasks = tokio::task::JoinSet::new();
     let throughput_started = Instant::now();
-    for mut client in connections {
+    for http in connections {
         let (webhook, sequence, taken, total) = (
             webhook.clone(),
             sequence.clone(),
@@ -295,7 +307,7 @@ async fn measure(
             let mut seen = Seen::default();
             while taken.fetch_add(1, Ordering::Relaxed) < total {
                 let n = sequence.fetch_add(1, Ordering::Relaxed);
-                let answer = client.send("POST", &webhook, None, &body(n)).await?;
+                let answer = http.send("POST", &webhook, None, Some(body(n))).await?;
                 seen.record(&answer);
             }
             Ok::<_, anyhow::Error>(seen)
@@ -408,8 +420,17 @@ async fn measure(
     Ok(())
 }
 
+/// `http` with its connection open: one `GET /healthz` on it.
+async fn opened(http: &ApiClient) -> anyhow::Result<()> {
+    let health = http.call("GET", "/healthz", None, None).await?;
+    if health.status != 200 {
+        bail!("GET /healthz answered {}", health.status);
+    }
+    Ok(())
+}
+
 /// A tenant and a webhook automation through the API; answers the webhook's path.
-async fn setup(client: Client, admin: &str) -> anyhow::Result<String> {
+async fn setup(client: &ApiClient, admin: &str) -> anyhow::Result<String> {
     let tenant = client
         .call(
             "POST",

@@ -26,7 +26,7 @@ use fronta_store_sqlite::{SqliteConfig, SqliteStore};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::http_client::{Answer, Client};
+use crate::api_client::{Answer, ApiClient};
 use crate::{Store, serve, wait_for_signal};
 
 #[derive(Args, Debug, Clone)]
@@ -121,7 +121,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         poll_interval: Duration::from_millis(100),
         ..WorkerConfig::default()
     };
-    let (app, worker) = serve::server_parts(&store, config, worker_config)?;
+    let (app, worker) = serve::server_parts(
+        &store,
+        config,
+        worker_config,
+        &crate::outside::OutsideArgs::from_environment()?,
+    )?;
     app.observe_worker(worker.metrics());
     let listener = Listener::bind(args.listen)
         .await
@@ -149,7 +154,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     ));
 
     let mut checks = Checks::default();
-    let scenario = scenario(Client::new(address), &admin, &mut checks).await;
+    let scenario = scenario(ApiClient::at(address)?, &admin, &mut checks).await;
     println!(
         "\n{} checks passed, {} failed",
         checks.passed, checks.failed
@@ -206,7 +211,7 @@ async fn against(server: &str, admin: Option<&str>) -> anyhow::Result<()> {
         .with_context(|| format!("{server} resolves to no address"))?;
     println!("fronta demo — the seed scenario over HTTP against http://{address}\n");
     let mut checks = Checks::default();
-    scenario(Client::new(address), admin, &mut checks).await;
+    scenario(ApiClient::at(address)?, admin, &mut checks).await;
     println!(
         "\n{} checks passed, {} failed",
         checks.passed, checks.failed
@@ -386,7 +391,7 @@ fn actions(answer: &Value) -> Vec<String> {
 }
 
 /// The scenario, check by check. `None` when the setup itself failed.
-async fn scenario(client: Client, admin: &str, checks: &mut Checks) -> Option<Scenario> {
+async fn scenario(client: ApiClient, admin: &str, checks: &mut Checks) -> Option<Scenario> {
     let c = &client;
     checks
         .check("GET /healthz and /readyz answer 200", async {

@@ -5,6 +5,7 @@
 //! `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
+mod api_client;
 mod apply;
 mod background;
 mod bench;
@@ -14,7 +15,6 @@ mod bench_webhook;
 mod demo;
 mod demo_engine;
 mod duration;
-mod http_client;
 mod kinds;
 mod outside;
 mod serve;
@@ -53,14 +53,19 @@ struct Cli {
 struct DbArgs {
     /// The database: a SQLite file path (or sqlite://PATH), or postgres://… Default ./fronta.db
     /// (the bench uses a fresh temporary one unless this is given).
-    #[arg(long, global = true, env = "FRONTA_DATABASE_URL")]
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_DATABASE_URL",
+        help_heading = "Database"
+    )]
     database: Option<String>,
     /// SQLite durability: full (every commit on disk before it is acknowledged) or normal.
-    #[arg(long, global = true, default_value = "full", value_parser = parse_sync)]
+    #[arg(long, global = true, default_value = "full", value_parser = parse_sync, help_heading = "Database")]
     synchronous: Synchronous,
     /// Postgres: how long a call waits for a pooled connection (connecting included)
     /// before it fails as unavailable (a webhook then answers 503).
-    #[arg(long, global = true, env = "FRONTA_PG_ACQUIRE_TIMEOUT", default_value = "5s", value_parser = duration::parse)]
+    #[arg(long, global = true, env = "FRONTA_PG_ACQUIRE_TIMEOUT", default_value = "5s", value_parser = duration::parse, help_heading = "Database")]
     pg_acquire_timeout: Duration,
     /// Postgres: connections in this process's pool (the listener and the leader
     /// election have one more each).
@@ -68,16 +73,17 @@ struct DbArgs {
         long,
         global = true,
         env = "FRONTA_PG_MAX_CONNECTIONS",
-        default_value_t = 10
+        default_value_t = 10,
+        help_heading = "Database"
     )]
     pg_max_connections: u32,
     /// Postgres: the least time between two tidies of the list of tenants with pending
     /// runs by this process (a round that meets many empty tenants tidies at once).
-    #[arg(long, global = true, env = "FRONTA_PG_TENANT_TIDY", default_value = "1s", value_parser = duration::parse)]
+    #[arg(long, global = true, env = "FRONTA_PG_TENANT_TIDY", default_value = "1s", value_parser = duration::parse, help_heading = "Database")]
     pg_tenant_tidy: Duration,
     /// Postgres: set TCP_NODELAY on the pool's sockets (false: leave Nagle's algorithm
     /// on, as sqlx 0.9.0 does, which holds a large batch's last segment up to 40 ms).
-    #[arg(long, global = true, env = "FRONTA_PG_TCP_NODELAY", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, global = true, env = "FRONTA_PG_TCP_NODELAY", default_value_t = true, action = clap::ArgAction::Set, help_heading = "Database")]
     pg_tcp_nodelay: bool,
     /// Postgres: enqueues of this process written at once; calls arriving while that
     /// many are being written wait and then share one statement and one commit (0: every
@@ -86,7 +92,8 @@ struct DbArgs {
         long,
         global = true,
         env = "FRONTA_PG_ENQUEUE_WRITERS",
-        default_value_t = 1
+        default_value_t = 1,
+        help_heading = "Database"
     )]
     pg_enqueue_writers: usize,
     /// Postgres: runs in one shared enqueue commit at most; a call of this many or more
@@ -95,7 +102,8 @@ struct DbArgs {
         long,
         global = true,
         env = "FRONTA_PG_ENQUEUE_GROUP_MAX",
-        default_value_t = 1000
+        default_value_t = 1000,
+        help_heading = "Database"
     )]
     pg_enqueue_group_max: usize,
 }
@@ -117,9 +125,9 @@ enum Command {
     /// Enqueue runs of a kind.
     Enqueue(EnqueueArgs),
     /// Run a worker: claim and execute runs until Ctrl-C (or until idle).
-    Worker(WorkerArgs),
+    Worker(Box<WorkerArgs>),
     /// Serve webhooks and the REST API, with a worker in the same process (unless --no-worker).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Look at and act on runs.
     #[command(subcommand)]
     Runs(RunsCommand),
@@ -141,9 +149,10 @@ struct EnqueueArgs {
     /// How many runs (all validated before any is written).
     #[arg(long, default_value_t = 1)]
     count: u64,
-    /// Start no earlier than this many seconds from now.
-    #[arg(long)]
-    delay: Option<f64>,
+    /// Start no earlier than this long from now: seconds (`90`, `1.5`) or a duration
+    /// (`500ms`, `5m`, `2h`, `1d`).
+    #[arg(long, value_parser = duration::parse)]
+    delay: Option<Duration>,
     /// Retries allowed after the first attempt.
     #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
     max_retries: i64,
@@ -164,16 +173,16 @@ struct EnqueueArgs {
 pub(crate) struct BatchingArgs {
     /// Under load, how long finished runs may wait to be written together with more
     /// (a lone finish on a quiet worker is written at once). 0 never waits.
-    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_COMPLETER_LINGER", default_value = "5ms", value_parser = duration::parse, help_heading = "Batching")]
     completer_linger: Duration,
     /// After a full claim round, how long the next may wait for half the slots to free
     /// (one round then claims many runs). 0 claims as soon as one slot frees.
-    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_CLAIM_GATHER", default_value = "2ms", value_parser = duration::parse, help_heading = "Batching")]
     claim_gather: Duration,
     /// While the worker waits idle, start this process's own enqueues (webhooks, manual
     /// runs) by hand-off: inserted already claimed, one commit instead of two. false:
     /// every run starts by a claim.
-    #[arg(long, env = "FRONTA_HAND_OFF", default_value_t = true, action = clap::ArgAction::Set)]
+    #[arg(long, env = "FRONTA_HAND_OFF", default_value_t = true, action = clap::ArgAction::Set, help_heading = "Batching")]
     hand_off: bool,
 }
 
@@ -200,12 +209,11 @@ impl BatchingArgs {
 
     /// The same settings as flags of a `fronta worker` child process.
     pub(crate) fn as_flags(&self) -> [String; 6] {
-        let millis = |wait: Duration| format!("{}ms", wait.as_secs_f64() * 1000.0);
         [
             "--completer-linger".into(),
-            millis(self.completer_linger),
+            duration::format(self.completer_linger),
             "--claim-gather".into(),
-            millis(self.claim_gather),
+            duration::format(self.claim_gather),
             "--hand-off".into(),
             self.hand_off.to_string(),
         ]
@@ -239,6 +247,8 @@ pub(crate) struct WorkerArgs {
     /// One step of the built-in `sleep` kind (tests shorten it).
     #[arg(long, default_value = "1s", value_parser = duration::parse, hide = true)]
     sleep_step: Duration,
+    #[command(flatten)]
+    outside: outside::OutsideArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -520,30 +530,18 @@ pub(crate) fn limited_connectors(
     )))
 }
 
-fn registry(args: &WorkerArgs) -> anyhow::Result<Registry> {
+/// The built-in kinds with the settings of a worker that was given no flags: what
+/// `enqueue` validates against.
+fn default_registry() -> anyhow::Result<Registry> {
     let mut registry = Registry::new();
     kinds::register(
         &mut registry,
         &kinds::BuiltinSettings {
-            sleep_lease: args.lease,
-            sleep_step: args.sleep_step,
+            sleep_lease: Duration::from_secs(300),
+            sleep_step: Duration::from_secs(1),
         },
     )?;
     Ok(registry)
-}
-
-fn default_worker_args() -> WorkerArgs {
-    WorkerArgs {
-        concurrency: 4,
-        until_idle: false,
-        lease: Duration::from_secs(300),
-        poll: Duration::from_millis(500),
-        max_reclaims: 5,
-        shutdown_grace: Duration::from_secs(10),
-        batching: BatchingArgs::default(),
-        lead: background::LeadArgs::default(),
-        sleep_step: Duration::from_secs(1),
-    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -581,8 +579,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Enqueue(args) => enqueue(&cli.db, args).await,
-        Command::Worker(args) => worker(&cli.db, args).await,
-        Command::Serve(args) => serve::run(&cli.db, args).await,
+        Command::Worker(args) => worker(&cli.db, *args).await,
+        Command::Serve(args) => serve::run(&cli.db, *args).await,
         Command::Runs(command) => runs(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
         Command::Demo(args) => demo::run(args).await,
@@ -596,13 +594,8 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
     if args.count == 0 {
         bail!("--count must be at least 1");
     }
-    if let Some(delay) = args.delay
-        && (!delay.is_finite() || delay < 0.0)
-    {
-        bail!("--delay must be zero or more seconds");
-    }
     let store = open_store(db, "fronta-enqueue").await?.runs();
-    let registry = registry(&default_worker_args())?;
+    let registry = default_registry()?;
     let dispatcher = Dispatcher::from_registry(store, &registry);
     let request = EnqueueRequest {
         kind: args.kind,
@@ -612,7 +605,7 @@ async fn enqueue(db: &DbArgs, args: EnqueueArgs) -> anyhow::Result<()> {
         trigger: fronta_engine::Trigger::Manual,
         unique_key: args.unique_key,
         priority: args.priority,
-        delay: args.delay.map(Duration::from_secs_f64),
+        delay: args.delay,
         run_at: None,
     };
     // Validate once up front: a bad request writes nothing.
@@ -650,7 +643,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         sleep_lease: args.lease,
         sleep_step: args.sleep_step,
     };
-    let outside = outside::from_env()?;
+    let outside = args.outside.outside()?;
     let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease, &outside)?;
     let config = args.batching.apply(WorkerConfig {
         name: format!("worker-{}", std::process::id()),

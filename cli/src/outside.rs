@@ -1,43 +1,24 @@
 //! What every working process is handed to reach the outside world: the connectors
 //! (`http/request`, `mcp/call-tool` and the `mail` poll's IMAP, all behind the SSRF
-//! guard) and the secret
-//! keyring, read from the environment once at start-up. A bad setting stops the process
-//! with a clear message.
+//! guard), the secret keyring and the per-(tenant, service) limits.
 //!
-//! | variable | default | what |
-//! |---|---|---|
-//! | `FRONTA_HTTP_ALLOW` | empty | hosts, addresses and networks connectors may reach although private |
-//! | `FRONTA_HTTP_TIMEOUT` | 30s | `timeoutSec` when a step gives none |
-//! | `FRONTA_HTTP_MAX_TIMEOUT` | 5m | the largest `timeoutSec` |
-//! | `FRONTA_HTTP_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS |
-//! | `FRONTA_HTTP_MAX_RESPONSE_BYTES` | 1048576 | the largest answer body |
-//! | `FRONTA_HTTP_MAX_REDIRECTS` | 5 | redirect hops followed |
-//! | `FRONTA_HTTP_MAX_RETRY_AFTER` | 1h | a longer `Retry-After` is cut to this |
-//! | `FRONTA_MCP_STDIO` | 0 | `1`: tenants' `stdio` MCP servers may run local commands on this host |
-//! | `FRONTA_MCP_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS of an MCP server |
-//! | `FRONTA_MCP_MAX_RESULT_BYTES` | 1048576 | the largest JSON answer of an MCP server |
-//! | `FRONTA_POLL_MAX_ITEMS` | 100 | items (messages) one poll takes at most; the rest wait for the next poll |
-//! | `FRONTA_MAIL_CONNECT_TIMEOUT` | 10s | name lookup + TCP + TLS of an IMAP server (`mail` polls) |
-//! | `FRONTA_MAIL_TIMEOUT` | 60s | one whole mail poll after connecting |
-//! | `FRONTA_MAIL_MESSAGE_BYTES` | 1048576 | bytes fetched of each message |
-//! | `FRONTA_MAIL_TEXT_BYTES` | 65536 | bytes of decoded text a message publishes (`text`) |
-//! | `FRONTA_SECRET_KEY` | unset | base64 of 32 bytes; unset: secrets cannot be stored or used |
-//! | `FRONTA_SECRET_KEY_VERSION` | 1 | the version new secrets are sealed with |
-//! | `FRONTA_SECRET_OLD_KEYS` | empty | `version:base64,…`: older keys that still open values |
-//! | `FRONTA_SERVICE_MAX_CONCURRENT` | 8 | calls in flight per (tenant, service), every process |
-//! | `FRONTA_BREAKER_FAILURES` | 5 | consecutive retryable failures that open a service's breaker |
-//! | `FRONTA_BREAKER_COOLDOWN` | 30s | how long an open breaker snoozes calls before one probe |
-//! | `FRONTA_SERVICE_SLOT_LEASE` | 10m | a call's slot frees itself after this (a crashed process) |
-//! | `FRONTA_SERVICE_FULL_DELAY` | 2s | snooze of a run that met a full cap or a busy probe |
-//! | `FRONTA_SERVICE_JITTER` | 1s | the largest random delay added to every such snooze |
-//! | `FRONTA_STORAGE_WAIT` | 2s | snooze of an automation run whose first reads met an unavailable database (no attempt spent) |
+//! Each setting is a flag of `fronta serve` and `fronta worker` with its `FRONTA_*`
+//! variable ([`OutsideArgs`]; `--help` lists them by group with their defaults, and the
+//! README has the same table). A variable set to a blank value counts as unset. A bad
+//! value stops the process with a message naming the setting. `fronta demo` and
+//! `fronta bench webhook` read the same variables ([`OutsideArgs::from_environment`]).
+//! Secret keys are never shown: not by `--help`, not in an error, not by `Debug`.
 
+use std::ffi::OsStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::anyhow;
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
+use clap::{Args, Parser};
 use fronta_automation::connector::Connector;
-use fronta_automation::limits::{self, LimitRules, LimitsConfig};
+use fronta_automation::limits::{LimitRules, LimitsConfig};
 use fronta_automation::mcp::McpServerStore;
 use fronta_automation::poll::PollLimits;
 use fronta_automation::secrets::{SecretCipher, SecretVault};
@@ -45,6 +26,223 @@ use fronta_connectors::{
     AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, MailConnector,
     MailLimits, McpConnector, McpLimits,
 };
+
+use crate::duration;
+
+const HTTP: &str = "Connectors: http/request";
+const MCP: &str = "Connectors: mcp/call-tool";
+const MAIL: &str = "Poll sources";
+const SECRETS: &str = "Secrets";
+const LIMITS: &str = "Per-service limits and breakers";
+const RUNS: &str = "Automation runs";
+
+/// The settings of the connectors, the keyring and the limits.
+#[derive(Args, Debug, Clone)]
+pub(crate) struct OutsideArgs {
+    /// Hosts, addresses and networks connectors may reach although private
+    /// (`jira.internal, 10.1.0.0/16`). Default: none.
+    #[arg(long, env = "FRONTA_HTTP_ALLOW", value_name = "LIST", value_parser = setting(AllowList::parse), help_heading = HTTP)]
+    http_allow: Option<AllowList>,
+    /// `timeoutSec` of a step that gives none.
+    #[arg(long, env = "FRONTA_HTTP_TIMEOUT", default_value = "30s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = HTTP)]
+    http_timeout: Duration,
+    /// The largest `timeoutSec` a step may ask for.
+    #[arg(long, env = "FRONTA_HTTP_MAX_TIMEOUT", default_value = "5m", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = HTTP)]
+    http_max_timeout: Duration,
+    /// Name lookup + TCP + TLS (a timeout here is retried).
+    #[arg(long, env = "FRONTA_HTTP_CONNECT_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = HTTP)]
+    http_connect_timeout: Duration,
+    /// The largest answer body, in bytes.
+    #[arg(long, env = "FRONTA_HTTP_MAX_RESPONSE_BYTES", default_value = "1048576", value_name = "BYTES", value_parser = setting(whole_number), help_heading = HTTP)]
+    http_max_response_bytes: usize,
+    /// Redirect hops followed.
+    #[arg(long, env = "FRONTA_HTTP_MAX_REDIRECTS", default_value = "5", value_name = "N", value_parser = setting(whole_number), help_heading = HTTP)]
+    http_max_redirects: usize,
+    /// A longer `Retry-After` is cut to this.
+    #[arg(long, env = "FRONTA_HTTP_MAX_RETRY_AFTER", default_value = "1h", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = HTTP)]
+    http_max_retry_after: Duration,
+
+    /// 1: tenants' `stdio` MCP servers may run local commands on this host (0: they fail
+    /// as not configured).
+    #[arg(long, env = "FRONTA_MCP_STDIO", default_value = "0", value_name = "0|1", action = clap::ArgAction::Set, value_parser = setting(flag), help_heading = MCP)]
+    mcp_stdio: bool,
+    /// Name lookup + TCP + TLS of an MCP server over HTTP.
+    #[arg(long, env = "FRONTA_MCP_CONNECT_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = MCP)]
+    mcp_connect_timeout: Duration,
+    /// The largest JSON answer of an MCP server, in bytes.
+    #[arg(long, env = "FRONTA_MCP_MAX_RESULT_BYTES", default_value = "1048576", value_name = "BYTES", value_parser = setting(whole_number), help_heading = MCP)]
+    mcp_max_result_bytes: usize,
+
+    /// Items (messages) one poll takes at most; the rest wait for the next poll.
+    #[arg(long, env = "FRONTA_POLL_MAX_ITEMS", default_value = "100", value_name = "N", value_parser = setting(count), help_heading = MAIL)]
+    poll_max_items: u32,
+    /// Name lookup + TCP + TLS of an IMAP server (`mail` polls).
+    #[arg(long, env = "FRONTA_MAIL_CONNECT_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = MAIL)]
+    mail_connect_timeout: Duration,
+    /// One whole mail poll after connecting.
+    #[arg(long, env = "FRONTA_MAIL_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = MAIL)]
+    mail_timeout: Duration,
+    /// Bytes fetched of each message.
+    #[arg(long, env = "FRONTA_MAIL_MESSAGE_BYTES", default_value = "1048576", value_name = "BYTES", value_parser = setting(whole_number), help_heading = MAIL)]
+    mail_message_bytes: usize,
+    /// Bytes of decoded text a message publishes (`text`).
+    #[arg(long, env = "FRONTA_MAIL_TEXT_BYTES", default_value = "65536", value_name = "BYTES", value_parser = setting(whole_number), help_heading = MAIL)]
+    mail_text_bytes: usize,
+
+    /// Base64 of 32 random bytes (`head -c32 /dev/urandom | base64`); unset: secrets
+    /// cannot be stored or used. Prefer the variable: a flag shows in `ps`.
+    #[arg(long, env = "FRONTA_SECRET_KEY", hide_env_values = true, value_name = "BASE64", value_parser = secret, help_heading = SECRETS)]
+    secret_key: Option<Secret>,
+    /// The version new secrets are sealed with (a whole number from 1).
+    #[arg(long, env = "FRONTA_SECRET_KEY_VERSION", default_value = "1", value_name = "N", help_heading = SECRETS)]
+    secret_key_version: String,
+    /// `version:base64,…`: older keys that still open the secrets sealed with them.
+    /// Default: none.
+    #[arg(long, env = "FRONTA_SECRET_OLD_KEYS", hide_env_values = true, value_name = "LIST", value_parser = secret, help_heading = SECRETS)]
+    secret_old_keys: Option<Secret>,
+
+    /// Connector calls in flight per (tenant, service), over every process on the database.
+    #[arg(long, env = "FRONTA_SERVICE_MAX_CONCURRENT", default_value = "8", value_name = "N", value_parser = setting(count), help_heading = LIMITS)]
+    service_max_concurrent: u32,
+    /// Consecutive retryable failures (5xx, 429, connection errors) that open a
+    /// service's breaker.
+    #[arg(long, env = "FRONTA_BREAKER_FAILURES", default_value = "5", value_name = "N", value_parser = setting(count), help_heading = LIMITS)]
+    breaker_failures: u32,
+    /// How long an open breaker snoozes calls before it lets one probe through.
+    #[arg(long, env = "FRONTA_BREAKER_COOLDOWN", default_value = "30s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = LIMITS)]
+    breaker_cooldown: Duration,
+    /// A call's slot frees itself after this (when its process died mid-call); longer
+    /// than the longest HTTP call.
+    #[arg(long, env = "FRONTA_SERVICE_SLOT_LEASE", default_value = "10m", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = LIMITS)]
+    service_slot_lease: Duration,
+    /// How long a run that met a full cap (or a probe in flight) is snoozed.
+    #[arg(long, env = "FRONTA_SERVICE_FULL_DELAY", default_value = "2s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = LIMITS)]
+    service_full_delay: Duration,
+    /// The largest random delay added to every such snooze.
+    #[arg(long, env = "FRONTA_SERVICE_JITTER", default_value = "1s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = LIMITS)]
+    service_jitter: Duration,
+
+    /// How long an automation run is snoozed when its first reads meet an unavailable
+    /// database (no attempt spent).
+    #[arg(long, env = "FRONTA_STORAGE_WAIT", default_value = "2s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = RUNS)]
+    storage_wait: Duration,
+}
+
+/// Only the settings, for commands that have no flags for them: read from the
+/// environment and the defaults.
+#[derive(Parser, Debug)]
+#[command(name = "fronta")]
+struct EnvironmentOnly {
+    #[command(flatten)]
+    outside: OutsideArgs,
+}
+
+impl OutsideArgs {
+    /// The settings as the environment gives them (`fronta demo`, `fronta bench webhook`).
+    pub(crate) fn from_environment() -> anyhow::Result<Self> {
+        EnvironmentOnly::try_parse_from(["fronta"])
+            .map(|only| only.outside)
+            .map_err(|err| anyhow!("{}", err.to_string().trim().trim_start_matches("error: ")))
+    }
+}
+
+/// A secret setting's value: `Debug` never shows it.
+#[derive(Clone)]
+pub(crate) struct Secret(String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(…)")
+    }
+}
+
+impl Secret {
+    pub(crate) fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+pub(crate) fn secret(text: &str) -> Result<Secret, std::convert::Infallible> {
+    Ok(Secret(text.to_owned()))
+}
+
+/// The value parser of a setting: `parse` the text, where a blank value (an empty
+/// variable) stands for the default, as an unset one does; an error names the setting by
+/// its variable and its flag, and quotes only what `parse` says.
+#[derive(Clone)]
+pub(crate) struct Setting<F>(F);
+
+pub(crate) fn setting<T, F>(parse: F) -> Setting<F>
+where
+    F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    Setting(parse)
+}
+
+impl<T, F> TypedValueParser for Setting<F>
+where
+    F: Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static,
+    T: Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<T, clap::Error> {
+        let fail = |message: String| {
+            let name = arg.map(setting_name).unwrap_or_else(|| "a setting".into());
+            clap::Error::raw(ErrorKind::ValueValidation, format!("{name}: {message}\n"))
+                .with_cmd(cmd)
+        };
+        let text = value.to_str().ok_or_else(|| fail("not UTF-8".into()))?;
+        let default = arg
+            .and_then(|arg| arg.get_default_values().first())
+            .and_then(|default| default.to_str());
+        let text = match default {
+            Some(default) if text.trim().is_empty() => default,
+            _ => text,
+        };
+        (self.0)(text).map_err(fail)
+    }
+}
+
+/// `FRONTA_X (--x)`, or `--x` for a flag with no variable.
+fn setting_name(arg: &clap::Arg) -> String {
+    let long = arg
+        .get_long()
+        .map_or_else(|| arg.get_id().to_string(), |long| format!("--{long}"));
+    match arg.get_env() {
+        Some(env) => format!("{} ({long})", env.to_string_lossy()),
+        None => long,
+    }
+}
+
+fn whole_number(text: &str) -> Result<usize, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("not a whole number: {text:?}"))
+}
+
+/// A whole number from 1 to `u32::MAX`.
+fn count(text: &str) -> Result<u32, String> {
+    let value = whole_number(text)?;
+    match u32::try_from(value) {
+        Ok(value) if value > 0 => Ok(value),
+        _ => Err(format!("must be from 1 to {}, got {value}", u32::MAX)),
+    }
+}
+
+fn flag(text: &str) -> Result<bool, String> {
+    match text.trim() {
+        "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        other => Err(format!("expected 1 or 0, got {other:?}")),
+    }
+}
 
 /// The connectors' settings and the cipher of this process.
 #[derive(Clone)]
@@ -86,165 +284,301 @@ impl Outside {
     }
 }
 
-fn flag_var(name: &str) -> anyhow::Result<bool> {
-    match var(name).as_deref().map(str::trim) {
-        None | Some("0") | Some("false") => Ok(false),
-        Some("1") | Some("true") => Ok(true),
-        Some(other) => Err(anyhow!("{name}: expected 1 or 0, got {other:?}")),
-    }
-}
-
-fn var(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
-        .filter(|value| !value.trim().is_empty())
-}
-
-fn duration_var(name: &str, default: Duration) -> anyhow::Result<Duration> {
-    match var(name) {
-        None => Ok(default),
-        Some(text) => crate::duration::parse(&text).map_err(|err| anyhow!("{name}: {err}")),
-    }
-}
-
-fn number_var(name: &str, default: usize) -> anyhow::Result<usize> {
-    match var(name) {
-        None => Ok(default),
-        Some(text) => text
-            .trim()
-            .parse()
-            .with_context(|| format!("{name}: not a whole number: {text:?}")),
-    }
-}
-
-/// Read the settings above.
-pub(crate) fn from_env() -> anyhow::Result<Outside> {
-    let defaults = HttpLimits::default();
-    let limits = HttpLimits {
-        max_response_bytes: number_var(
-            "FRONTA_HTTP_MAX_RESPONSE_BYTES",
-            defaults.max_response_bytes,
-        )?,
-        default_timeout: duration_var("FRONTA_HTTP_TIMEOUT", defaults.default_timeout)?,
-        max_timeout: duration_var("FRONTA_HTTP_MAX_TIMEOUT", defaults.max_timeout)?,
-        connect_timeout: duration_var("FRONTA_HTTP_CONNECT_TIMEOUT", defaults.connect_timeout)?,
-        max_redirects: number_var("FRONTA_HTTP_MAX_REDIRECTS", defaults.max_redirects)?,
-        max_retry_after: duration_var("FRONTA_HTTP_MAX_RETRY_AFTER", defaults.max_retry_after)?,
-    };
-    let allow = AllowList::parse(&var("FRONTA_HTTP_ALLOW").unwrap_or_default())
-        .map_err(|err| anyhow!("FRONTA_HTTP_ALLOW: {err}"))?;
-    if !allow.is_empty() {
-        tracing::warn!(allow = %allow.describe(), "connectors may reach these private hosts and networks (FRONTA_HTTP_ALLOW)");
-    }
-    let policy = AddressPolicy::new(allow);
-    let http = HttpConnector::new(policy.clone(), limits)
-        .map_err(|err| anyhow!("HTTP connector: {err}"))?;
-    tracing::info!(limits = ?http.limits(), "http/request connector ready");
-    let keyring = Keyring::from_env().map_err(|err| anyhow!("{err}"))?;
-    let cipher: Option<Arc<dyn SecretCipher>> = match keyring {
-        Some(keyring) => {
-            tracing::info!(versions = ?keyring.versions(), current = keyring.current_version(), "secret keys configured");
-            Some(Arc::new(keyring))
+impl OutsideArgs {
+    /// The connectors, keyring and limits these settings describe; the checks between
+    /// settings (a slot lease longer than the longest call, waits above zero).
+    pub(crate) fn outside(&self) -> anyhow::Result<Outside> {
+        let limits = HttpLimits {
+            max_response_bytes: self.http_max_response_bytes,
+            default_timeout: self.http_timeout,
+            max_timeout: self.http_max_timeout,
+            connect_timeout: self.http_connect_timeout,
+            max_redirects: self.http_max_redirects,
+            max_retry_after: self.http_max_retry_after,
+        };
+        let allow = self.http_allow.clone().unwrap_or_default();
+        if !allow.is_empty() {
+            tracing::warn!(allow = %allow.describe(), "connectors may reach these private hosts and networks (FRONTA_HTTP_ALLOW)");
         }
-        None => {
-            tracing::info!(
-                "no secret key (FRONTA_SECRET_KEY): steps that use secrets will fail, and secrets cannot be stored"
+        let policy = AddressPolicy::new(allow);
+        let http = HttpConnector::new(policy.clone(), limits)
+            .map_err(|err| anyhow!("HTTP connector: {err}"))?;
+        tracing::info!(limits = ?http.limits(), "http/request connector ready");
+        let cipher: Option<Arc<dyn SecretCipher>> = match self.keyring()? {
+            Some(keyring) => {
+                tracing::info!(versions = ?keyring.versions(), current = keyring.current_version(), "secret keys configured");
+                Some(Arc::new(keyring))
+            }
+            None => {
+                tracing::info!(
+                    "no secret key (FRONTA_SECRET_KEY): steps that use secrets will fail, and secrets cannot be stored"
+                );
+                None
+            }
+        };
+        let limits = self.limits()?;
+        // A slot must outlive the longest call, or a live call's slot could expire and the
+        // cap be exceeded.
+        let longest = http.limits().connect_timeout + http.limits().max_timeout;
+        if limits.rules.slot_lease <= longest {
+            return Err(anyhow!(
+                "FRONTA_SERVICE_SLOT_LEASE ({:?}) must be longer than the longest HTTP call \
+                 (FRONTA_HTTP_CONNECT_TIMEOUT + FRONTA_HTTP_MAX_TIMEOUT = {longest:?})",
+                limits.rules.slot_lease
+            ));
+        }
+        tracing::info!(?limits, "per-(tenant, service) limits and breakers");
+        let mcp = McpLimits {
+            connect_timeout: self.mcp_connect_timeout,
+            max_result_bytes: self.mcp_max_result_bytes,
+            allow_stdio: self.mcp_stdio,
+        };
+        if mcp.allow_stdio {
+            tracing::warn!(
+                "stdio MCP servers are on (FRONTA_MCP_STDIO): tenants' servers may run local commands on this host"
             );
-            None
         }
-    };
-    let limits = limits_from_env()?;
-    // A slot must outlive the longest call, or a live call's slot could expire and the
-    // cap be exceeded.
-    let longest = http.limits().connect_timeout + http.limits().max_timeout;
-    if limits.rules.slot_lease <= longest {
-        return Err(anyhow!(
-            "FRONTA_SERVICE_SLOT_LEASE ({:?}) must be longer than the longest HTTP call \
-             (FRONTA_HTTP_CONNECT_TIMEOUT + FRONTA_HTTP_MAX_TIMEOUT = {longest:?})",
-            limits.rules.slot_lease
-        ));
+        tracing::info!(limits = ?mcp, "mcp/call-tool connector ready");
+        if self.storage_wait.is_zero() {
+            return Err(anyhow!("FRONTA_STORAGE_WAIT: must be longer than zero"));
+        }
+        let mail_limits = MailLimits {
+            connect_timeout: self.mail_connect_timeout,
+            timeout: self.mail_timeout,
+            message_bytes: self.mail_message_bytes,
+            text_bytes: self.mail_text_bytes,
+        };
+        let mail = MailConnector::new(policy.clone(), mail_limits)
+            .map_err(|err| anyhow!("mail poll connector (FRONTA_MAIL_*): {err}"))?;
+        let poll = PollLimits {
+            max_items: self.poll_max_items as usize,
+        };
+        tracing::info!(mail = ?mail_limits, ?poll, "poll sources ready (http, messages, mail)");
+        Ok(Outside {
+            http,
+            mail,
+            poll,
+            policy,
+            mcp,
+            cipher,
+            limits,
+            storage_wait: self.storage_wait,
+        })
     }
-    tracing::info!(?limits, "per-(tenant, service) limits and breakers");
-    let mcp_defaults = McpLimits::default();
-    let mcp = McpLimits {
-        connect_timeout: duration_var("FRONTA_MCP_CONNECT_TIMEOUT", mcp_defaults.connect_timeout)?,
-        max_result_bytes: number_var("FRONTA_MCP_MAX_RESULT_BYTES", mcp_defaults.max_result_bytes)?,
-        allow_stdio: flag_var("FRONTA_MCP_STDIO")?,
-    };
-    if mcp.allow_stdio {
-        tracing::warn!(
-            "stdio MCP servers are on (FRONTA_MCP_STDIO): tenants' servers may run local commands on this host"
+
+    /// The keyring, or `None` without `FRONTA_SECRET_KEY`.
+    fn keyring(&self) -> anyhow::Result<Option<Keyring>> {
+        let Some(key) = &self.secret_key else {
+            return Ok(None);
+        };
+        Keyring::from_config(
+            key.expose(),
+            Some(&self.secret_key_version),
+            self.secret_old_keys.as_ref().map(Secret::expose),
+        )
+        .map(Some)
+        .map_err(|err| anyhow!("{err}"))
+    }
+
+    /// The `FRONTA_SERVICE_*` and `FRONTA_BREAKER_*` settings.
+    fn limits(&self) -> anyhow::Result<LimitsConfig> {
+        let rules = LimitRules {
+            max_concurrent: self.service_max_concurrent,
+            breaker_failures: self.breaker_failures,
+            cooldown: self.breaker_cooldown,
+            slot_lease: self.service_slot_lease,
+        };
+        if rules.slot_lease.is_zero() {
+            return Err(anyhow!(
+                "FRONTA_SERVICE_SLOT_LEASE: must be longer than zero"
+            ));
+        }
+        Ok(LimitsConfig {
+            rules,
+            full_delay: self.service_full_delay,
+            jitter: self.service_jitter,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Given {
+        #[command(flatten)]
+        outside: OutsideArgs,
+    }
+
+    fn given(args: &[&str]) -> Result<OutsideArgs, clap::Error> {
+        Given::try_parse_from(std::iter::once("fronta").chain(args.iter().copied()))
+            .map(|given| given.outside)
+    }
+
+    #[test]
+    fn the_defaults_shown_in_help_are_the_libraries_defaults() {
+        let args = given(&[]).expect("no flags parse");
+        let http = HttpLimits::default();
+        assert_eq!(
+            (
+                args.http_timeout,
+                args.http_max_timeout,
+                args.http_connect_timeout,
+                args.http_max_response_bytes,
+                args.http_max_redirects,
+                args.http_max_retry_after,
+            ),
+            (
+                http.default_timeout,
+                http.max_timeout,
+                http.connect_timeout,
+                http.max_response_bytes,
+                http.max_redirects,
+                http.max_retry_after,
+            ),
+            "http/request"
+        );
+        let mcp = McpLimits::default();
+        assert_eq!(
+            (
+                args.mcp_stdio,
+                args.mcp_connect_timeout,
+                args.mcp_max_result_bytes
+            ),
+            (mcp.allow_stdio, mcp.connect_timeout, mcp.max_result_bytes),
+            "mcp/call-tool"
+        );
+        let mail = MailLimits::default();
+        assert_eq!(
+            (
+                args.poll_max_items as usize,
+                args.mail_connect_timeout,
+                args.mail_timeout,
+                args.mail_message_bytes,
+                args.mail_text_bytes,
+            ),
+            (
+                PollLimits::default().max_items,
+                mail.connect_timeout,
+                mail.timeout,
+                mail.message_bytes,
+                mail.text_bytes,
+            ),
+            "polls"
+        );
+        let limits = args.limits().expect("the default limits");
+        assert_eq!(limits, LimitsConfig::default(), "limits and breakers");
+        assert_eq!(
+            args.storage_wait,
+            fronta_automation::executor::DEFAULT_STORAGE_WAIT,
+            "storage wait"
+        );
+        assert!(
+            args.secret_key.is_none() && args.secret_old_keys.is_none(),
+            "no keys unless given"
         );
     }
-    tracing::info!(limits = ?mcp, "mcp/call-tool connector ready");
-    let storage_wait = duration_var(
-        "FRONTA_STORAGE_WAIT",
-        fronta_automation::executor::DEFAULT_STORAGE_WAIT,
-    )?;
-    if storage_wait.is_zero() {
-        return Err(anyhow!("FRONTA_STORAGE_WAIT: must be longer than zero"));
-    }
-    let mail_defaults = MailLimits::default();
-    let mail_limits = MailLimits {
-        connect_timeout: duration_var(
-            "FRONTA_MAIL_CONNECT_TIMEOUT",
-            mail_defaults.connect_timeout,
-        )?,
-        timeout: duration_var("FRONTA_MAIL_TIMEOUT", mail_defaults.timeout)?,
-        message_bytes: number_var("FRONTA_MAIL_MESSAGE_BYTES", mail_defaults.message_bytes)?,
-        text_bytes: number_var("FRONTA_MAIL_TEXT_BYTES", mail_defaults.text_bytes)?,
-    };
-    let mail = MailConnector::new(policy.clone(), mail_limits)
-        .map_err(|err| anyhow!("mail poll connector (FRONTA_MAIL_*): {err}"))?;
-    let poll = PollLimits {
-        max_items: count_var(
-            "FRONTA_POLL_MAX_ITEMS",
-            u32::try_from(fronta_automation::poll::DEFAULT_MAX_ITEMS).unwrap_or(100),
-        )? as usize,
-    };
-    tracing::info!(mail = ?mail_limits, ?poll, "poll sources ready (http, messages, mail)");
-    Ok(Outside {
-        http,
-        mail,
-        poll,
-        policy,
-        mcp,
-        cipher,
-        limits,
-        storage_wait,
-    })
-}
 
-fn count_var(name: &str, default: u32) -> anyhow::Result<u32> {
-    let value = number_var(name, default as usize)?;
-    match u32::try_from(value) {
-        Ok(value) if value > 0 => Ok(value),
-        _ => Err(anyhow!(
-            "{name}: must be from 1 to {}, got {value}",
-            u32::MAX
-        )),
+    #[test]
+    fn a_blank_value_is_the_default_as_an_unset_variable_is() {
+        let args = given(&[
+            "--http-timeout",
+            "",
+            "--poll-max-items",
+            "  ",
+            "--mcp-stdio",
+            "",
+        ])
+        .expect("blank values parse");
+        assert_eq!(args.http_timeout, Duration::from_secs(30), "a duration");
+        assert_eq!(args.poll_max_items, 100, "a count");
+        assert!(!args.mcp_stdio, "a flag");
+        let args = given(&["--http-timeout", "1.5s", "--mcp-stdio", "1"]).expect("parses");
+        assert_eq!(
+            args.http_timeout,
+            Duration::from_millis(1500),
+            "a value given"
+        );
+        assert!(args.mcp_stdio, "1 turns stdio on");
     }
-}
 
-/// The `FRONTA_SERVICE_*` and `FRONTA_BREAKER_*` settings.
-fn limits_from_env() -> anyhow::Result<LimitsConfig> {
-    let rules = LimitRules {
-        max_concurrent: count_var(
-            "FRONTA_SERVICE_MAX_CONCURRENT",
-            limits::DEFAULT_MAX_CONCURRENT,
-        )?,
-        breaker_failures: count_var("FRONTA_BREAKER_FAILURES", limits::DEFAULT_BREAKER_FAILURES)?,
-        cooldown: duration_var("FRONTA_BREAKER_COOLDOWN", limits::DEFAULT_BREAKER_COOLDOWN)?,
-        slot_lease: duration_var("FRONTA_SERVICE_SLOT_LEASE", limits::DEFAULT_SLOT_LEASE)?,
-    };
-    if rules.slot_lease.is_zero() {
-        return Err(anyhow!(
-            "FRONTA_SERVICE_SLOT_LEASE: must be longer than zero"
-        ));
+    #[test]
+    fn a_bad_value_names_the_setting_by_variable_and_flag() {
+        let cases = [
+            (
+                &["--http-timeout", "soon"][..],
+                "FRONTA_HTTP_TIMEOUT (--http-timeout)",
+            ),
+            (&["--http-max-redirects=-1"], "FRONTA_HTTP_MAX_REDIRECTS"),
+            (&["--service-max-concurrent", "0"], "must be from 1"),
+            (
+                &["--breaker-failures", "4294967296"],
+                "FRONTA_BREAKER_FAILURES",
+            ),
+            (&["--mcp-stdio", "yes"], "expected 1 or 0"),
+            (
+                &["--http-allow", "10.0.0.0/99"],
+                "FRONTA_HTTP_ALLOW (--http-allow)",
+            ),
+            (
+                &["--service-jitter", "99999999999999999999d"],
+                "too long a duration",
+            ),
+        ];
+        for (args, expected) in cases {
+            let message = given(args).expect_err("refused").to_string();
+            assert!(
+                message.contains(expected),
+                "{args:?}: expected {expected:?} in {message:?}"
+            );
+            assert_eq!(
+                message.trim().lines().count(),
+                1,
+                "{args:?}: one line: {message:?}"
+            );
+        }
     }
-    Ok(LimitsConfig {
-        rules,
-        full_delay: duration_var("FRONTA_SERVICE_FULL_DELAY", limits::DEFAULT_FULL_DELAY)?,
-        jitter: duration_var("FRONTA_SERVICE_JITTER", limits::DEFAULT_JITTER)?,
-    })
+
+    #[test]
+    fn checks_between_settings_still_hold() {
+        let short_lease = given(&["--service-slot-lease", "1m"]).expect("parses");
+        let message = short_lease.outside().err().expect("refused").to_string();
+        assert!(
+            message.contains("FRONTA_SERVICE_SLOT_LEASE") && message.contains("longest HTTP call"),
+            "{message}"
+        );
+        let no_wait = given(&["--storage-wait", "0s"]).expect("parses");
+        let message = no_wait.outside().err().expect("refused").to_string();
+        assert!(message.contains("FRONTA_STORAGE_WAIT"), "{message}");
+    }
+
+    #[test]
+    fn secret_keys_are_never_shown() {
+        let key = "c2VjcmV0LWtleS1tYXRlcmlhbC10aGF0LWxlYWtz";
+        let args = given(&[
+            "--secret-key",
+            key,
+            "--secret-old-keys",
+            &format!("2:{key}"),
+        ])
+        .expect("parses");
+        assert!(
+            !format!("{args:?}").contains(key),
+            "Debug hides the keys: {args:?}"
+        );
+        let message = args
+            .outside()
+            .err()
+            .expect("a key of the wrong length")
+            .to_string();
+        assert!(
+            message.contains("FRONTA_SECRET_KEY") && !message.contains(key),
+            "the error names the setting, not the key: {message}"
+        );
+        let good = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+        let args = given(&["--secret-key", good, "--secret-key-version", "2"]).expect("parses");
+        let outside = args.outside().expect("a good key");
+        assert!(outside.cipher.is_some(), "a keyring");
+    }
 }

@@ -31,6 +31,7 @@ use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::background::{Background, LeadArgs};
+use crate::outside::{OutsideArgs, Secret};
 use crate::{DbArgs, Store, duration, kinds, open_store, wait_for_signal};
 
 /// The prefix of generated admin tokens.
@@ -45,16 +46,16 @@ pub struct ServeArgs {
     #[arg(long)]
     no_worker: bool,
     /// Runs executing at once in the in-process worker.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, help_heading = "Worker")]
     concurrency: usize,
     /// The lease of a claim (automation runs are durable and keep theirs).
-    #[arg(long, default_value = "5m", value_parser = duration::parse)]
+    #[arg(long, default_value = "5m", value_parser = duration::parse, help_heading = "Worker")]
     lease: Duration,
     /// How often the worker looks for due runs besides wake-ups.
-    #[arg(long, default_value = "500ms", value_parser = duration::parse)]
+    #[arg(long, default_value = "500ms", value_parser = duration::parse, help_heading = "Worker")]
     poll: Duration,
     /// On SIGINT/SIGTERM, how long running handlers may take before they are stopped.
-    #[arg(long, default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, default_value = "10s", value_parser = duration::parse, help_heading = "Worker")]
     shutdown_grace: Duration,
     #[command(flatten)]
     batching: crate::BatchingArgs,
@@ -77,23 +78,28 @@ pub struct ServeArgs {
     /// REST calls per tenant: RATE/BURST, or `off`. Default 50/100.
     #[arg(long, value_parser = parse_rate)]
     api_rate: Option<Limit>,
+    /// The admin token (only its hash is kept in memory); unset: one is generated on the
+    /// first start and its hash kept in --admin-token-file. Prefer the variable: a flag
+    /// shows in `ps`.
+    #[arg(long, env = "FRONTA_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = crate::outside::secret)]
+    admin_token: Option<Secret>,
     /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
     #[arg(long)]
     admin_token_file: Option<PathBuf>,
     /// The shortest `ttlSec` a dashboard widget may have.
-    #[arg(long, env = "FRONTA_WIDGET_MIN_TTL", default_value = "10s", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_WIDGET_MIN_TTL", default_value = "10s", value_parser = duration::parse, help_heading = "Dashboard widgets")]
     widget_min_ttl: Duration,
     /// The longest `ttlSec` a dashboard widget may have.
-    #[arg(long, env = "FRONTA_WIDGET_MAX_TTL", default_value = "24h", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_WIDGET_MAX_TTL", default_value = "24h", value_parser = duration::parse, help_heading = "Dashboard widgets")]
     widget_max_ttl: Duration,
     /// The most dashboard widgets a tenant may have.
-    #[arg(long, env = "FRONTA_WIDGET_MAX_PER_TENANT", default_value_t = fronta_automation::widget::DEFAULT_MAX_PER_TENANT)]
+    #[arg(long, env = "FRONTA_WIDGET_MAX_PER_TENANT", default_value_t = fronta_automation::widget::DEFAULT_MAX_PER_TENANT, help_heading = "Dashboard widgets")]
     widget_max_per_tenant: usize,
     /// The largest data a widget keeps in its cache, in bytes of JSON.
-    #[arg(long, env = "FRONTA_WIDGET_MAX_DATA_BYTES", default_value_t = fronta_automation::widget::DEFAULT_MAX_DATA_BYTES)]
+    #[arg(long, env = "FRONTA_WIDGET_MAX_DATA_BYTES", default_value_t = fronta_automation::widget::DEFAULT_MAX_DATA_BYTES, help_heading = "Dashboard widgets")]
     widget_max_data_bytes: usize,
     /// A widget refresh's lease: a reader that died mid-call holds its widget this long.
-    #[arg(long, env = "FRONTA_WIDGET_LEASE", default_value = "10m", value_parser = duration::parse)]
+    #[arg(long, env = "FRONTA_WIDGET_LEASE", default_value = "10m", value_parser = duration::parse, help_heading = "Dashboard widgets")]
     widget_lease: Duration,
     /// The `Retry-After` of a 503 (the database did not answer), in whole seconds.
     #[arg(long, env = "FRONTA_UNAVAILABLE_RETRY_AFTER", default_value = "5s", value_parser = duration::parse)]
@@ -104,6 +110,8 @@ pub struct ServeArgs {
     webhook_store_deadline: Duration,
     #[command(flatten)]
     lead: LeadArgs,
+    #[command(flatten)]
+    outside: OutsideArgs,
 }
 
 /// A rate limit from the command line: a bucket, or none.
@@ -165,7 +173,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         shutdown_grace: args.shutdown_grace,
         ..WorkerConfig::default()
     });
-    let (app, worker) = server_parts(&opened, config, worker_config)?;
+    let (app, worker) = server_parts(&opened, config, worker_config, &args.outside)?;
     let worker = if args.no_worker { None } else { Some(worker) };
     if let Some(worker) = &worker {
         app.observe_worker(worker.metrics());
@@ -235,13 +243,14 @@ pub(crate) fn server_parts(
     store: &Store,
     config: ServerConfig,
     worker_config: WorkerConfig,
+    outside: &OutsideArgs,
 ) -> anyhow::Result<(App, Worker)> {
     let (runs, desk, automations) = store.ports();
     let settings = kinds::BuiltinSettings {
         sleep_lease: worker_config.default_lease,
         sleep_step: Duration::from_secs(1),
     };
-    let outside = crate::outside::from_env()?;
+    let outside = outside.outside()?;
     // A widget's refresh lease must outlive its call, or a second reader could call too.
     if config.widgets.lease <= outside.longest_call() {
         bail!(
@@ -281,10 +290,10 @@ pub(crate) fn server_parts(
 /// The hash of the admin token: from `FRONTA_ADMIN_TOKEN`, else from the token file,
 /// else a new token (printed once) whose hash is written to the file.
 fn admin_token_hash(args: &ServeArgs, store: &Store) -> anyhow::Result<String> {
-    if let Ok(token) = std::env::var("FRONTA_ADMIN_TOKEN")
-        && !token.trim().is_empty()
+    if let Some(token) = &args.admin_token
+        && !token.expose().trim().is_empty()
     {
-        return Ok(fronta_desk::token::hash(token.trim()));
+        return Ok(fronta_desk::token::hash(token.expose().trim()));
     }
     let path = args
         .admin_token_file

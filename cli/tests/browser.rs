@@ -17,7 +17,7 @@
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -123,7 +123,7 @@ fn serve(db: &Path) -> (Process, String) {
     (Process(child), address)
 }
 
-/// One HTTP/1.1 call with a JSON body: the status and the JSON answer.
+/// One call with a JSON body: the status and the JSON answer.
 fn call(
     address: &str,
     method: &str,
@@ -131,36 +131,7 @@ fn call(
     token: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut stream = TcpStream::connect(address).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .expect("a timeout");
-    let body = body.map(|body| body.to_string()).unwrap_or_default();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if !body.is_empty() {
-        request.push_str("Content-Type: application/json\r\n");
-    }
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).expect("read");
-    let status = answer
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("a status line: {answer:?}"));
-    let json = answer
-        .split_once("\r\n\r\n")
-        .and_then(|(_, body)| serde_json::from_str(body).ok())
-        .unwrap_or(Value::Null);
-    (status, json)
+    support::call(address, method, path, token, body.as_ref())
 }
 
 /// A tiny outside service for a connector widget: every request is counted and answered
@@ -220,25 +191,10 @@ fn start_chromedriver(binary: &Path) -> (Process, u16) {
     let process = Process(child);
     let started = Instant::now();
     loop {
-        if let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) {
-            // chromedriver may keep the connection open: read what comes, not to the end.
-            let request = format!(
-                "GET /status HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-            );
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut answer = Vec::new();
-            let mut chunk = [0u8; 4096];
-            if stream.write_all(request.as_bytes()).is_ok() {
-                while let Ok(read) = stream.read(&mut chunk) {
-                    if read == 0 {
-                        break;
-                    }
-                    answer.extend_from_slice(&chunk[..read]);
-                    if String::from_utf8_lossy(&answer).contains("\"ready\":true") {
-                        return (process, port);
-                    }
-                }
-            }
+        let status =
+            support::try_call_text(&format!("127.0.0.1:{port}"), "GET", "/status", None, None);
+        if status.is_ok_and(|(_, body)| body.contains("\"ready\":true")) {
+            return (process, port);
         }
         assert!(
             started.elapsed() < PATIENCE,

@@ -180,6 +180,253 @@ fn bad_input_is_one_clear_line_a_failure_and_nothing_written() {
 }
 
 #[test]
+fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    for delay in ["90", "1.5", "500ms", "5m", "2h", "1d"] {
+        let output = fronta(&db, &["enqueue", "noop", "--delay", delay]);
+        assert!(
+            output.status.success(),
+            "--delay {delay}: {}",
+            stderr(&output)
+        );
+    }
+    assert_eq!(stats(&db)["scheduled"], 6, "every delayed run is scheduled");
+    for args in [
+        &["enqueue", "noop", "--delay", "99999999999999999999d"][..],
+        &["worker", "--until-idle", "--lease", "99999999999999999999d"],
+        &["worker", "--until-idle", "--poll", "18446744073709551616s"],
+    ] {
+        let output = fronta(&db, args);
+        let message = stderr(&output);
+        assert!(!output.status.success(), "{args:?} must fail");
+        assert!(
+            !message.contains("panicked"),
+            "{args:?}: no panic: {message}"
+        );
+        assert!(
+            message.contains("too long a duration"),
+            "{args:?}: the message says what is wrong: {message}"
+        );
+    }
+    let after = stats(&db);
+    assert_eq!(
+        (after["scheduled"].as_u64(), after["queued"].as_u64()),
+        (Some(6), Some(0)),
+        "nothing more was written: {after}"
+    );
+}
+
+/// Every setting of a working process, by its variable.
+const SETTINGS: [&str; 25] = [
+    "FRONTA_HTTP_ALLOW",
+    "FRONTA_HTTP_TIMEOUT",
+    "FRONTA_HTTP_MAX_TIMEOUT",
+    "FRONTA_HTTP_CONNECT_TIMEOUT",
+    "FRONTA_HTTP_MAX_RESPONSE_BYTES",
+    "FRONTA_HTTP_MAX_REDIRECTS",
+    "FRONTA_HTTP_MAX_RETRY_AFTER",
+    "FRONTA_MCP_STDIO",
+    "FRONTA_MCP_CONNECT_TIMEOUT",
+    "FRONTA_MCP_MAX_RESULT_BYTES",
+    "FRONTA_POLL_MAX_ITEMS",
+    "FRONTA_MAIL_CONNECT_TIMEOUT",
+    "FRONTA_MAIL_TIMEOUT",
+    "FRONTA_MAIL_MESSAGE_BYTES",
+    "FRONTA_MAIL_TEXT_BYTES",
+    "FRONTA_SECRET_KEY",
+    "FRONTA_SECRET_KEY_VERSION",
+    "FRONTA_SECRET_OLD_KEYS",
+    "FRONTA_SERVICE_MAX_CONCURRENT",
+    "FRONTA_BREAKER_FAILURES",
+    "FRONTA_BREAKER_COOLDOWN",
+    "FRONTA_SERVICE_SLOT_LEASE",
+    "FRONTA_SERVICE_FULL_DELAY",
+    "FRONTA_SERVICE_JITTER",
+    "FRONTA_STORAGE_WAIT",
+];
+
+#[test]
+fn help_lists_every_setting_with_its_default_and_never_a_secret() {
+    let key = "c2VjcmV0LWtleS1tYXRlcmlhbC10aGF0LWxlYWtz";
+    let admin = "fa_an_admin_token_that_must_not_show";
+    for command in ["serve", "worker"] {
+        let output = Command::new(FRONTA)
+            .args([command, "--help"])
+            .env("FRONTA_SECRET_KEY", key)
+            .env("FRONTA_SECRET_OLD_KEYS", format!("1:{key}"))
+            .env("FRONTA_ADMIN_TOKEN", admin)
+            .output()
+            .expect("run fronta --help");
+        let help = stdout(&output);
+        assert!(
+            output.status.success(),
+            "{command} --help: {}",
+            stderr(&output)
+        );
+        for setting in SETTINGS {
+            assert!(
+                help.contains(&format!("[env: {setting}")),
+                "{command} --help lists {setting}:\n{help}"
+            );
+        }
+        for (flag, default) in [
+            ("--http-timeout", "[default: 30s]"),
+            ("--service-slot-lease", "[default: 10m]"),
+            ("--mail-text-bytes", "[default: 65536]"),
+        ] {
+            let line = help
+                .lines()
+                .skip_while(|line| !line.contains(flag))
+                .take(2)
+                .collect::<String>();
+            assert!(line.contains(default), "{flag} shows {default}: {line}");
+        }
+        assert!(
+            !help.contains(key) && !help.contains(admin),
+            "{command} --help shows no secret:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_setting_in_the_environment_stops_the_worker_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cli.db");
+    let cases = [
+        (
+            "FRONTA_BREAKER_COOLDOWN",
+            "soon",
+            "FRONTA_BREAKER_COOLDOWN (--breaker-cooldown)",
+        ),
+        ("FRONTA_POLL_MAX_ITEMS", "0", "must be from 1"),
+        (
+            "FRONTA_HTTP_TIMEOUT",
+            "99999999999999999999d",
+            "too long a duration",
+        ),
+        (
+            "FRONTA_SERVICE_SLOT_LEASE",
+            "1m",
+            "longer than the longest HTTP call",
+        ),
+        (
+            "FRONTA_SECRET_KEY",
+            "bm90LTMyLWJ5dGVzLWJ1dC1zZWNyZXQ=",
+            "FRONTA_SECRET_KEY: not base64 of exactly 32 bytes",
+        ),
+    ];
+    for (setting, value, expected) in cases {
+        let output = Command::new(FRONTA)
+            .arg("--database")
+            .arg(&db)
+            .args(["worker", "--until-idle"])
+            .env("RUST_LOG", "warn")
+            .env(setting, value)
+            .output()
+            .expect("run fronta worker");
+        let message = stderr(&output);
+        assert!(
+            !output.status.success(),
+            "{setting}={value} stops the worker"
+        );
+        assert!(
+            message.contains(expected),
+            "{setting}={value}: expected {expected:?} in {message:?}"
+        );
+        assert_eq!(
+            message.trim().lines().count(),
+            1,
+            "{setting}: one line: {message:?}"
+        );
+        if setting == "FRONTA_SECRET_KEY" {
+            assert!(!message.contains(value), "the key is not echoed: {message}");
+        }
+    }
+    let output = Command::new(FRONTA)
+        .arg("--database")
+        .arg(&db)
+        .args(["worker", "--until-idle"])
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_HTTP_TIMEOUT", "")
+        .env("FRONTA_SERVICE_JITTER", " ")
+        .output()
+        .expect("run fronta worker");
+    assert!(
+        output.status.success(),
+        "blank settings are their defaults: {}",
+        stderr(&output)
+    );
+}
+
+/// No TLS server can be made here without a certificate generator, so the test stands in
+/// for one: it reads what `apply` sends to an `https://` address (a TLS handshake record,
+/// not HTTP) and hangs up; the error then says where and why.
+#[test]
+fn apply_speaks_tls_to_an_https_server_and_says_why_it_failed() {
+    use std::io::Read;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let setup = dir.path().join("setup.json");
+    std::fs::write(&setup, r#"{"groups": []}"#).expect("write the setup");
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+    let address = listener.local_addr().expect("an address");
+    let server = std::thread::spawn(move || {
+        let (mut socket, _) = listener.accept().expect("apply connects");
+        socket
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .expect("a timeout");
+        let mut head = [0u8; 3];
+        socket.read_exact(&mut head).expect("the first bytes");
+        head
+    });
+    let output = Command::new(FRONTA)
+        .args(["apply", "-f"])
+        .arg(&setup)
+        .args([
+            "--server",
+            &format!("https://{address}"),
+            "--token",
+            "ft_test",
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta apply");
+    // Had apply not connected, this connection would be the one read (and fail the test);
+    // once the listener has served apply it is closed and this one is refused.
+    if let Ok(mut poke) = std::net::TcpStream::connect(address) {
+        let _ = std::io::Write::write_all(&mut poke, b"not TLS");
+    }
+    let head = server.join().expect("the listener read the first bytes");
+    assert_eq!(
+        (head[0], head[1]),
+        (0x16, 0x03),
+        "apply opened with a TLS handshake record: {head:02x?}"
+    );
+    let message = stderr(&output);
+    assert!(
+        !output.status.success(),
+        "a server that hangs up is a failure"
+    );
+    assert!(
+        message.contains(&format!("POST https://{address}/api/apply"))
+            && message.contains("TLS handshake"),
+        "the error says what was called and at which step it failed: {message}"
+    );
+    assert_eq!(message.trim().lines().count(), 1, "one line: {message}");
+    let output = Command::new(FRONTA)
+        .args(["apply", "-f"])
+        .arg(&setup)
+        .args(["--server", "ftp://127.0.0.1:1", "--token", "ft_test"])
+        .output()
+        .expect("run fronta apply");
+    assert!(
+        stderr(&output).contains("not http or https"),
+        "another scheme is refused by name: {}",
+        stderr(&output)
+    );
+}
+
+#[test]
 fn the_demo_runs_the_seed_scenario_over_http_and_every_check_passes() {
     let output = Command::new(FRONTA)
         .args(["demo", "--exit"])

@@ -30,10 +30,6 @@
 
 mod support;
 
-#[allow(dead_code)]
-#[path = "../src/http_client.rs"]
-mod http_client;
-
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -44,7 +40,6 @@ use std::time::{Duration, Instant};
 
 use fronta_engine::{RunStatus, RunStore};
 use fronta_sim::faults::{Cut, FaultProxy};
-use http_client::{Client, Connection};
 use serde_json::json;
 use support::{all_runs, pg};
 
@@ -203,46 +198,60 @@ fn serve(url: &str, lease: &str, dir: &std::path::Path) -> Server {
 }
 
 /// A tenant and an automation that only logs; the webhook's path.
-async fn setup(client: Client) -> String {
-    let tenant = client
-        .call(
-            "POST",
-            "/api/admin/tenants",
-            Some(ADMIN_TOKEN),
-            Some(&json!({"name": "Outage Ltd"})),
-        )
-        .await
-        .expect("create a tenant");
-    assert_eq!(tenant.status, 201, "tenant: {:?}", tenant.json());
-    let token = tenant.json()["token"]
-        .as_str()
-        .expect("a tenant token")
-        .to_owned();
-    let automation = client
-        .call(
-            "POST",
-            "/api/automations",
-            Some(&token),
-            Some(&json!({
-                "name": "Orders",
-                "trigger": {"type": "webhook", "params": [
-                    {"name": "orderId", "path": "order.id", "type": "string", "required": true}]},
-                "steps": [{"name": "note", "op": "flow/log", "input": {"message": "order {{orderId}}"}}]
-            })),
-        )
-        .await
-        .expect("create an automation");
-    assert_eq!(
-        automation.status,
-        201,
-        "automation: {:?}",
-        automation.json()
+fn setup(address: SocketAddr) -> String {
+    let address = address.to_string();
+    let (status, tenant) = support::call(
+        &address,
+        "POST",
+        "/api/admin/tenants",
+        Some(ADMIN_TOKEN),
+        Some(&json!({"name": "Outage Ltd"})),
     );
-    let url = automation.json()["webhookUrl"]
+    assert_eq!(status, 201, "tenant: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, automation) = support::call(
+        &address,
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(&json!({
+            "name": "Orders",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "order.id", "type": "string", "required": true}]},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "order {{orderId}}"}}]
+        })),
+    );
+    assert_eq!(status, 201, "automation: {automation}");
+    let url = automation["webhookUrl"]
         .as_str()
         .expect("a webhook URL")
         .to_owned();
     url[url.find("/webhook/").expect("a webhook path")..].to_owned()
+}
+
+/// One webhook on `client`'s kept-alive connection: status, `Retry-After`, JSON body and
+/// the time from sending to the last byte of the answer.
+async fn post(
+    client: &reqwest::Client,
+    url: &str,
+    body: String,
+) -> Result<(u16, Option<String>, serde_json::Value, Duration), reqwest::Error> {
+    let sent = Instant::now();
+    let response = client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(body)
+        .send()
+        .await?;
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let bytes = response.bytes().await?;
+    let json = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+    Ok((status, retry_after, json, sent.elapsed()))
 }
 
 /// One connection's share of the load until `stop`: open-loop slots at `per_second`; a
@@ -259,7 +268,10 @@ async fn load(
     let period = Duration::from_secs_f64(1.0 / per_second);
     let mut seen = Vec::new();
     let mut skipped = 0u64;
-    let mut connection: Option<Connection> = None;
+    // One kept-alive connection; a new one is opened when the server or the network
+    // closed it.
+    let client = support::http_client(1, Duration::from_secs(60));
+    let url = format!("http://{address}{path}");
     let mut slot = offset;
     let mut number = 0u64;
     loop {
@@ -278,46 +290,24 @@ async fn load(
         slot += period;
         number += 1;
         let sent = started.elapsed();
-        if connection.is_none() {
-            match Connection::open(address).await {
-                Ok(opened) => connection = Some(opened),
-                Err(err) => {
-                    seen.push(failure(sent, format!("connect: {err:#}")));
-                    continue;
-                }
-            }
-        }
-        let Some(open) = connection.as_mut() else {
-            continue;
-        };
         let body = json!({"order": {"id": format!("{offset:?}-{number}")}}).to_string();
-        let answer = tokio::time::timeout(
-            Duration::from_secs(60),
-            open.send("POST", &path, None, body.as_bytes()),
-        )
-        .await;
-        match answer {
-            Ok(Ok(answer)) => {
-                let json = answer.json();
+        match post(&client, &url, body).await {
+            Ok((status, retry_after, json, elapsed)) => {
                 seen.push(Seen {
                     sent,
-                    elapsed: answer.elapsed,
-                    status: answer.status,
+                    elapsed,
+                    status,
                     run_id: json["runId"].as_str().map(str::to_owned),
-                    retry_after: answer.header("retry-after").map(str::to_owned),
+                    retry_after,
                     code: json["error"]["code"].as_str().map(str::to_owned),
                     body_retry_after: json["error"]["retryAfter"].as_u64(),
                     error: None,
                 });
             }
-            Ok(Err(err)) => {
-                connection = None;
-                seen.push(failure(sent, format!("{err:#}")));
-            }
-            Err(_) => {
-                connection = None;
+            Err(err) if err.is_timeout() => {
                 seen.push(failure(sent, "no answer within 60 s".into()));
             }
+            Err(err) => seen.push(failure(sent, format!("{err:?}"))),
         }
     }
     (seen, skipped)
@@ -362,8 +352,7 @@ async fn outage(how: Cut) {
     let proxied = through(&db.url, proxy.local_addr());
     let dir = tempfile::tempdir().expect("a temporary folder");
     let mut server = serve(&proxied, plan.lease, dir.path());
-    let client = Client::new(server.address);
-    let path = Arc::new(setup(client).await);
+    let path = Arc::new(setup(server.address));
     // The checker's own store: straight to Postgres, no listener.
     let mut direct_config = db.config(None);
     direct_config.listen = false;

@@ -2,15 +2,14 @@
 //! once and keeps only its hash next to the database; the server answers health, admin
 //! and tenant calls; a webhook becomes a ticket through the in-process worker; SIGTERM
 //! stops it cleanly; a second start prints no token and the first one still works;
-//! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken over a plain `TcpStream`.
+//! `FRONTA_ADMIN_TOKEN` wins over the file. HTTP is spoken through reqwest (`support::call`).
 //! Timed automations run on their own, and a poll automation against an HTTP source
 //! (wiremock) takes only new items, also across a restart of the binary. On Postgres,
 //! `/metrics` counts the commits of group enqueue.
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -96,8 +95,7 @@ impl Server {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let (status, body) = self.call_text(method, path, token, body);
-        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+        support::call(&self.address, method, path, token, body.as_ref())
     }
 
     /// `call`, answering the body as text.
@@ -108,37 +106,7 @@ impl Server {
         token: Option<&str>,
         body: Option<Value>,
     ) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.address).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("a timeout");
-        let body = body.map(|body| body.to_string()).unwrap_or_default();
-        let mut request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n",
-            self.address,
-            body.len()
-        );
-        if !body.is_empty() {
-            request.push_str("Content-Type: application/json\r\n");
-        }
-        if let Some(token) = token {
-            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-        }
-        request.push_str("\r\n");
-        request.push_str(&body);
-        stream.write_all(request.as_bytes()).expect("send");
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).expect("read");
-        let status = answer
-            .split_whitespace()
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or_else(|| panic!("a status line: {answer:?}"));
-        let body = answer
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_owned())
-            .unwrap_or_default();
-        (status, body)
+        support::call_text(&self.address, method, path, token, body.as_ref())
     }
 
     /// Create the tenant `name` with the admin token; its API token.
@@ -322,9 +290,21 @@ fn fronta_apply_sends_a_setup_file_idempotently_and_refuses_a_bad_one() {
         String::from_utf8_lossy(&first.stderr)
     );
     assert!(text.contains("created"), "the first apply creates: {text}");
-    let second = apply(&setup);
+    // The same server by URL.
+    let second = Command::new(FRONTA)
+        .args(["apply", "-f"])
+        .arg(&setup)
+        .args(["--server", &format!("http://{}/", server.address)])
+        .env("FRONTA_TOKEN", &token)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("run fronta apply");
     let text = String::from_utf8_lossy(&second.stdout).into_owned();
-    assert!(second.status.success(), "apply again succeeds");
+    assert!(
+        second.status.success(),
+        "apply again succeeds: {}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     assert!(
         text.contains("unchanged") && !text.contains("\"created\""),
         "the second apply changes nothing: {text}"

@@ -74,7 +74,8 @@ const RESERVED_HEADERS: [&str; 10] = [
     "proxy-connection",
 ];
 
-/// The limits of `http/request`, each configurable (see `from_env` in the binary).
+/// The limits of `http/request`, each configurable (the `FRONTA_HTTP_*` settings of the
+/// binary, `fronta serve --help`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpLimits {
     /// The largest answer body read; a larger one fails the step (`BadAnswer`).

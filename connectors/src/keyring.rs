@@ -100,7 +100,8 @@ impl Keyring {
     }
 
     /// The keyring the three settings describe (`key` base64; `version` default 1; `old`
-    /// `version:base64,…`).
+    /// `version:base64,…`). The binary reads them as `FRONTA_SECRET_KEY`,
+    /// `FRONTA_SECRET_KEY_VERSION` and `FRONTA_SECRET_OLD_KEYS` (or their flags).
     pub fn from_config(
         key: &str,
         version: Option<&str>,
@@ -126,17 +127,6 @@ impl Keyring {
             keys.insert(version, decode_key(OLD_KEYS_VAR, key)?);
         }
         Ok(Self { current, keys })
-    }
-
-    /// The keyring of the process's environment, or `None` when `FRONTA_SECRET_KEY` is
-    /// not set (secrets then cannot be stored or used, and say so).
-    pub fn from_env() -> Result<Option<Self>, KeyringError> {
-        let Ok(key) = std::env::var(KEY_VAR) else {
-            return Ok(None);
-        };
-        let version = std::env::var(KEY_VERSION_VAR).ok();
-        let old = std::env::var(OLD_KEYS_VAR).ok();
-        Self::from_config(&key, version.as_deref(), old.as_deref()).map(Some)
     }
 
     /// The versions configured (the current one included), for the start-up log line.

@@ -47,11 +47,14 @@ pub fn secret_key(secret: &str) -> Option<Vec<u8>> {
     (16..=128).contains(&key.len()).then_some(key)
 }
 
-/// A new secret: 32 random bytes (two v4 UUIDs: 244 random bits) as `whsec_<base64>`.
+/// A new secret: 32 random bytes from the operating system (256 bits) as
+/// `whsec_<base64>`.
+///
+/// # Panics
+///
+/// As [`fronta_desk::token::random_bytes`], when the system has no randomness to give.
 pub fn generate_secret() -> String {
-    let mut key = Vec::with_capacity(32);
-    key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
-    key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+    let key = fronta_desk::token::random_bytes::<32>();
     format!("{SECRET_PREFIX}{}", STANDARD.encode(key))
 }
 

@@ -1,6 +1,8 @@
 //! Helpers shared by the process-level harnesses (`crash.rs`, `chaos.rs`, `fencing.rs`,
-//! `poison.rs`, `postgres_bench.rs`): the real `fronta` binary with the test kinds registered, reading every
-//! run back through the store crates, and the checker of the `steps` kind's log.
+//! `poison.rs`, `postgres_bench.rs`, `serve.rs`, `outage.rs`, `browser.rs`): the real
+//! `fronta` binary with the test kinds registered, HTTP calls to it through reqwest,
+//! reading every run back through the store crates, and the checker of the `steps` kind's
+//! log.
 
 #![allow(dead_code)] // each test binary uses a different part
 
@@ -36,6 +38,103 @@ pub fn listening_address(child: &mut Child) -> String {
     };
     std::thread::spawn(move || lines.for_each(drop));
     address
+}
+
+/// A reqwest client for plain-HTTP calls to a local server: HTTP/1 only, no proxy, no
+/// redirects, `pool` idle connections kept per host (1: calls one after the other share
+/// one connection). reqwest needs a TLS backend to be built; it gets rustls with the ring
+/// provider and no roots (nothing here speaks TLS).
+pub fn http_client(pool: usize, timeout: std::time::Duration) -> reqwest::Client {
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("TLS versions")
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .http1_only()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(pool)
+        .timeout(timeout)
+        .build()
+        .expect("a reqwest client")
+}
+
+/// `method http://{address}{path}` with an optional bearer token and JSON body, from
+/// synchronous test code (or from inside a runtime: the call runs on a thread of its own
+/// with its own runtime): the status and the body as text, or why there was none.
+pub fn try_call_text(
+    address: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> Result<(u16, String), String> {
+    let exchange = || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|err| format!("a runtime for one call: {err}"))?;
+        runtime.block_on(async {
+            let client = http_client(0, std::time::Duration::from_secs(30));
+            let method = reqwest::Method::from_bytes(method.as_bytes())
+                .map_err(|err| format!("{method:?}: {err}"))?;
+            let mut request = client.request(method.clone(), format!("http://{address}{path}"));
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.to_string());
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|err| format!("{method} {path}: {err:?}"))?;
+            let status = response.status().as_u16();
+            let text = response
+                .text()
+                .await
+                .map_err(|err| format!("{method} {path}: the body: {err:?}"))?;
+            Ok((status, text))
+        })
+    };
+    std::thread::scope(|scope| {
+        scope
+            .spawn(exchange)
+            .join()
+            .unwrap_or_else(|_| Err(format!("{method} {path}: the call panicked")))
+    })
+}
+
+/// [`try_call_text`], panicking when no answer came.
+pub fn call_text(
+    address: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> (u16, String) {
+    try_call_text(address, method, path, token, body).unwrap_or_else(|err| panic!("{err}"))
+}
+
+/// [`call_text`] with the body read as JSON (`Null` when it is not JSON).
+pub fn call(
+    address: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let (status, text) = call_text(address, method, path, token, body);
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
 }
 
 /// `fronta --database <db>` with warnings only and the test kinds (`steps`, `abort`).
