@@ -49,7 +49,7 @@ pub struct ConnectorFailure {
     /// The other side's Retry-After (kept only when the cause is retryable).
     pub retry_after: Option<Duration>,
     /// "Not now, try after this long": the call was not made (a full cap, an open
-    /// circuit; see [`crate::limits`]). The executor snoozes the run, spending no attempt
+    /// circuit; see [`crate::service_limits`]). The executor snoozes the run, spending no attempt
     /// and leaving the cursor on the step; `cause` is then not acted on.
     pub not_now: Option<Duration>,
 }

@@ -17,7 +17,7 @@
 //! what the connector answers is scrubbed of those values before it is published, logged
 //! or checkpointed, so a secret never enters the run's context, step log or incidents.
 //! A connector that answers "not now" ([`ConnectorFailure::not_now`]: a full
-//! per-(tenant, service) cap or an open breaker, see [`crate::limits`]) made no call: the
+//! per-(tenant, service) cap or an open breaker, see [`crate::service_limits`]) made no call: the
 //! run is snoozed at that step (logged `waiting`), spending no attempt.
 //!
 //! A `poll` automation's run starts with the poll itself, an implicit step named `poll`

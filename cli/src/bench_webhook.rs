@@ -164,7 +164,7 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
         &store,
         config,
         worker_config,
-        &crate::outside::OutsideArgs::from_environment()?,
+        &crate::connector_settings::ConnectorArgs::from_environment()?,
     )?;
     let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
     let address = listener.local_addr()?;

@@ -125,7 +125,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         &store,
         config,
         worker_config,
-        &crate::outside::OutsideArgs::from_environment()?,
+        &crate::connector_settings::ConnectorArgs::from_environment()?,
     )?;
     app.observe_worker(worker.metrics());
     let listener = Listener::bind(args.listen)
@@ -138,12 +138,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     );
 
     let shutdown = CancellationToken::new();
-    let background = crate::background::Background::start(
+    let background = crate::leadership::Leadership::start(
         &store,
         None,
         "fronta-demo",
         worker.dispatcher().clone(),
-        &crate::background::LeadArgs::default(),
+        &crate::leadership::LeadArgs::default(),
         shutdown.clone(),
     )?;
     let worker = tokio::spawn(worker.run(shutdown.clone()));

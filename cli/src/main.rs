@@ -7,16 +7,16 @@
 
 mod api_client;
 mod apply;
-mod background;
 mod bench;
 mod bench_automation;
 mod bench_backlog;
 mod bench_webhook;
+mod connector_settings;
 mod demo;
 mod demo_engine;
 mod duration;
 mod kinds;
-mod outside;
+mod leadership;
 mod serve;
 
 use std::path::PathBuf;
@@ -243,12 +243,12 @@ pub(crate) struct WorkerArgs {
     #[command(flatten)]
     batching: BatchingArgs,
     #[command(flatten)]
-    lead: background::LeadArgs,
+    lead: leadership::LeadArgs,
     /// One step of the built-in `sleep` kind (tests shorten it).
     #[arg(long, default_value = "1s", value_parser = duration::parse, hide = true)]
     sleep_step: Duration,
     #[command(flatten)]
-    outside: outside::OutsideArgs,
+    outside: connector_settings::ConnectorArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -396,7 +396,7 @@ impl Store {
         }
     }
 
-    pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::limits::ServiceLimits> {
+    pub(crate) fn limits(&self) -> Arc<dyn fronta_automation::service_limits::ServiceLimits> {
         match self {
             Store::Sqlite(store) => Arc::new(store.clone()),
             Store::Postgres(store) => Arc::new(store.clone()),
@@ -486,7 +486,7 @@ pub(crate) fn runtime_registry(
     store: &Store,
     settings: &kinds::BuiltinSettings,
     lease: Duration,
-    outside: &outside::Outside,
+    outside: &connector_settings::ConnectorSetup,
 ) -> anyhow::Result<(Arc<Registry>, Dispatcher)> {
     let (runs, desk, automations) = store.ports();
     let mut registry = Registry::new();
@@ -516,18 +516,20 @@ pub(crate) fn runtime_registry(
 /// every connector call, a step's or a dashboard widget's, goes through them.
 pub(crate) fn limited_connectors(
     store: &Store,
-    outside: &outside::Outside,
+    outside: &connector_settings::ConnectorSetup,
 ) -> anyhow::Result<Arc<dyn fronta_automation::connector::Connector>> {
     let vault = fronta_automation::secrets::SecretVault {
         store: store.secrets(),
         cipher: outside.cipher.clone(),
     };
-    Ok(Arc::new(fronta_automation::limits::LimitedConnector::new(
-        outside.connectors(store.mcp_servers(), vault)?,
-        store.limits(),
-        outside.limits,
-        Arc::new(fronta_engine::SystemClock),
-    )))
+    Ok(Arc::new(
+        fronta_automation::service_limits::LimitedConnector::new(
+            outside.connectors(store.mcp_servers(), vault)?,
+            store.limits(),
+            outside.limits,
+            Arc::new(fronta_engine::SystemClock),
+        ),
+    ))
 }
 
 /// The built-in kinds with the settings of a worker that was given no flags: what
@@ -643,7 +645,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         sleep_lease: args.lease,
         sleep_step: args.sleep_step,
     };
-    let outside = args.outside.outside()?;
+    let outside = args.outside.setup()?;
     let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease, &outside)?;
     let config = args.batching.apply(WorkerConfig {
         name: format!("worker-{}", std::process::id()),
@@ -665,7 +667,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         on_signal.cancel();
     });
     // On Postgres, one process per database leads and schedules.
-    let background = background::Background::start(
+    let background = leadership::Leadership::start(
         &opened,
         db.database.as_deref(),
         &name,

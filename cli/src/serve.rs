@@ -30,8 +30,8 @@ use fronta_engine::{Worker, WorkerConfig};
 use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::background::{Background, LeadArgs};
-use crate::outside::{OutsideArgs, Secret};
+use crate::connector_settings::{ConnectorArgs, Secret};
+use crate::leadership::{LeadArgs, Leadership};
 use crate::{DbArgs, Store, duration, kinds, open_store, wait_for_signal};
 
 /// The prefix of generated admin tokens.
@@ -81,7 +81,7 @@ pub struct ServeArgs {
     /// The admin token (only its hash is kept in memory); unset: one is generated on the
     /// first start and its hash kept in --admin-token-file. Prefer the variable: a flag
     /// shows in `ps`.
-    #[arg(long, env = "FRONTA_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = crate::outside::secret)]
+    #[arg(long, env = "FRONTA_ADMIN_TOKEN", hide_env_values = true, value_name = "TOKEN", value_parser = crate::connector_settings::secret)]
     admin_token: Option<Secret>,
     /// Where the admin token's hash is kept when FRONTA_ADMIN_TOKEN is not set.
     #[arg(long)]
@@ -111,7 +111,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     lead: LeadArgs,
     #[command(flatten)]
-    outside: OutsideArgs,
+    outside: ConnectorArgs,
 }
 
 /// A rate limit from the command line: a bucket, or none.
@@ -208,7 +208,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
 
     // The scheduler runs where runs are executed (not in `--no-worker` processes).
     let background = match &worker {
-        Some(worker) => Some(Background::start(
+        Some(worker) => Some(Leadership::start(
             &opened,
             db.database.as_deref(),
             &name,
@@ -243,14 +243,14 @@ pub(crate) fn server_parts(
     store: &Store,
     config: ServerConfig,
     worker_config: WorkerConfig,
-    outside: &OutsideArgs,
+    outside: &ConnectorArgs,
 ) -> anyhow::Result<(App, Worker)> {
     let (runs, desk, automations) = store.ports();
     let settings = kinds::BuiltinSettings {
         sleep_lease: worker_config.default_lease,
         sleep_step: Duration::from_secs(1),
     };
-    let outside = outside.outside()?;
+    let outside = outside.setup()?;
     // A widget's refresh lease must outlive its call, or a second reader could call too.
     if config.widgets.lease <= outside.longest_call() {
         bail!(

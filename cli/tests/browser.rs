@@ -113,7 +113,7 @@ fn serve(db: &Path) -> (Process, String) {
         .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
         .env("RUST_LOG", "warn")
         .env("FRONTA_ADMIN_TOKEN", ADMIN)
-        // The widget's outside service is a local server (`Outside`).
+        // The widget's outside service is a local server (`LocalServices`).
         .env("FRONTA_HTTP_ALLOW", "127.0.0.1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -136,12 +136,12 @@ fn call(
 
 /// A tiny outside service for a connector widget: every request is counted and answered
 /// `{"count": 40 + n}` (n: this request's number), so the data changes with each call.
-struct Outside {
+struct LocalServices {
     address: String,
     seen: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
-impl Outside {
+impl LocalServices {
     fn start() -> Self {
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").expect("a local port");
@@ -346,7 +346,7 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     assert_eq!(status, 200, "automations listed");
     // A connector widget over a local service, cached an hour (only the first read and
     // the Reload button may call it).
-    let outside = Outside::start();
+    let outside = LocalServices::start();
     let (status, widget) = call(
         &address,
         "POST",

@@ -12,9 +12,9 @@
 use std::sync::{Arc, OnceLock};
 
 use fronta_automation::connector::Connector;
-use fronta_automation::limits::ServiceLimits;
 use fronta_automation::mcp::McpServerStore;
 use fronta_automation::secrets::{SecretCipher, SecretStore, SecretVault};
+use fronta_automation::service_limits::ServiceLimits;
 use fronta_automation::store::AutomationStore;
 use fronta_automation::widget::{WidgetService, WidgetStore};
 use fronta_desk::DeskStore;

@@ -46,7 +46,7 @@ use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use fronta_automation::limits::ServiceTotals;
+use fronta_automation::service_limits::ServiceTotals;
 use fronta_desk::IncidentStatus;
 use fronta_engine::RunStatus;
 use fronta_engine::metrics::{HistogramSnapshot, LATENCY_BUCKETS, WorkerMetrics};

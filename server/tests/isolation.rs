@@ -418,7 +418,7 @@ async fn secret(harness: &Harness, token: &str, name: &str) -> String {
 /// A service the tenant named `name` has called (one failed call through the limits
 /// port, so its breaker row exists); its name (unique to the tenant) is its id.
 async fn service(harness: &Harness, tenant: TenantId, name: &str) -> String {
-    use fronta_automation::limits::{Admission, CallResult, LimitRules, ServiceLimits};
+    use fronta_automation::service_limits::{Admission, CallResult, LimitRules, ServiceLimits};
     let service = format!("service-of-{}", name.to_lowercase());
     let rules = LimitRules::default();
     let Admission::Admitted(slot) = harness

@@ -12,7 +12,9 @@ mod support;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use fronta_automation::limits::{Admission, CallResult, LimitRules, LimitsConfig, ServiceLimits};
+use fronta_automation::service_limits::{
+    Admission, CallResult, LimitRules, LimitsConfig, ServiceLimits,
+};
 use fronta_engine::ManualClock;
 use serde_json::{Value, json};
 use support::{Harness, webhook_path};

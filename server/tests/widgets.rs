@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use axum::http::{Method, StatusCode};
-use fronta_automation::limits::{LimitRules, LimitsConfig};
+use fronta_automation::service_limits::{LimitRules, LimitsConfig};
 use fronta_automation::widget::WidgetLimits;
 use fronta_engine::ManualClock;
 use serde_json::{Value, json};

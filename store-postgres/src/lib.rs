@@ -28,7 +28,6 @@ pub mod automations;
 pub mod desk;
 pub mod enqueue_group;
 pub mod leader;
-pub mod limits;
 pub mod listener;
 mod manual_retry;
 pub mod mcp_servers;
@@ -37,6 +36,7 @@ pub mod poll;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
+pub mod service_limits;
 pub mod widgets;
 
 use std::str::FromStr;

@@ -8,8 +8,8 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use fronta_automation::limits::ServiceLimits;
 use fronta_automation::secrets::SecretStore;
+use fronta_automation::service_limits::ServiceLimits;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
 use fronta_engine::{ManualClock, RunStore};

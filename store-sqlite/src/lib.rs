@@ -23,12 +23,12 @@
 
 pub mod automations;
 pub mod desk;
-pub mod limits;
 pub mod mcp_servers;
 pub mod poll;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
+pub mod service_limits;
 pub mod widgets;
 pub mod writer;
 

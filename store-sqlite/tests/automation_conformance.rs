@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use fronta_automation::limits::ServiceLimits;
 use fronta_automation::secrets::SecretStore;
+use fronta_automation::service_limits::ServiceLimits;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::DeskStore;
 use fronta_engine::{ManualClock, RunStore};

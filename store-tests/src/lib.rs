@@ -97,7 +97,7 @@ pub trait AutomationStoreFactory: Send + Sync {
         &self,
         clock: ManualClock,
     ) -> (
-        Arc<dyn fronta_automation::limits::ServiceLimits>,
+        Arc<dyn fronta_automation::service_limits::ServiceLimits>,
         Arc<dyn fronta_desk::DeskStore>,
     );
 

@@ -1,5 +1,5 @@
 //! Service limits cases: the `ServiceLimits` port called directly, pinning its
-//! `# Contract` (see `fronta_automation::limits`) — the cap (up to `max_concurrent`
+//! `# Contract` (see `fronta_automation::service_limits`) — the cap (up to `max_concurrent`
 //! slots, freed by a release or by the lease's expiry, exactly one of two racing
 //! acquirers for the last slot), the breaker's path through the store (a run of
 //! retryable failures opens it, an open one answers `Open` until `retry_at`, then one
@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fronta_automation::limits::{
+use fronta_automation::service_limits::{
     Admission, BreakerState, CallResult, LimitRules, ServiceLimits, Slot,
 };
 use fronta_desk::{DeskStore, TenantId};

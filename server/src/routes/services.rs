@@ -5,7 +5,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use fronta_automation::limits::ServiceStatus;
+use fronta_automation::service_limits::ServiceStatus;
 use serde_json::{Value, json};
 
 use crate::app::App;

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, Method, Request, StatusCode, header};
 use fronta_automation::executor::{self, Runtime};
-use fronta_automation::limits::{LimitedConnector, LimitsConfig};
+use fronta_automation::service_limits::{LimitedConnector, LimitsConfig};
 use fronta_automation::store::AutomationStore;
 use fronta_desk::{DeskStore, TenantId};
 use fronta_engine::{

@@ -2,10 +2,10 @@
 //! (tenant, service) and a slot row per in-flight call with its lease's expiry.
 //! Acquire and release are one job each on the writer thread, so they are serialised
 //! against every other write of every process on the file (SQLite has one writer); the
-//! decisions are the plans [`limits::plan_acquire`] and [`limits::plan_release`].
+//! decisions are the plans [`service_limits::plan_acquire`] and [`service_limits::plan_release`].
 
 use async_trait::async_trait;
-use fronta_automation::limits::{
+use fronta_automation::service_limits::{
     self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
     ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
@@ -129,7 +129,7 @@ impl ServiceLimits for SqliteStore {
                 in_flight: u64::try_from(in_flight).unwrap_or(0),
             };
             let new_id = || uuid::Uuid::new_v4().to_string();
-            let plan = limits::plan_acquire(&read, &rules, instant(now), new_id);
+            let plan = service_limits::plan_acquire(&read, &rules, instant(now), new_id);
             let Some(slot) = plan.slot else {
                 return Ok(plan.answer);
             };
@@ -176,7 +176,8 @@ impl ServiceLimits for SqliteStore {
             .and_then(|mut stmt| stmt.execute(params![slot.id, key(&tenant.0), service]))
             .map_err(sql_err)?;
             let (before, probe) = breaker_get(conn, tenant, &service)?;
-            let plan = limits::plan_release(before, probe, &slot.id, result, &rules, instant(now));
+            let plan =
+                service_limits::plan_release(before, probe, &slot.id, result, &rules, instant(now));
             breaker_put(
                 conn,
                 tenant,

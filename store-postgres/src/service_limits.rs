@@ -4,11 +4,11 @@
 //! breaker row exists and then locks it (`SELECT … FOR UPDATE`): every process's
 //! acquirers of one (tenant, service) queue on that row, so two racing for the last
 //! slot cannot both count it free. The decisions are the plans
-//! [`limits::plan_acquire`] and [`limits::plan_release`].
+//! [`service_limits::plan_acquire`] and [`service_limits::plan_release`].
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use fronta_automation::limits::{
+use fronta_automation::service_limits::{
     self, AcquireRead, Admission, Breaker, BreakerState, CallResult, LimitRules, Released,
     ServiceLimits, ServiceStatus, ServiceTotals, Slot,
 };
@@ -134,7 +134,7 @@ impl ServiceLimits for PgStore {
             probe_in_flight,
             in_flight: u64::try_from(in_flight).unwrap_or(0),
         };
-        let plan = limits::plan_acquire(&read, rules, now, Uuid::new_v4);
+        let plan = service_limits::plan_acquire(&read, rules, now, Uuid::new_v4);
         let Some(slot) = plan.slot else {
             self.desk_commit(tx).await?;
             return Ok(plan.answer);
@@ -183,7 +183,7 @@ impl ServiceLimits for PgStore {
             .execute(db.c())
             .await
             .map_err(sql_err)?;
-        let plan = limits::plan_release(before, probe, &slot_id, result, rules, now);
+        let plan = service_limits::plan_release(before, probe, &slot_id, result, rules, now);
         breaker_put(
             &mut db,
             tenant,

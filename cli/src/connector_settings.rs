@@ -3,10 +3,10 @@
 //! guard), the secret keyring and the per-(tenant, service) limits.
 //!
 //! Each setting is a flag of `fronta serve` and `fronta worker` with its `FRONTA_*`
-//! variable ([`OutsideArgs`]; `--help` lists them by group with their defaults, and the
+//! variable ([`ConnectorArgs`]; `--help` lists them by group with their defaults, and the
 //! README has the same table). A variable set to a blank value counts as unset. A bad
 //! value stops the process with a message naming the setting. `fronta demo` and
-//! `fronta bench webhook` read the same variables ([`OutsideArgs::from_environment`]).
+//! `fronta bench webhook` read the same variables ([`ConnectorArgs::from_environment`]).
 //! Secret keys are never shown: not by `--help`, not in an error, not by `Debug`.
 
 use std::ffi::OsStr;
@@ -18,10 +18,10 @@ use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, Parser};
 use fronta_automation::connector::Connector;
-use fronta_automation::limits::{LimitRules, LimitsConfig};
 use fronta_automation::mcp::McpServerStore;
 use fronta_automation::poll::PollLimits;
 use fronta_automation::secrets::{SecretCipher, SecretVault};
+use fronta_automation::service_limits::{LimitRules, LimitsConfig};
 use fronta_connectors::{
     AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, MailConnector,
     MailLimits, McpConnector, McpLimits,
@@ -38,7 +38,7 @@ const RUNS: &str = "Automation runs";
 
 /// The settings of the connectors, the keyring and the limits.
 #[derive(Args, Debug, Clone)]
-pub(crate) struct OutsideArgs {
+pub(crate) struct ConnectorArgs {
     /// Hosts, addresses and networks connectors may reach although private
     /// (`jira.internal, 10.1.0.0/16`). Default: none.
     #[arg(long, env = "FRONTA_HTTP_ALLOW", value_name = "LIST", value_parser = setting(AllowList::parse), help_heading = HTTP)]
@@ -134,10 +134,10 @@ pub(crate) struct OutsideArgs {
 #[command(name = "fronta")]
 struct EnvironmentOnly {
     #[command(flatten)]
-    outside: OutsideArgs,
+    outside: ConnectorArgs,
 }
 
-impl OutsideArgs {
+impl ConnectorArgs {
     /// The settings as the environment gives them (`fronta demo`, `fronta bench webhook`).
     pub(crate) fn from_environment() -> anyhow::Result<Self> {
         EnvironmentOnly::try_parse_from(["fronta"])
@@ -246,7 +246,7 @@ fn flag(text: &str) -> Result<bool, String> {
 
 /// The connectors' settings and the cipher of this process.
 #[derive(Clone)]
-pub(crate) struct Outside {
+pub(crate) struct ConnectorSetup {
     http: HttpConnector,
     mail: MailConnector,
     policy: AddressPolicy,
@@ -260,7 +260,7 @@ pub(crate) struct Outside {
     pub poll: PollLimits,
 }
 
-impl Outside {
+impl ConnectorSetup {
     /// The longest an HTTP connector call may take (connecting, then the largest
     /// `timeoutSec`): a lease held over a call must be longer.
     pub(crate) fn longest_call(&self) -> Duration {
@@ -284,10 +284,10 @@ impl Outside {
     }
 }
 
-impl OutsideArgs {
+impl ConnectorArgs {
     /// The connectors, keyring and limits these settings describe; the checks between
     /// settings (a slot lease longer than the longest call, waits above zero).
-    pub(crate) fn outside(&self) -> anyhow::Result<Outside> {
+    pub(crate) fn setup(&self) -> anyhow::Result<ConnectorSetup> {
         let limits = HttpLimits {
             max_response_bytes: self.http_max_response_bytes,
             default_timeout: self.http_timeout,
@@ -354,7 +354,7 @@ impl OutsideArgs {
             max_items: self.poll_max_items as usize,
         };
         tracing::info!(mail = ?mail_limits, ?poll, "poll sources ready (http, messages, mail)");
-        Ok(Outside {
+        Ok(ConnectorSetup {
             http,
             mail,
             poll,
@@ -408,10 +408,10 @@ mod tests {
     #[derive(Parser, Debug)]
     struct Given {
         #[command(flatten)]
-        outside: OutsideArgs,
+        outside: ConnectorArgs,
     }
 
-    fn given(args: &[&str]) -> Result<OutsideArgs, clap::Error> {
+    fn given(args: &[&str]) -> Result<ConnectorArgs, clap::Error> {
         Given::try_parse_from(std::iter::once("fronta").chain(args.iter().copied()))
             .map(|given| given.outside)
     }
@@ -543,13 +543,13 @@ mod tests {
     #[test]
     fn checks_between_settings_still_hold() {
         let short_lease = given(&["--service-slot-lease", "1m"]).expect("parses");
-        let message = short_lease.outside().err().expect("refused").to_string();
+        let message = short_lease.setup().err().expect("refused").to_string();
         assert!(
             message.contains("FRONTA_SERVICE_SLOT_LEASE") && message.contains("longest HTTP call"),
             "{message}"
         );
         let no_wait = given(&["--storage-wait", "0s"]).expect("parses");
-        let message = no_wait.outside().err().expect("refused").to_string();
+        let message = no_wait.setup().err().expect("refused").to_string();
         assert!(message.contains("FRONTA_STORAGE_WAIT"), "{message}");
     }
 
@@ -568,7 +568,7 @@ mod tests {
             "Debug hides the keys: {args:?}"
         );
         let message = args
-            .outside()
+            .setup()
             .err()
             .expect("a key of the wrong length")
             .to_string();
@@ -578,7 +578,7 @@ mod tests {
         );
         let good = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
         let args = given(&["--secret-key", good, "--secret-key-version", "2"]).expect("parses");
-        let outside = args.outside().expect("a good key");
+        let outside = args.setup().expect("a good key");
         assert!(outside.cipher.is_some(), "a keyring");
     }
 }

@@ -42,12 +42,12 @@ impl Default for LeadArgs {
     }
 }
 
-/// The running election and scheduler; [`Background::stop`] waits for both.
-pub(crate) struct Background {
+/// The running election and scheduler; [`Leadership::stop`] waits for both.
+pub(crate) struct Leadership {
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl Background {
+impl Leadership {
     /// Starts the election (Postgres) and the scheduler, until `shutdown`.
     pub(crate) fn start(
         store: &Store,
