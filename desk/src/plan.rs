@@ -46,7 +46,10 @@ mod tests {
             DeskError::Invalid("ticket title must not be empty".into()),
             "names the field"
         );
-        assert!(check_text("ticket title", "x").is_ok(), "any other text is fine");
+        assert!(
+            check_text("ticket title", "x").is_ok(),
+            "any other text is fine"
+        );
     }
 
     #[test]
