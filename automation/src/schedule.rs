@@ -108,7 +108,7 @@ impl CronSchedule {
 #[derive(Debug, Clone)]
 pub enum Timing {
     Poll { source: PollSource, every: Duration },
-    Cron(CronSchedule),
+    Cron(Box<CronSchedule>),
 }
 
 impl Timing {
@@ -126,10 +126,9 @@ impl Timing {
                     .map(Duration::from_secs)
                     .unwrap_or_else(|| default_interval(*source)),
             }),
-            Trigger::Schedule { cron, timezone } => Some(Timing::Cron(CronSchedule::parse(
-                cron,
-                timezone.as_deref(),
-            )?)),
+            Trigger::Schedule { cron, timezone } => Some(Timing::Cron(Box::new(
+                CronSchedule::parse(cron, timezone.as_deref())?,
+            ))),
             _ => None,
         })
     }
@@ -303,7 +302,9 @@ mod tests {
     }
 
     fn cron(expr: &str, zone: Option<&str>) -> Timing {
-        Timing::Cron(CronSchedule::parse(expr, zone).expect("a valid cron"))
+        Timing::Cron(Box::new(
+            CronSchedule::parse(expr, zone).expect("a valid cron"),
+        ))
     }
 
     fn subject(timing: &Timing) -> Subject<'_> {

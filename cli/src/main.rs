@@ -119,6 +119,10 @@ enum LogFormat {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "parsed once per process: its size costs nothing"
+)]
 enum Command {
     /// Create or upgrade the database schema.
     Migrate,
