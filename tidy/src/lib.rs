@@ -1,5 +1,5 @@
 //! The workspace's tidy rules: checks of the tree itself (which crate may depend on which,
-//! what every source file opens with) that `cargo test` runs like any other test.
+//! what every source file opens with, that stores format no log message) that `cargo test` runs like any other test.
 //!
 //! Each rule is a pure function over what it reads — the workspace as `cargo metadata`
 //! describes it, the text of ARCHITECTURE.md, one source file — returning [`Finding`]s,
@@ -14,6 +14,7 @@
 
 pub mod arrows;
 pub mod headers;
+pub mod log_messages;
 pub mod walk;
 pub mod workspace;
 
@@ -22,6 +23,7 @@ use std::path::PathBuf;
 
 pub use arrows::{Arrows, check_arrows};
 pub use headers::header_rule;
+pub use log_messages::store_log_message_rule;
 pub use walk::{Role, SourceFile, check_sources, source_files};
 pub use workspace::{DependencyKind, Member, Workspace, WorkspaceDependency};
 

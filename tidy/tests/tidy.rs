@@ -1,19 +1,18 @@
 //! The tidy rules on the real tree, one `#[test]` per rule: the dependency arrows of
-//! ARCHITECTURE.md against `cargo metadata`, and the `//!` header of every source file.
+//! ARCHITECTURE.md against `cargo metadata`, the `//!` header of every source file, and
+//! no log message formatted in a store crate.
 //! The rules themselves (and their tests on planted bad inputs) are in `tidy/src/`.
 //!
-//! A third rule over source files is one more function here: give [`check_sources`] a
+//! A further rule over source files is one more function here: give [`check_sources`] a
 //! `fn(&SourceFile) -> Vec<Finding>` (written in `tidy/src/`, with its planted test) and
-//! hand the findings to [`assert_clean`]. The rule planned next goes here:
-//! `store_crates_format_no_log_message` (a store crate formats no ticket or run log
-//! message; the plans of `desk` and `automation` own them).
+//! hand the findings to [`assert_clean`].
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use fronta_tidy::{
     Arrows, Finding, SourceFile, Workspace, check_arrows, check_sources, header_rule, report,
-    source_files,
+    source_files, store_log_message_rule,
 };
 
 /// The workspace root: this crate is one directory below it.
@@ -82,4 +81,19 @@ fn every_source_file_opens_with_a_header() {
         "the walker reaches the members' tests, this file among them"
     );
     assert_clean("`//!` headers", &check_sources(sources, header_rule));
+}
+
+#[test]
+fn store_crates_format_no_log_message() {
+    let sources = sources();
+    assert!(
+        sources
+            .iter()
+            .any(|file| file.path == Path::new("store-postgres/src/desk/writes.rs")),
+        "the walker reaches the stores' write modules"
+    );
+    assert_clean(
+        "log messages in a store crate (ARCHITECTURE.md, Tidy rules)",
+        &check_sources(sources, store_log_message_rule),
+    );
 }
