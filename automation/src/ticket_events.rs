@@ -50,6 +50,28 @@ pub fn not_inserted(event: &TicketEvent, runs: &[NewRun], err: DeskError) -> Des
     err.within(&context)
 }
 
+/// Where a store keeps its ticket event sink: installed by the process that runs work
+/// (replacing any sink before), read by every ticket write; clones of a store share one.
+#[derive(Default)]
+pub struct SinkSlot(std::sync::RwLock<Option<TicketEventSink>>);
+
+impl SinkSlot {
+    pub fn set(&self, sink: TicketEventSink) {
+        *self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+    }
+
+    /// The installed sink, if any.
+    pub fn get(&self) -> Option<TicketEventSink> {
+        self.0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

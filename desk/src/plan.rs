@@ -31,7 +31,7 @@ use chrono::{DateTime, Utc};
 use crate::changes::{describe, diff, merge_fields, who};
 use crate::model::{
     Assignee, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus, Member, MemberId,
-    Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
+    Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType, TicketTypeId,
 };
 use crate::rules::{self, Load};
 use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
@@ -163,6 +163,24 @@ pub fn member_update(
 // ---------------------------------------------------------------------------------------
 // Ticket types
 // ---------------------------------------------------------------------------------------
+
+/// A new ticket type of `tenant`, checked ([`check_type_definition`]); the store checks
+/// the name is free.
+pub fn type_new(
+    tenant: TenantId,
+    name: &str,
+    statuses: &[String],
+    fields: &[FieldDef],
+) -> DeskResult<TicketType> {
+    check_type_definition(name, statuses, fields)?;
+    Ok(TicketType {
+        id: TicketTypeId::new(),
+        tenant,
+        name: name.to_owned(),
+        statuses: statuses.to_vec(),
+        fields: fields.to_vec(),
+    })
+}
 
 /// A ticket type's name, statuses and fields as a create or an update must give them:
 /// names of 1–200 characters, no status and no field twice.
@@ -342,6 +360,22 @@ fn check_ticket(ticket: &Ticket, ticket_type: Option<&TicketType>) -> DeskResult
 pub enum UpsertTarget {
     Existing(Box<Ticket>),
     New { tenant: TenantId, number: i64 },
+}
+
+impl UpsertTarget {
+    /// The name of the type whose statuses the upsert's result must fit
+    /// ([`type_to_check`]): the store reads it before it calls [`upsert`].
+    pub fn type_to_check<'a>(&'a self, upsert: &'a TicketUpsert) -> Option<&'a str> {
+        let current = match self {
+            UpsertTarget::Existing(found) => Some(found.as_ref()),
+            UpsertTarget::New { .. } => None,
+        };
+        type_to_check(
+            current,
+            upsert.status.as_deref(),
+            upsert.ticket_type.as_deref(),
+        )
+    }
 }
 
 /// The plan of `ticket_upsert`. The store has checked [`check_upsert`], that the tenant
@@ -784,7 +818,7 @@ mod tests {
 
     use chrono::TimeZone;
 
-    use crate::model::{GroupId, TicketTypeId};
+    use crate::model::GroupId;
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 2, 9, 30, 0)

@@ -559,14 +559,7 @@ impl DeskStore for PgStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        plan::check_type_definition(name, statuses, fields)?;
-        let ticket_type = TicketType {
-            id: TicketTypeId::new(),
-            tenant,
-            name: name.to_owned(),
-            statuses: statuses.to_vec(),
-            fields: fields.to_vec(),
-        };
+        let ticket_type = plan::type_new(tenant, name, statuses, fields)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         tenant_exists(&mut db, tenant).await?;

@@ -41,7 +41,7 @@ pub mod widgets;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -212,7 +212,7 @@ struct Inner {
     own_wakeups_skipped: Arc<AtomicU64>,
     url: String,
     /// Called inside every ticket write that changed something (see [`desk`]).
-    ticket_event_sink: RwLock<Option<TicketEventSink>>,
+    ticket_event_sink: fronta_automation::ticket_events::SinkSlot,
     /// Concurrent enqueues waiting to share a commit.
     groups: Arc<enqueue_group::Groups>,
 }
@@ -311,7 +311,7 @@ impl PgStore {
                 listener,
                 own_wakeups_skipped,
                 url: config.url,
-                ticket_event_sink: RwLock::new(None),
+                ticket_event_sink: Default::default(),
                 groups: Arc::new(enqueue_group::Groups::new(config.enqueue_groups)),
             }),
         })
@@ -387,20 +387,12 @@ impl PgStore {
     /// only. It may see an event whose write then fails (a run it answered cannot be
     /// inserted, the commit fails): its only effect should be its answer.
     pub fn set_ticket_event_sink(&self, sink: TicketEventSink) {
-        *self
-            .inner
-            .ticket_event_sink
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+        self.inner.ticket_event_sink.set(sink);
     }
 
     /// The installed ticket event sink, if any.
     pub(crate) fn ticket_event_sink(&self) -> Option<TicketEventSink> {
-        self.inner
-            .ticket_event_sink
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.inner.ticket_event_sink.get()
     }
 
     /// Wake this process's workers (after a commit that made runs pending).

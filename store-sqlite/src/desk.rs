@@ -391,14 +391,7 @@ impl DeskStore for SqliteStore {
         statuses: &[String],
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
-        plan::check_type_definition(name, statuses, fields)?;
-        let ticket_type = TicketType {
-            id: TicketTypeId::new(),
-            tenant,
-            name: name.to_owned(),
-            statuses: statuses.to_vec(),
-            fields: fields.to_vec(),
-        };
+        let ticket_type = plan::type_new(tenant, name, statuses, fields)?;
         let (statuses_json, fields_json) = (
             to_json(&ticket_type.statuses)?,
             to_json(&ticket_type.fields)?,

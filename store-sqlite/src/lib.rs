@@ -33,7 +33,7 @@ pub mod widgets;
 pub mod writer;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -159,7 +159,7 @@ struct Inner {
     readers: Mutex<Vec<Connection>>,
     signal: Arc<Notify>,
     /// Called inside every ticket write that changed something (see [`desk`]).
-    ticket_event_sink: RwLock<Option<TicketEventSink>>,
+    ticket_event_sink: fronta_automation::ticket_events::SinkSlot,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -191,7 +191,7 @@ impl SqliteStore {
                 writer,
                 readers: Mutex::new(Vec::new()),
                 signal,
-                ticket_event_sink: RwLock::new(None),
+                ticket_event_sink: Default::default(),
             }),
         })
     }
@@ -228,20 +228,12 @@ impl SqliteStore {
     /// It may see an event whose write then fails (a run it answered cannot be inserted,
     /// the commit fails): its only effect should be its answer.
     pub fn set_ticket_event_sink(&self, sink: TicketEventSink) {
-        *self
-            .inner
-            .ticket_event_sink
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(sink);
+        self.inner.ticket_event_sink.set(sink);
     }
 
     /// The installed ticket event sink, if any.
     pub(crate) fn ticket_event_sink(&self) -> Option<TicketEventSink> {
-        self.inner
-            .ticket_event_sink
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.inner.ticket_event_sink.get()
     }
 
     fn now(&self) -> i64 {

@@ -210,15 +210,7 @@ pub(crate) async fn ticket_upsert(
             }
         }
     };
-    let current = match &target {
-        UpsertTarget::Existing(found) => Some(found.as_ref()),
-        UpsertTarget::New { .. } => None,
-    };
-    let checked = plan::type_to_check(
-        current,
-        upsert.status.as_deref(),
-        upsert.ticket_type.as_deref(),
-    );
+    let checked = target.type_to_check(&upsert);
     let ticket_type = type_for_check(db, tenant, checked).await?;
     let now = db.now().await?;
     let plan = plan::upsert(target, upsert, ticket_type.as_ref(), origin, now)?;

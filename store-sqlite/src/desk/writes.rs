@@ -167,15 +167,7 @@ pub(crate) fn ticket_upsert(
             number: next_number(conn, tenant)?,
         },
     };
-    let current = match &target {
-        UpsertTarget::Existing(found) => Some(found.as_ref()),
-        UpsertTarget::New { .. } => None,
-    };
-    let checked = plan::type_to_check(
-        current,
-        upsert.status.as_deref(),
-        upsert.ticket_type.as_deref(),
-    );
+    let checked = target.type_to_check(&upsert);
     let ticket_type = type_for_check(conn, tenant, checked)?;
     let plan = plan::upsert(target, upsert, ticket_type.as_ref(), origin, instant(now))?;
     ticket_apply(conn, plan)
