@@ -819,6 +819,7 @@ mod tests {
     use chrono::TimeZone;
 
     use crate::model::GroupId;
+    use crate::rules::tests::member;
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 12, 2, 9, 30, 0)
@@ -867,16 +868,6 @@ mod tests {
         .expect("a valid create")
         .write
         .ticket
-    }
-
-    fn member(name: &str, capacity: u32) -> Member {
-        Member {
-            id: MemberId::new(),
-            group: GroupId::new(),
-            name: name.into(),
-            email: None,
-            capacity,
-        }
     }
 
     #[test]

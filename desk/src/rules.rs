@@ -104,11 +104,12 @@ pub fn check_status(type_name: &str, statuses: &[String], status: &str) -> Resul
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::{GroupId, MemberId};
 
-    fn member(name: &str, capacity: u32) -> Member {
+    /// A member of a fresh group (the plans' tests use it too).
+    pub(crate) fn member(name: &str, capacity: u32) -> Member {
         Member {
             id: MemberId::new(),
             group: GroupId::new(),
