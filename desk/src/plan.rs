@@ -270,36 +270,36 @@ pub struct TicketPlan {
     /// Appended to the ticket's log in the same transaction.
     pub log: Option<TicketLogEntry>,
     pub write: TicketWrite,
-    /// The assignee before the write, when the write moves an open count (the assignee
-    /// or `closed` changed): a store that keeps the counts under a lock takes it for
-    /// [`TicketPlan::counts_moved`] before it writes the row.
-    before: Option<Ticket>,
+    /// The members whose open-ticket count this write moves: a store that keeps the
+    /// counts under a lock takes it for these before it writes the row.
+    counts_moved: Vec<MemberId>,
 }
 
 impl TicketPlan {
     /// The members whose open-ticket count this write moves (the old and the new
     /// assignee, each once, when the assignee or `closed` changed); empty otherwise.
-    pub fn counts_moved(&self) -> Vec<MemberId> {
-        let Some(before) = &self.before else {
-            return Vec::new();
-        };
-        let after = &self.write.ticket;
-        if before.assignee == after.assignee && before.closed == after.closed {
-            return Vec::new();
-        }
-        let mut moved: Vec<MemberId> = [&before.assignee, &after.assignee]
-            .into_iter()
-            .flatten()
-            .map(|assignee| assignee.id)
-            .collect();
-        moved.dedup();
-        moved
+    pub fn counts_moved(&self) -> &[MemberId] {
+        &self.counts_moved
     }
 
     /// What this write announces ([`announcement`]).
     pub fn announcement(&self) -> Option<TicketEventKind> {
         announcement(&self.write)
     }
+}
+
+/// The members whose open count a write from `before` to `after` moves.
+fn counts_moved(before: &Ticket, after: &Ticket) -> Vec<MemberId> {
+    if before.assignee == after.assignee && before.closed == after.closed {
+        return Vec::new();
+    }
+    let mut moved: Vec<MemberId> = [&before.assignee, &after.assignee]
+        .into_iter()
+        .flatten()
+        .map(|assignee| assignee.id)
+        .collect();
+    moved.dedup();
+    moved
 }
 
 fn line(at: DateTime<Utc>, kind: &str, message: String, run_id: Option<String>) -> TicketLogEntry {
@@ -427,6 +427,7 @@ pub fn upsert(
         describe(&change)
     };
     let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
+    let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
         row,
         log: Some(line(now, "event", message, run_id)),
@@ -435,7 +436,7 @@ pub fn upsert(
             created: false,
             change,
         },
-        before: Some(old),
+        counts_moved: moved,
     })
 }
 
@@ -507,7 +508,7 @@ fn create(
             created: true,
             change: BTreeMap::new(),
         },
-        before: None,
+        counts_moved: Vec::new(),
     })
 }
 
@@ -577,12 +578,13 @@ pub fn change(
                 created: false,
                 change,
             },
-            before: None,
+            counts_moved: Vec::new(),
         });
     }
     new.updated_at = now;
     let (by, run_id) = who(origin);
     let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
+    let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, run_id)),
@@ -591,7 +593,7 @@ pub fn change(
             created: false,
             change,
         },
-        before: Some(old),
+        counts_moved: moved,
     })
 }
 
@@ -672,7 +674,7 @@ pub fn assign_least_busy(
                 created: false,
                 change,
             },
-            before: None,
+            counts_moved: Vec::new(),
         });
     }
     new.updated_at = now;
@@ -683,6 +685,7 @@ pub fn assign_least_busy(
         group.name,
         describe(&change)
     );
+    let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, run_id)),
@@ -691,7 +694,7 @@ pub fn assign_least_busy(
             created: false,
             change,
         },
-        before: Some(old),
+        counts_moved: moved,
     })
 }
 
@@ -709,6 +712,7 @@ pub fn unassign_for_deleted(old: Ticket, member: &Member, now: DateTime<Utc>) ->
         member.name,
         describe(&change)
     );
+    let moved = counts_moved(&old, &new);
     TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, None)),
@@ -717,7 +721,7 @@ pub fn unassign_for_deleted(old: Ticket, member: &Member, now: DateTime<Utc>) ->
             created: false,
             change,
         },
-        before: Some(old),
+        counts_moved: moved,
     }
 }
 
