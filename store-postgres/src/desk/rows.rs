@@ -155,13 +155,27 @@ macro_rules! locked {
     };
 }
 
+/// The one row `query` finds, decoded by `decode`, or `NotFound(what)`.
+async fn one<'q, T>(
+    db: &mut Db<'_>,
+    query: sqlx::query::Query<'q, Postgres, <Postgres as sqlx::Database>::Arguments>,
+    decode: fn(&PgRow) -> DeskSql<T>,
+    what: &'static str,
+) -> DeskSql<T> {
+    let row = query.fetch_optional(db.c()).await.map_err(sql_err)?;
+    row.as_ref()
+        .map(decode)
+        .transpose()?
+        .ok_or(DeskError::NotFound(what))
+}
+
 pub(crate) async fn group_get(
     db: &mut Db<'_>,
     tenant: TenantId,
     id: GroupId,
     lock: Lock,
 ) -> DeskSql<Group> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -170,14 +184,8 @@ pub(crate) async fn group_get(
         )
     ))
     .bind(tenant.0)
-    .bind(id.0)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(group_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(GROUP))
+    .bind(id.0);
+    one(db, query, group_of, GROUP).await
 }
 
 pub(crate) async fn group_by_name(
@@ -186,7 +194,7 @@ pub(crate) async fn group_by_name(
     name: &str,
     lock: Lock,
 ) -> DeskSql<Group> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -195,14 +203,8 @@ pub(crate) async fn group_by_name(
         )
     ))
     .bind(tenant.0)
-    .bind(name)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(group_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(GROUP))
+    .bind(name);
+    one(db, query, group_of, GROUP).await
 }
 
 /// The members of `group`, by name then id.
@@ -232,7 +234,7 @@ pub(crate) async fn member_get(
     id: MemberId,
     lock: Lock,
 ) -> DeskSql<Member> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -241,14 +243,8 @@ pub(crate) async fn member_get(
         )
     ))
     .bind(tenant.0)
-    .bind(id.0)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(member_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(MEMBER))
+    .bind(id.0);
+    one(db, query, member_of, MEMBER).await
 }
 
 pub(crate) async fn type_get(
@@ -257,7 +253,7 @@ pub(crate) async fn type_get(
     id: TicketTypeId,
     lock: Lock,
 ) -> DeskSql<TicketType> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -266,14 +262,8 @@ pub(crate) async fn type_get(
         )
     ))
     .bind(tenant.0)
-    .bind(id.0)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(type_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(TICKET_TYPE))
+    .bind(id.0);
+    one(db, query, type_of, TICKET_TYPE).await
 }
 
 /// The tenant's ticket type called `name`; writes that depend on its statuses take it
@@ -284,7 +274,7 @@ pub(crate) async fn type_by_name(
     name: &str,
     lock: Lock,
 ) -> DeskSql<TicketType> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -293,14 +283,8 @@ pub(crate) async fn type_by_name(
         )
     ))
     .bind(tenant.0)
-    .bind(name)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(type_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(TICKET_TYPE))
+    .bind(name);
+    one(db, query, type_of, TICKET_TYPE).await
 }
 
 pub(crate) async fn ticket_get(
@@ -309,7 +293,7 @@ pub(crate) async fn ticket_get(
     id: TicketId,
     lock: Lock,
 ) -> DeskSql<Ticket> {
-    let row = sqlx::query(locked!(
+    let query = sqlx::query(locked!(
         lock,
         concat!(
             "SELECT ",
@@ -318,14 +302,8 @@ pub(crate) async fn ticket_get(
         )
     ))
     .bind(tenant.0)
-    .bind(id.0)
-    .fetch_optional(db.c())
-    .await
-    .map_err(sql_err)?;
-    row.as_ref()
-        .map(ticket_of)
-        .transpose()?
-        .ok_or(DeskError::NotFound(TICKET))
+    .bind(id.0);
+    one(db, query, ticket_of, TICKET).await
 }
 
 /// The tenant's ticket with `external_id`, locked for the write that looks.
