@@ -44,7 +44,7 @@ use crate::model::{ActionStep, Automation, PollSettings, PollSource, Step, Trigg
 use crate::poll::{self, Advance, Batch, POLL_STEP, PendingCursor, PollCursors, PollLimits};
 use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
 use crate::steps::{self, StepEnv, StepError, ticket_json};
-use crate::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
+use crate::store::{AutomationId, AutomationStore, Listener, StoredAutomation, TicketEventSink};
 use crate::template;
 use crate::validate::MAX_ACTIONS;
 
@@ -71,7 +71,19 @@ pub struct RunPayload {
     /// counts runs per automation and ticket).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ticket: Option<fronta_desk::TicketId>,
+    /// The automation's version the run is pinned to, fixed at enqueue: the executor
+    /// walks that version's tree, whatever was saved since (runs enqueued before versions
+    /// existed ran version 1).
+    #[serde(default = "crate::versions::first_version")]
+    pub automation_version: u32,
+    /// A run started by "retry on the current version": the run whose input it took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
+
+/// How often a run held by a paused automation (`inFlight: hold`) looks again whether it
+/// was resumed: it is snoozed this long each time, spending no attempt.
+pub const HOLD_RECHECK: Duration = Duration::from_secs(2);
 
 /// Where a block of steps is: the path of (step index, branch) from the root.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -219,6 +231,9 @@ enum PollStep {
     Snooze(Duration),
 }
 
+/// The status of the step-log line of a run held by a paused automation.
+pub const HELD_STATUS: &str = "held";
+
 /// The default [`Runtime::storage_wait`].
 pub const DEFAULT_STORAGE_WAIT: Duration = Duration::from_secs(2);
 
@@ -266,7 +281,7 @@ pub fn register(
 /// (the origin travels with the change); that decision is logged. `dispatcher` must know
 /// [`AUTOMATION_KIND`].
 pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
-    Arc::new(move |event: &TicketEvent, listeners: &[AutomationId]| {
+    Arc::new(move |event: &TicketEvent, listeners: &[Listener]| {
         let mut context = Map::new();
         context.insert("ticket".into(), ticket_json(&event.ticket));
         context.insert(
@@ -274,7 +289,8 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
             serde_json::to_value(&event.change).unwrap_or(Value::Null),
         );
         let mut runs = Vec::with_capacity(listeners.len());
-        for automation in listeners {
+        for listener in listeners {
+            let automation = &listener.id;
             if let Origin::Automation { automation_id, .. } = &event.origin
                 && *automation_id == automation.to_string()
             {
@@ -287,6 +303,8 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
                 tenant: event.tenant,
                 context: context.clone(),
                 ticket: Some(event.ticket.id),
+                automation_version: listener.version,
+                retry_of: None,
             };
             let request = EnqueueRequest::new(
                 AUTOMATION_KIND,
@@ -318,6 +336,8 @@ pub fn run_request(
         tenant: stored.tenant,
         context,
         ticket: None,
+        automation_version: stored.current_version,
+        retry_of: None,
     };
     EnqueueRequest::new(
         AUTOMATION_KIND,
@@ -360,6 +380,70 @@ impl Runtime {
         Outcome::Snooze(self.storage_wait)
     }
 
+    /// `stored` with the definition of `version`, the one the run is pinned to (no read
+    /// when it is the current one); `enabled`, the name's row and the rest stay the
+    /// stored automation's.
+    async fn pinned(
+        &self,
+        mut stored: StoredAutomation,
+        version: u32,
+    ) -> Result<StoredAutomation, DeskError> {
+        if version != stored.current_version {
+            let pinned = self
+                .automations
+                .automation_version(stored.tenant, stored.id, version)
+                .await?;
+            let enabled = stored.automation.enabled;
+            stored.automation = pinned.definition;
+            stored.automation.enabled = enabled;
+        }
+        Ok(stored)
+    }
+
+    /// A run of an automation paused with `inFlight: hold`: snoozed for [`HOLD_RECHECK`]
+    /// (no attempt spent) with one "held" line on its step log, however often it looks.
+    async fn hold(&self, ctx: &RunContext, stored: &StoredAutomation) -> Outcome {
+        let mut state = match ctx.run.state.as_deref() {
+            Some(bytes) => match ExecState::decode(bytes) {
+                Ok(state) => state,
+                Err(message) => return Outcome::Fail(message),
+            },
+            None => ExecState::new(Context::from_params(Map::new())),
+        };
+        if ctx.run.state.is_some()
+            && state
+                .steps
+                .last()
+                .is_none_or(|last| last.status != HELD_STATUS)
+        {
+            let now = Utc::now();
+            state.steps.push(StepLog {
+                name: HELD_STATUS.into(),
+                op: "automation/pause".into(),
+                status: HELD_STATUS.into(),
+                started_at: now,
+                finished_at: now,
+                message: format!(
+                    "held: automation \"{}\" is paused with inFlight hold; the run goes on at its next step when it is resumed",
+                    stored.automation.name
+                ),
+                outputs: None,
+            });
+            let _ = ctx.checkpointer.save(state.encode()).await;
+        }
+        tracing::info!(run = %ctx.run.id, automation = %stored.id, "automation paused with its runs held: run snoozed, no attempt spent");
+        Outcome::Snooze(HOLD_RECHECK)
+    }
+
+    /// Whether `stored` was paused with `inFlight: hold` since the run began (a failed
+    /// read is no: the run goes on, as it would have without the pause).
+    async fn held_now(&self, stored: &StoredAutomation) -> bool {
+        self.automations
+            .automation_get(stored.tenant, stored.id)
+            .await
+            .is_ok_and(|now| now.holds_runs())
+    }
+
     async fn execute(&self, ctx: RunContext) -> Outcome {
         let payload: RunPayload = match serde_json::from_value(ctx.run.payload.clone()) {
             Ok(payload) => payload,
@@ -378,12 +462,23 @@ impl Runtime {
                 return Outcome::Fail(message);
             }
         };
-        if !stored.automation.enabled {
-            let message = "the automation is paused".to_string();
-            self.report(&ctx, &payload, Some(&stored), None, "", &message)
-                .await;
-            return Outcome::Fail(message);
+        // A pause never fails a run: in flight, it finishes on its version, or waits at
+        // its next step while the automation holds its runs.
+        if stored.holds_runs() {
+            return self.hold(&ctx, &stored).await;
         }
+        let stored = match self.pinned(stored, payload.automation_version).await {
+            Ok(stored) => stored,
+            Err(DeskError::Unavailable(message)) => return self.storage_down(&ctx, &message),
+            Err(err) => {
+                let message = format!(
+                    "version {} of the automation cannot be read: {err}",
+                    payload.automation_version
+                );
+                self.report(&ctx, &payload, None, None, "", &message).await;
+                return Outcome::Fail(message);
+            }
+        };
         if ctx.run.state.is_none()
             && let Some(ticket) = payload.ticket
         {
@@ -731,6 +826,11 @@ impl Runtime {
                             }
                             if let Some(snooze) = done.snooze {
                                 return Ok(Some(snooze));
+                            }
+                            // A pause that holds runs in flight stops this one at its next
+                            // step (the step just done is checkpointed).
+                            if !last && outside_effect && self.held_now(stored).await {
+                                return Ok(Some(Duration::ZERO));
                             }
                         }
                         Err(StepError {

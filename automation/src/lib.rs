@@ -74,6 +74,7 @@ pub mod store;
 pub mod template;
 pub mod ticket_events;
 pub mod validate;
+pub mod versions;
 pub mod widget;
 
 pub use catalogue::Op;

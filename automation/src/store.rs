@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::{Automation, Trigger};
+use crate::versions::{Latest, Version, VersionWrite};
 
 pub type StoreResult<T> = Result<T, DeskError>;
 
@@ -63,8 +64,49 @@ pub struct StoredAutomation {
     /// Standard Webhooks signing secret, when the tenant asked for signatures.
     #[serde(skip)]
     pub signing_secret: Option<String>,
+    /// The newest version (see [`crate::versions`]): what new runs are pinned to.
+    pub current_version: u32,
+    /// While paused: what runs already in flight do ([`InFlight`]).
+    pub in_flight: InFlight,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+/// What a pause does to the runs already in flight: they `finish` on their version (the
+/// default), or are `hold`-ed at their next step — snoozed, no attempt spent — until the
+/// automation is resumed. A pause never fails a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum InFlight {
+    #[default]
+    Finish,
+    Hold,
+}
+
+impl InFlight {
+    /// The stored spelling (`finish`, `hold`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InFlight::Finish => "finish",
+            InFlight::Hold => "hold",
+        }
+    }
+
+    /// The stored spelling read back; anything else is `finish` (never holds by mistake).
+    pub fn parse(text: &str) -> Self {
+        if text == "hold" {
+            InFlight::Hold
+        } else {
+            InFlight::Finish
+        }
+    }
+}
+
+impl StoredAutomation {
+    /// Whether runs in flight wait at their next step: paused with `inFlight: hold`.
+    pub fn holds_runs(&self) -> bool {
+        !self.automation.enabled && self.in_flight == InFlight::Hold
+    }
 }
 
 /// Saved automations.
@@ -78,6 +120,10 @@ pub struct StoredAutomation {
 ///   updates, also when the trigger changes away and back); other triggers have none.
 /// - `automations_for_event` answers the tenant's **enabled** automations whose trigger is
 ///   the event `event` (`ticket.created` / `ticket.changed`), oldest first.
+/// - Every create, and every update that changes the definition (`enabled` aside),
+///   writes a new version in the same transaction, planned by [`crate::versions::plan`]
+///   ([`Save::create`], [`Save::update`]); `current_version` names the newest. Deleting
+///   an automation keeps its versions.
 /// - `guard_admit` atomically counts one run of `automation` over `ticket` at `now` and
 ///   answers `false` (counting nothing) when `max` runs were admitted in the `window`
 ///   before `now`: the loop guard's "at most 5 runs a minute".
@@ -88,6 +134,7 @@ pub trait AutomationStore: Send + Sync + 'static {
         tenant: TenantId,
         automation: Automation,
         signing_secret: Option<String>,
+        by: &str,
     ) -> StoreResult<StoredAutomation>;
     async fn automation_get(
         &self,
@@ -105,13 +152,34 @@ pub trait AutomationStore: Send + Sync + 'static {
         tenant: TenantId,
         id: AutomationId,
         automation: Automation,
+        by: &str,
     ) -> StoreResult<StoredAutomation>;
+    /// Pause (`enabled` false, with what runs in flight do) or resume (`in_flight` is
+    /// then `Finish`).
     async fn automation_set_enabled(
         &self,
         tenant: TenantId,
         id: AutomationId,
         enabled: bool,
+        in_flight: InFlight,
     ) -> StoreResult<StoredAutomation>;
+    /// The automation's versions, newest first: at most `limit`, below `before` when
+    /// given. `NotFound` when the tenant has no such automation.
+    async fn automation_versions(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        before: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<Version>>;
+    /// One version; found also after the automation was deleted (its runs stay
+    /// readable). `NotFound("automation version")` when there is no such version.
+    async fn automation_version(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        version: u32,
+    ) -> StoreResult<Version>;
     async fn automation_delete(&self, tenant: TenantId, id: AutomationId) -> StoreResult<()>;
     async fn automation_by_webhook_token(
         &self,
@@ -137,13 +205,21 @@ pub trait AutomationStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 }
 
+/// An automation listening to a ticket event, as a store hands it to the sink: its id
+/// and the version its run is pinned to (the current one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    pub id: AutomationId,
+    pub version: u32,
+}
+
 /// What a store calls inside the transaction of a ticket write that changed something
 /// and that at least one **enabled** automation of the tenant listens to (its trigger is
-/// that event); it gets the event and those automations' ids (oldest first), and the runs
+/// that event); it gets the event and those automations (oldest first), and the runs
 /// it answers are inserted in that same transaction. The automation runtime installs one
 /// that answers one automation run per listener (see `executor::event_sink`).
 pub type TicketEventSink = std::sync::Arc<
-    dyn Fn(&fronta_desk::store::TicketEvent, &[AutomationId]) -> Vec<fronta_engine::NewRun>
+    dyn Fn(&fronta_desk::store::TicketEvent, &[Listener]) -> Vec<fronta_engine::NewRun>
         + Send
         + Sync,
 >;
@@ -159,6 +235,7 @@ pub mod names {
     pub const WIDGET: &str = "widget";
     pub const SECRET: &str = "secret";
     pub const MCP_SERVER: &str = "MCP server";
+    pub const VERSION: &str = "automation version";
 }
 
 /// The prefix of webhook tokens, so a leaked one is easy to recognise.
@@ -191,6 +268,10 @@ pub struct AutomationColumns {
     /// The `webhook_token` column, kept whatever the trigger now is.
     pub webhook_token: Option<String>,
     pub signing_secret: Option<String>,
+    /// The `current_version` column.
+    pub current_version: u32,
+    /// The `in_flight` column (`finish`, `hold`).
+    pub in_flight: InFlight,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -212,6 +293,8 @@ impl From<AutomationColumns> for StoredAutomation {
             automation,
             webhook_token,
             signing_secret: columns.signing_secret,
+            current_version: columns.current_version,
+            in_flight: columns.in_flight,
             created_at: columns.created_at,
             updated_at: columns.updated_at,
         }
@@ -225,6 +308,11 @@ pub struct AutomationRow {
     pub automation: Automation,
     /// The `webhook_token` column.
     pub webhook_token: Option<String>,
+    /// The version the save writes (a new row of the history) or keeps; its number is
+    /// the `current_version` column.
+    pub version: VersionWrite,
+    /// The `in_flight` column.
+    pub in_flight: InFlight,
 }
 
 impl AutomationRow {
@@ -281,8 +369,9 @@ impl Save {
         &self.0.name
     }
 
-    /// A create. `holder` is the tenant's automation already called so (the store's
-    /// lookup by name); `mint` makes the token a webhook trigger gets, others get none.
+    /// A create, version 1. `holder` is the tenant's automation already called so (the
+    /// store's lookup by name); `mint` makes the token a webhook trigger gets, others get
+    /// none.
     pub fn create(
         self,
         holder: Option<AutomationId>,
@@ -292,35 +381,59 @@ impl Save {
             return Err(name_taken(&self.0.name));
         }
         let webhook_token = is_webhook(&self.0.trigger).then(mint);
+        let version = crate::versions::plan(None, &self.0);
         Ok(AutomationRow {
             automation: self.0,
             webhook_token,
+            version,
+            in_flight: InFlight::Finish,
         })
     }
 
-    /// An update of `id`. `holder` is the tenant's automation called so (`id` itself
-    /// keeps its name freely); `stored_token` is the row's token whatever its trigger now
-    /// is: it outlives a trigger that changes away, so back to a webhook the automation
-    /// answers at the URL it had; `mint` is called only for a webhook that has none.
+    /// An update of `id`, whose row as read inside the transaction is `current`.
+    /// `holder` is the tenant's automation called so (`id` itself keeps its name
+    /// freely); the row's token outlives a trigger that changes away, so back to a
+    /// webhook the automation answers at the URL it had; `mint` is called only for a
+    /// webhook that has none. A new version is written only when the definition changed;
+    /// a resume through an update (`enabled` true) clears a hold.
     pub fn update(
         self,
         id: AutomationId,
+        current: Current,
         holder: Option<AutomationId>,
-        stored_token: Option<String>,
         mint: impl FnOnce() -> String,
     ) -> StoreResult<AutomationRow> {
         if holder.is_some_and(|holder| holder != id) {
             return Err(name_taken(&self.0.name));
         }
-        let webhook_token = match stored_token {
+        let webhook_token = match current.webhook_token {
             None if is_webhook(&self.0.trigger) => Some(mint()),
             kept => kept,
+        };
+        let version = crate::versions::plan(Some(&current.latest), &self.0);
+        let in_flight = if self.0.enabled {
+            InFlight::Finish
+        } else {
+            current.in_flight
         };
         Ok(AutomationRow {
             automation: self.0,
             webhook_token,
+            version,
+            in_flight,
         })
     }
+}
+
+/// What an update reads of the row it writes over, inside its transaction (Postgres:
+/// with the row locked).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Current {
+    /// The `webhook_token` column, whatever the trigger now is.
+    pub webhook_token: Option<String>,
+    /// The current version and its hash.
+    pub latest: Latest,
+    pub in_flight: InFlight,
 }
 
 fn is_webhook(trigger: &Trigger) -> bool {
@@ -332,18 +445,28 @@ fn is_webhook(trigger: &Trigger) -> bool {
 pub enum Enable {
     /// It already is so: nothing is written, the stored automation is the answer.
     Unchanged(StoredAutomation),
-    /// Write this definition (its token kept as stored) and answer the row written.
-    Write(Automation),
+    /// Write the `enabled` and `in_flight` columns (and the definition's mirror of
+    /// `enabled`) and answer the row written; the version stays.
+    Write {
+        automation: Automation,
+        in_flight: InFlight,
+    },
 }
 
-/// Pausing (`enabled` false) or resuming `stored`.
-pub fn set_enabled(stored: StoredAutomation, enabled: bool) -> Enable {
-    if stored.automation.enabled == enabled {
+/// Pausing (`enabled` false, `in_flight` saying what runs in flight do) or resuming
+/// (`in_flight` becomes `Finish`) `stored`. Pausing a paused automation with another
+/// `in_flight` writes the new choice.
+pub fn set_enabled(stored: StoredAutomation, enabled: bool, in_flight: InFlight) -> Enable {
+    let in_flight = if enabled { InFlight::Finish } else { in_flight };
+    if stored.automation.enabled == enabled && stored.in_flight == in_flight {
         return Enable::Unchanged(stored);
     }
     let mut automation = stored.automation;
     automation.enabled = enabled;
-    Enable::Write(automation)
+    Enable::Write {
+        automation,
+        in_flight,
+    }
 }
 
 /// The token a webhook lookup searches for: an empty one finds nothing (no automation
@@ -435,6 +558,18 @@ mod tests {
         DateTime::from_timestamp_millis(1_700_000_000_000 + ms).expect("an instant")
     }
 
+    /// A row as an update reads it: `token`, on version 3 of `of`.
+    fn current(token: Option<&str>, of: &Automation) -> Current {
+        Current {
+            webhook_token: token.map(str::to_owned),
+            latest: Latest {
+                version: 3,
+                hash: crate::versions::content_hash(of),
+            },
+            in_flight: InFlight::Hold,
+        }
+    }
+
     #[test]
     fn a_blank_or_overlong_name_is_refused_before_anything_is_read() {
         let blank = Save::check(named(manual("x"), "  ")).expect_err("blank");
@@ -465,11 +600,18 @@ mod tests {
         );
         let id = AutomationId::new();
         assert!(
-            save.clone().update(id, Some(id), None, never).is_ok(),
+            save.clone()
+                .update(id, current(None, &manual("Orders")), Some(id), never)
+                .is_ok(),
             "an update keeps its own name"
         );
         assert_eq!(
-            save.update(id, Some(AutomationId::new()), None, never),
+            save.update(
+                id,
+                current(None, &manual("Orders")),
+                Some(AutomationId::new()),
+                never
+            ),
             Err(name_taken("Orders")),
             "an update onto another's name is refused"
         );
@@ -492,7 +634,7 @@ mod tests {
     fn the_token_is_kept_across_updates_and_minted_only_for_a_webhook_without_one() {
         let id = AutomationId::new();
         let kept = Save::check(manual("Hook"))
-            .and_then(|save| save.update(id, None, Some("wh_old".into()), never))
+            .and_then(|save| save.update(id, current(Some("wh_old"), &manual("x")), None, never))
             .expect("updated");
         assert_eq!(
             kept.webhook_token.as_deref(),
@@ -500,7 +642,7 @@ mod tests {
             "a trigger changed away keeps the token in the row"
         );
         let back = Save::check(webhook("Hook"))
-            .and_then(|save| save.update(id, None, Some("wh_old".into()), never))
+            .and_then(|save| save.update(id, current(Some("wh_old"), &manual("x")), None, never))
             .expect("updated");
         assert_eq!(
             back.webhook_token.as_deref(),
@@ -508,7 +650,7 @@ mod tests {
             "back to a webhook: the URL it had"
         );
         let first = Save::check(webhook("Hook"))
-            .and_then(|save| save.update(id, None, None, minted))
+            .and_then(|save| save.update(id, current(None, &manual("x")), None, minted))
             .expect("updated");
         assert_eq!(
             first.webhook_token.as_deref(),
@@ -525,6 +667,8 @@ mod tests {
         let row = AutomationRow {
             automation: listener,
             webhook_token: None,
+            version: VersionWrite::Unchanged(1),
+            in_flight: InFlight::Finish,
         };
         assert_eq!(row.name(), "L", "name");
         assert!(!row.enabled(), "enabled");
@@ -533,6 +677,8 @@ mod tests {
         let hook = AutomationRow {
             automation: webhook("H"),
             webhook_token: None,
+            version: VersionWrite::Unchanged(1),
+            in_flight: InFlight::Finish,
         };
         assert_eq!(hook.event(), None, "other triggers listen to no event");
     }
@@ -546,6 +692,8 @@ mod tests {
             enabled: false,
             webhook_token: Some("wh_kept".into()),
             signing_secret: None,
+            current_version: 1,
+            in_flight: InFlight::Finish,
             created_at: at(0),
             updated_at: at(0),
         };
@@ -565,18 +713,73 @@ mod tests {
             enabled: true,
             webhook_token: None,
             signing_secret: None,
+            current_version: 2,
+            in_flight: InFlight::Finish,
             created_at: at(0),
             updated_at: at(0),
         });
         assert_eq!(
-            set_enabled(stored.clone(), true),
+            set_enabled(stored.clone(), true, InFlight::Hold),
             Enable::Unchanged(stored.clone()),
-            "already enabled"
+            "already enabled: a resume never holds"
         );
-        let Enable::Write(paused) = set_enabled(stored, false) else {
+        let Enable::Write {
+            automation,
+            in_flight,
+        } = set_enabled(stored.clone(), false, InFlight::Hold)
+        else {
             panic!("a change is written")
         };
-        assert!(!paused.enabled, "the definition written is paused");
+        assert!(!automation.enabled, "the definition written is paused");
+        assert_eq!(in_flight, InFlight::Hold, "holding its runs");
+        let mut paused = stored;
+        paused.automation.enabled = false;
+        assert!(
+            matches!(
+                set_enabled(paused.clone(), false, InFlight::Hold),
+                Enable::Write {
+                    in_flight: InFlight::Hold,
+                    ..
+                }
+            ),
+            "paused again, now holding: the choice is written"
+        );
+        assert_eq!(
+            set_enabled(paused.clone(), false, InFlight::Finish),
+            Enable::Unchanged(paused),
+            "paused again the same way: nothing"
+        );
+    }
+
+    #[test]
+    fn an_update_writes_a_version_only_for_a_changed_definition_and_keeps_a_hold() {
+        let id = AutomationId::new();
+        let mut same = manual("M");
+        same.enabled = false;
+        let row = Save::check(same)
+            .and_then(|save| save.update(id, current(None, &manual("M")), None, never))
+            .expect("updated");
+        assert_eq!(
+            row.version,
+            VersionWrite::Unchanged(3),
+            "pausing through an update is no new version"
+        );
+        assert_eq!(
+            row.in_flight,
+            InFlight::Hold,
+            "a paused update keeps the hold"
+        );
+        let edited = automation(json!({"name": "M", "trigger": {"type": "manual"},
+            "steps": [{"name": "other", "op": "flow/log", "input": {"message": "x"}}]}));
+        let row = Save::check(edited)
+            .and_then(|save| save.update(id, current(None, &manual("M")), None, never))
+            .expect("updated");
+        assert_eq!(row.version.current(), 4, "an edit is the next number");
+        assert_eq!(row.in_flight, InFlight::Finish, "enabled again: no hold");
+        let created = Save::check(manual("New"))
+            .and_then(|save| save.create(None, never))
+            .expect("created");
+        assert_eq!(created.version.current(), 1, "a create is version 1");
     }
 
     #[test]

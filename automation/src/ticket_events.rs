@@ -10,14 +10,14 @@ use fronta_desk::DeskError;
 use fronta_desk::store::TicketEvent;
 use fronta_engine::NewRun;
 
-use crate::store::{AutomationId, TicketEventSink};
+use crate::store::{Listener, TicketEventSink};
 
 /// The runs `sink` answers for `event` heard by `listeners`; a panicking sink is an
 /// `Internal` error naming the event and the ticket.
 pub fn runs_of(
     sink: &TicketEventSink,
     event: &TicketEvent,
-    listeners: &[AutomationId],
+    listeners: &[Listener],
 ) -> Result<Vec<NewRun>, DeskError> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink(event, listeners))).map_err(
         |_| {

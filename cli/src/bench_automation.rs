@@ -98,6 +98,7 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
             }))
             .map_err(|problems| anyhow::anyhow!("bench automation: {problems:?}"))?,
             None,
+            fronta_automation::versions::BY_TENANT,
         )
         .await?;
     automations
@@ -112,6 +113,7 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
             }))
             .map_err(|problems| anyhow::anyhow!("bench automation: {problems:?}"))?,
             None,
+            fronta_automation::versions::BY_TENANT,
         )
         .await?;
     let Trigger::Webhook { params } = orders.automation.trigger.clone() else {

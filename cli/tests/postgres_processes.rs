@@ -395,7 +395,12 @@ async fn only_the_leader_schedules_and_each_tick_runs_once() {
     }))
     .expect("the automation parses");
     let stored = store
-        .automation_create(tenant.id, automation, None)
+        .automation_create(
+            tenant.id,
+            automation,
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("saved");
     let args = ["--poll", "50ms", "--leader-retry", "200ms"];

@@ -247,7 +247,9 @@ fn schemas() -> Value {
             "id": text, "name": text, "enabled": {"type": "boolean"},
             "trigger": object(&["type"], json!({"type": {"enum": ["webhook", "event", "poll", "schedule", "manual"]}})),
             "steps": {"type": "array", "items": {"type": "object"}},
-            "webhookUrl": text, "signed": {"type": "boolean"}})),
+            "webhookUrl": text, "signed": {"type": "boolean"},
+            "currentVersion": {"type": "integer"},
+            "inFlight": {"enum": ["finish", "hold"], "description": "while paused"}})),
         "Ticket": object(&["id", "number", "title"], json!({
             "id": text, "number": text, "externalId": {"type": ["string", "null"]}, "title": text,
             "type": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]},
@@ -266,6 +268,7 @@ fn schemas() -> Value {
             "reclaims": {"type": "integer"}, "parks": {"type": "integer"},
             "runAt": time, "createdAt": time, "startedAt": optional_time, "finishedAt": optional_time,
             "lastError": {"type": ["string", "null"]}, "cancelRequested": {"type": "boolean"},
+            "automationVersion": {"type": "integer"}, "retryOf": text,
             "steps": {"type": "array", "items": {"type": "object"}}})),
         "CancelAnswer": object(&["runId", "cancel", "status"], json!({
             "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
@@ -285,7 +288,31 @@ fn schemas() -> Value {
     if let (Value::Object(all), Value::Object(widgets)) = (&mut all, widget_schemas()) {
         all.extend(widgets);
     }
+    if let (Value::Object(all), Value::Object(versions)) = (&mut all, version_schemas()) {
+        all.extend(versions);
+    }
     all
+}
+
+/// The schemas of an automation's history (`…/versions`, `…/rollback`, a run's retry).
+fn version_schemas() -> Value {
+    let text = json!({"type": "string"});
+    let time = json!({"type": "string", "format": "date-time"});
+    let number = json!({"type": "integer", "minimum": 1});
+    json!({
+        "AutomationVersion": object(&["automationId", "version", "hash", "current", "createdAt", "createdBy"],
+            json!({"automationId": text, "version": number, "hash": text,
+                   "current": {"type": "boolean"}, "createdAt": time, "createdBy": text,
+                   "definition": {"type": "object", "description": "read alone: name, trigger, steps"}})),
+        "VersionDiff": object(&["automationId", "version", "against", "changes"], json!({
+            "automationId": text, "version": number, "against": number,
+            "changes": {"type": "array", "items": object(&["path", "change"], json!({
+                "path": text, "change": {"enum": ["added", "removed", "changed", "moved"]},
+                "before": {}, "after": {}}))}})),
+        "Rollback": object(&["version"], json!({"version": number})),
+        "PauseBody": object(&[], json!({"inFlight": {"enum": ["finish", "hold"]}})),
+        "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]}})),
+    })
 }
 
 /// The schemas of `/api/widgets` (apart: one `json!` of every schema is too deep).

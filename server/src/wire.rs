@@ -7,8 +7,8 @@
 //! - A tenant sees an incident's `id`, `title`, `impact`, `status`, `count`, `ticket` and
 //!   times — never `detail` nor `cause` (the cause names automation and step ids).
 //! - An automation is its definition plus `id`, `webhookUrl` (webhook triggers),
-//!   `signed` (whether webhooks must be signed) and times; the token and the signing
-//!   secret are never shown after creation.
+//!   `signed` (whether webhooks must be signed), `currentVersion`, `inFlight` (while
+//!   paused) and times; the token and the signing secret are never shown after creation.
 //!
 //! Left out: request bodies (next to the routes that read them).
 
@@ -42,6 +42,12 @@ pub struct RunView {
     pub finished_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
     pub cancel_requested: bool,
+    /// The automation's version the run is pinned to (automation runs only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub automation_version: Option<u32>,
+    /// A run started by a retry on the current version: the run whose input it took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepLog>>,
 }
@@ -70,6 +76,7 @@ pub fn run_steps(run: &Run) -> Vec<StepLog> {
 
 impl RunView {
     pub fn of(run: &Run, with_steps: bool) -> Self {
+        let payload = serde_json::from_value::<RunPayload>(run.payload.clone()).ok();
         Self {
             id: run.id.to_string(),
             automation_id: run_automation_id(run),
@@ -86,6 +93,8 @@ impl RunView {
             finished_at: run.finished_at(),
             last_error: run.last_error.clone(),
             cancel_requested: run.cancel_requested,
+            automation_version: payload.as_ref().map(|payload| payload.automation_version),
+            retry_of: payload.and_then(|payload| payload.retry_of),
             steps: with_steps.then(|| run_steps(run)),
         }
     }
@@ -168,6 +177,10 @@ pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
             map.insert("webhookUrl".into(), json!(webhook_url(base, token)));
         }
         map.insert("signed".into(), json!(stored.signing_secret.is_some()));
+        map.insert("currentVersion".into(), json!(stored.current_version));
+        if !stored.automation.enabled {
+            map.insert("inFlight".into(), json!(stored.in_flight.as_str()));
+        }
         map.insert("createdAt".into(), json!(stored.created_at));
         map.insert("updatedAt".into(), json!(stored.updated_at));
     }
@@ -176,5 +189,37 @@ pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
 
 /// The fields of an automation's answer that a client may send back but that are not
 /// part of the definition: stripped before a PUT body is parsed.
-pub const AUTOMATION_READ_ONLY: [&str; 5] =
-    ["id", "webhookUrl", "signed", "createdAt", "updatedAt"];
+pub const AUTOMATION_READ_ONLY: [&str; 7] = [
+    "id",
+    "webhookUrl",
+    "signed",
+    "currentVersion",
+    "inFlight",
+    "createdAt",
+    "updatedAt",
+];
+
+/// A version of an automation (`GET /api/automations/{id}/versions…`): its number, hash,
+/// when and by whom, and — read alone — the definition.
+pub fn version_view(
+    automation: &StoredAutomation,
+    version: &fronta_automation::versions::Version,
+    with_definition: bool,
+) -> Value {
+    let mut view = json!({
+        "automationId": automation.id.to_string(),
+        "version": version.version,
+        "hash": version.hash,
+        "current": version.version == automation.current_version,
+        "createdAt": version.created_at,
+        "createdBy": version.created_by,
+    });
+    if with_definition && let Value::Object(map) = &mut view {
+        let mut definition = serde_json::to_value(&version.definition).unwrap_or(Value::Null);
+        if let Value::Object(definition) = &mut definition {
+            definition.remove("enabled");
+        }
+        map.insert("definition".into(), definition);
+    }
+    view
+}

@@ -285,6 +285,26 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             vec![ids(&[("id", "automation")], Some(json!({})))],
         ),
         (
+            "GET",
+            "/api/automations/{id}/versions",
+            vec![ids(&[("id", "automation")], None)],
+        ),
+        (
+            "GET",
+            "/api/automations/{id}/versions/{version}",
+            vec![ids(&[("id", "automation"), ("version", "version")], None)],
+        ),
+        (
+            "GET",
+            "/api/automations/{id}/versions/{version}/diff",
+            vec![ids(&[("id", "automation"), ("version", "version")], None)],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/rollback",
+            vec![ids(&[("id", "automation")], Some(json!({"version": 1})))],
+        ),
+        (
             "POST",
             "/api/automations/{id}/runs",
             vec![ids(&[("id", "automation")], Some(json!({"orderId": "9"})))],
@@ -556,6 +576,9 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         ("mcp", mcp_server(harness, &token, name).await),
         ("widget", widget(harness, tenant, &token, name).await),
         ("tenant", tenant.to_string()),
+        // Every automation has a version 1: what makes a version path another tenant's
+        // is its automation id.
+        ("version", "1".to_owned()),
     ]);
     (token, objects)
 }
@@ -680,7 +703,12 @@ async fn every_route_keeps_tenants_apart() {
     assert!(stale.is_empty(), "matrix entries of no route: {stale:?}");
 
     let before = snapshot(&harness, &[(&owner_token, &theirs), (&intruder, &mine)]).await;
-    let foreign_ids: Vec<&String> = theirs.values().collect();
+    // Ids only: a version number is the same for both tenants.
+    let foreign_ids: Vec<&String> = theirs
+        .iter()
+        .filter(|(object, _)| **object != "version")
+        .map(|(_, id)| id)
+        .collect();
     let mut calls = 0;
     for (method, template, entries) in &matrix {
         let method: Method = method.parse().expect("a method");

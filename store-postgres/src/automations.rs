@@ -24,10 +24,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
 use fronta_automation::store::{
-    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Enable, GuardAdmission, Save,
-    StoreResult, StoredAutomation, mint_webhook_token, name_taken, name_taken_message, names,
-    set_enabled, webhook_lookup,
+    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
+    GuardAdmission, InFlight, Listener, Save, StoreResult, StoredAutomation, mint_webhook_token,
+    name_taken, name_taken_message, names, set_enabled, webhook_lookup,
 };
+use fronta_automation::versions::{self, Latest, Version, VersionWrite};
 use fronta_desk::{DeskError, TenantId, TicketId};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -40,7 +41,8 @@ use crate::schema::GUARD_LOCK_CLASS;
 
 macro_rules! columns {
     () => {
-        "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at"
+        "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at, \
+         current_version, in_flight"
     };
 }
 
@@ -54,6 +56,8 @@ fn automation_of(row: &PgRow) -> DeskSql<StoredAutomation> {
             enabled: row.try_get(3)?,
             webhook_token: row.try_get(4)?,
             signing_secret: row.try_get(5)?,
+            current_version: u32::try_from(row.try_get::<i32, _>(8)?).unwrap_or(1),
+            in_flight: InFlight::parse(row.try_get::<&str, _>(9)?),
             created_at: row.try_get(6)?,
             updated_at: row.try_get(7)?,
         })
@@ -111,6 +115,68 @@ async fn by_name(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<Store
         .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
+/// A row of `automation_versions` (`version, definition, hash, created_at, created_by`).
+fn version_of(row: &PgRow) -> DeskSql<Version> {
+    let read = || -> Result<Version, sqlx::Error> {
+        Ok(Version::read(
+            u32::try_from(row.try_get::<i32, _>(0)?).unwrap_or(1),
+            row.try_get::<Json<Automation>, _>(1)?.0,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+        ))
+    };
+    read().map_err(|err| DeskError::Internal(format!("cannot read an automation version: {err}")))
+}
+
+/// A version number as the `integer` column keeps it.
+fn column(version: u32) -> i32 {
+    i32::try_from(version).unwrap_or(i32::MAX)
+}
+
+/// Append the version `row` plans (nothing when its definition is the current one's).
+async fn write_version(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: AutomationId,
+    row: &AutomationRow,
+    by: &str,
+) -> DeskSql<()> {
+    let VersionWrite::New { version, hash } = &row.version else {
+        return Ok(());
+    };
+    let now = db.now().await?;
+    sqlx::query(
+        "INSERT INTO automation_versions \
+         (automation, version, tenant, definition, hash, created_at, created_by) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+    )
+    .bind(id.0)
+    .bind(column(*version))
+    .bind(tenant.0)
+    .bind(Json(versions::definition_of(&row.automation)))
+    .bind(hash)
+    .bind(now)
+    .bind(by)
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// What an update of the tenant's automation `id` reads of its row, locked (the token
+/// whatever the trigger now is, the current version and its content); `NotFound` when
+/// the tenant has no such automation.
+async fn current(db: &mut Db<'_>, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
+    let webhook_token = stored_token(db, tenant, id).await?;
+    let stored = get(db, tenant, id, false).await?;
+    Ok(Current {
+        webhook_token,
+        latest: Latest::of(stored.current_version, &stored.automation),
+        in_flight: stored.in_flight,
+    })
+}
+
 /// The tenant's automation called `name`, if any.
 async fn name_holder(
     db: &mut Db<'_>,
@@ -157,8 +223,8 @@ async fn write_row(
     let now = db.now().await?;
     let written = sqlx::query(concat!(
         "UPDATE automations SET name = $1, definition = $2, enabled = $3, trigger_kind = $4, \
-         event = $5, webhook_token = $6, updated_at = $7 WHERE tenant = $8 AND id = $9 \
-         RETURNING ",
+         event = $5, webhook_token = $6, updated_at = $7, current_version = $10, \
+         in_flight = $11 WHERE tenant = $8 AND id = $9 RETURNING ",
         columns!()
     ))
     .bind(row.name())
@@ -170,6 +236,8 @@ async fn write_row(
     .bind(now)
     .bind(tenant.0)
     .bind(id.0)
+    .bind(column(row.version.current()))
+    .bind(row.in_flight.as_str())
     .fetch_optional(db.c())
     .await
     .map_err(unique_as(|| name_taken_message(row.name())))?;
@@ -245,6 +313,7 @@ impl AutomationStore for PgStore {
         tenant: TenantId,
         automation: Automation,
         signing_secret: Option<String>,
+        by: &str,
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
@@ -258,8 +327,9 @@ impl AutomationStore for PgStore {
         // caught by the unique index.
         let inserted = sqlx::query(concat!(
             "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
-             event, webhook_token, signing_secret, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10) \
+             event, webhook_token, signing_secret, created_at, updated_at, current_version, \
+             in_flight) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) \
              ON CONFLICT (tenant, name) DO NOTHING RETURNING ",
             columns!()
         ))
@@ -273,6 +343,8 @@ impl AutomationStore for PgStore {
         .bind(row.webhook_token.as_deref())
         .bind(signing_secret)
         .bind(now)
+        .bind(column(row.version.current()))
+        .bind(row.in_flight.as_str())
         .fetch_optional(db.c())
         .await
         .map_err(sql_err)?;
@@ -280,6 +352,7 @@ impl AutomationStore for PgStore {
             return Err(name_taken(row.name()));
         };
         let stored = automation_of(&inserted)?;
+        write_version(&mut db, tenant, id, &row, by).await?;
         self.desk_commit(tx).await?;
         Ok(stored)
     }
@@ -322,13 +395,15 @@ impl AutomationStore for PgStore {
         tenant: TenantId,
         id: AutomationId,
         automation: Automation,
+        by: &str,
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let token = stored_token(&mut db, tenant, id).await?;
+        let current = current(&mut db, tenant, id).await?;
         let holder = name_holder(&mut db, tenant, save.name()).await?;
-        let row = save.update(id, holder, token, mint_webhook_token)?;
+        let row = save.update(id, current, holder, mint_webhook_token)?;
+        write_version(&mut db, tenant, id, &row, by).await?;
         let stored = write_row(&mut db, tenant, id, &row).await?;
         self.desk_commit(tx).await?;
         Ok(stored)
@@ -339,20 +414,76 @@ impl AutomationStore for PgStore {
         tenant: TenantId,
         id: AutomationId,
         enabled: bool,
+        in_flight: InFlight,
     ) -> StoreResult<StoredAutomation> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let automation = match set_enabled(get(&mut db, tenant, id, true).await?, enabled) {
+        let stored = get(&mut db, tenant, id, true).await?;
+        let version = stored.current_version;
+        let (automation, in_flight) = match set_enabled(stored, enabled, in_flight) {
             Enable::Unchanged(stored) => return Ok(stored),
-            Enable::Write(automation) => automation,
+            Enable::Write {
+                automation,
+                in_flight,
+            } => (automation, in_flight),
         };
         let row = AutomationRow {
             automation,
             webhook_token: stored_token(&mut db, tenant, id).await?,
+            version: VersionWrite::Unchanged(version),
+            in_flight,
         };
         let stored = write_row(&mut db, tenant, id, &row).await?;
         self.desk_commit(tx).await?;
         Ok(stored)
+    }
+
+    async fn automation_versions(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        before: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<Version>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        get(&mut db, tenant, id, false).await?;
+        let rows = sqlx::query(
+            "SELECT version, definition, hash, created_at, created_by FROM automation_versions \
+             WHERE automation = $1 AND tenant = $2 AND version < $3 ORDER BY version DESC LIMIT $4",
+        )
+        .bind(id.0)
+        .bind(tenant.0)
+        .bind(before.map_or(i32::MAX, column))
+        .bind(i64::from(limit))
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(version_of).collect()
+    }
+
+    async fn automation_version(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        version: u32,
+    ) -> StoreResult<Version> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let row = sqlx::query(
+            "SELECT version, definition, hash, created_at, created_by FROM automation_versions \
+             WHERE automation = $1 AND tenant = $2 AND version = $3",
+        )
+        .bind(id.0)
+        .bind(tenant.0)
+        .bind(column(version))
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        row.as_ref()
+            .map(version_of)
+            .transpose()?
+            .ok_or(DeskError::NotFound(names::VERSION))
     }
 
     async fn automation_delete(&self, tenant: TenantId, id: AutomationId) -> StoreResult<()> {
@@ -450,22 +581,28 @@ impl AutomationStore for PgStore {
     }
 }
 
-/// The ids of the tenant's enabled automations listening to `event`, oldest first: what
-/// a ticket write hands its event sink (one probe of `automations_event`), inside the
-/// write's transaction.
+/// The tenant's enabled automations listening to `event`, oldest first, each with its
+/// current version: what a ticket write hands its event sink (one probe of
+/// `automations_event`), inside the write's transaction.
 pub(crate) async fn listeners(
     db: &mut Db<'_>,
     tenant: TenantId,
     event: &str,
-) -> DeskSql<Vec<AutomationId>> {
-    let ids: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT id FROM automations WHERE tenant = $1 AND event = $2 AND enabled \
-         ORDER BY created_at, id",
+) -> DeskSql<Vec<Listener>> {
+    let rows: Vec<(Uuid, i32)> = sqlx::query_as(
+        "SELECT id, current_version FROM automations WHERE tenant = $1 AND event = $2 \
+         AND enabled ORDER BY created_at, id",
     )
     .bind(tenant.0)
     .bind(event)
     .fetch_all(db.c())
     .await
     .map_err(sql_err)?;
-    Ok(ids.into_iter().map(AutomationId).collect())
+    Ok(rows
+        .into_iter()
+        .map(|(id, version)| Listener {
+            id: AutomationId(id),
+            version: u32::try_from(version).unwrap_or(1),
+        })
+        .collect())
 }

@@ -34,7 +34,32 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (10, "poll cursors", POLL_CURSORS_V10),
     (11, "wake-ups name their sender", SENDER_V11),
     (12, "an owner token means running", OWNER_IFF_RUNNING_V12),
+    (13, "automation versions", AUTOMATION_VERSIONS_V13),
 ];
+
+/// Automation versions (`fronta_automation::versions`): every saved definition, numbered
+/// per automation, with its content hash and author; kept when the automation is deleted
+/// (its runs name their version). `automations.current_version` is the newest;
+/// `automations.in_flight` says what a pause does to runs in flight. Every automation
+/// saved before becomes version 1 (its hash is filled in when it is read, as on SQLite),
+/// and every run enqueued before names no version, which reads as 1.
+pub const AUTOMATION_VERSIONS_V13: &str = r#"
+CREATE TABLE automation_versions (
+    automation uuid        NOT NULL,
+    version    integer     NOT NULL CHECK (version >= 1),
+    tenant     uuid        NOT NULL,
+    definition jsonb       NOT NULL,
+    hash       text        NOT NULL,
+    created_at timestamptz NOT NULL,
+    created_by text        NOT NULL,
+    PRIMARY KEY (automation, version)
+);
+ALTER TABLE automations ADD COLUMN current_version integer NOT NULL DEFAULT 1;
+ALTER TABLE automations ADD COLUMN in_flight text NOT NULL DEFAULT 'finish'
+    CHECK (in_flight IN ('finish', 'hold'));
+INSERT INTO automation_versions (automation, version, tenant, definition, hash, created_at, created_by)
+    SELECT id, 1, tenant, definition, '', updated_at, 'migration' FROM automations;
+"#;
 
 /// A run holds an owner token exactly while it is `running`: every write that leaves
 /// `running` clears `locked_by`, and the claim sets both together. As a constraint, the

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fronta_automation::Automation;
-use fronta_automation::store::{AutomationId, AutomationStore, TicketEventSink};
+use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_desk::store::{TicketChange, TicketEvent, TicketUpsert};
 use fronta_desk::{DeskError, DeskStore, Origin, TenantId};
 use fronta_engine::{Dispatcher, EnqueueRequest, RunStore};
@@ -322,7 +322,12 @@ async fn guard_prunes_the_rows_that_left_the_window_and_goes_with_its_automation
         .expect("ticket")
         .ticket;
     let automation = store
-        .automation_create(tenant.id, manual("loop"), None)
+        .automation_create(
+            tenant.id,
+            manual("loop"),
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("automation");
     let start = chrono::Utc::now();
@@ -366,12 +371,14 @@ async fn guard_prunes_the_rows_that_left_the_window_and_goes_with_its_automation
 async fn panicking_sink_fails_only_its_write() {
     let db = TestDb::create().await;
     let store = db.store(None).await;
-    let sink: TicketEventSink = Arc::new(|event: &TicketEvent, _: &[AutomationId]| {
-        if event.ticket.external_id.as_deref() == Some("boom") {
-            panic!("the sink refuses ticket boom");
-        }
-        Vec::new()
-    });
+    let sink: TicketEventSink = Arc::new(
+        |event: &TicketEvent, _: &[fronta_automation::store::Listener]| {
+            if event.ticket.external_id.as_deref() == Some("boom") {
+                panic!("the sink refuses ticket boom");
+            }
+            Vec::new()
+        },
+    );
     store.set_ticket_event_sink(sink);
     let (tenant, _) = store.tenant_create("Acme").await.expect("tenant");
     let listener = Automation::from_json(
@@ -379,7 +386,12 @@ async fn panicking_sink_fails_only_its_write() {
     )
     .expect("parses");
     store
-        .automation_create(tenant.id, listener, None)
+        .automation_create(
+            tenant.id,
+            listener,
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("a listener, so the sink is called");
     let refused = store

@@ -25,9 +25,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
 use fronta_automation::store::{
-    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Enable, GuardAdmission, Save,
-    StoreResult, StoredAutomation, mint_webhook_token, names, set_enabled, webhook_lookup,
+    AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
+    GuardAdmission, InFlight, Listener, Save, StoreResult, StoredAutomation, mint_webhook_token,
+    names, set_enabled, webhook_lookup,
 };
+use fronta_automation::versions::{self, Latest, Version, VersionWrite};
 use fronta_desk::{DeskError, TenantId, TicketId};
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -35,8 +37,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::SqliteStore;
 use crate::desk::{DeskSql, instant, key, many, one, sql_err, tenant_exists, to_json, uuid_at};
 
-const COLUMNS: &str =
-    "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at";
+const COLUMNS: &str = "id, tenant, definition, enabled, webhook_token, signing_secret, \
+     created_at, updated_at, current_version, in_flight";
 
 /// A row of [`COLUMNS`] as a saved automation.
 fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
@@ -50,9 +52,58 @@ fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
         enabled: row.get::<_, i64>(3)? != 0,
         webhook_token: row.get(4)?,
         signing_secret: row.get(5)?,
+        current_version: row.get(8)?,
+        in_flight: InFlight::parse(&row.get::<_, String>(9)?),
         created_at: instant(row.get(6)?),
         updated_at: instant(row.get(7)?),
     }))
+}
+
+/// A row of `automation_versions` (`version, definition, hash, created_at, created_by`).
+fn version_of(row: &Row<'_>) -> rusqlite::Result<Version> {
+    let definition: String = row.get(1)?;
+    let definition: Automation = serde_json::from_str(&definition)
+        .map_err(|err| rusqlite::Error::FromSqlConversionFailure(1, Type::Text, Box::new(err)))?;
+    Ok(Version::read(
+        row.get(0)?,
+        definition,
+        row.get(2)?,
+        instant(row.get(3)?),
+        row.get(4)?,
+    ))
+}
+
+/// Append the version `row` plans (nothing when its definition is the current one's).
+fn write_version(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+    row: &AutomationRow,
+    by: &str,
+    now: i64,
+) -> DeskSql<()> {
+    let VersionWrite::New { version, hash } = &row.version else {
+        return Ok(());
+    };
+    let definition = to_json(&versions::definition_of(&row.automation))?;
+    conn.prepare_cached(
+        "INSERT INTO automation_versions \
+         (automation, version, tenant, definition, hash, created_at, created_by) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(params![
+            key(&id.0),
+            version,
+            key(&tenant.0),
+            definition,
+            hash,
+            now,
+            by
+        ])
+    })
+    .map_err(sql_err)?;
+    Ok(())
 }
 
 fn get(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<StoredAutomation> {
@@ -86,6 +137,18 @@ fn name_holder(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<Optio
         .map(|found| found.map(AutomationId))
 }
 
+/// What an update of the tenant's automation `id` reads of its row (the token whatever
+/// the trigger now is, the current version and its content); `NotFound` when the tenant
+/// has no such automation.
+fn current(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
+    let stored = get(conn, tenant, id)?;
+    Ok(Current {
+        webhook_token: stored_token(conn, tenant, id)?,
+        latest: Latest::of(stored.current_version, &stored.automation),
+        in_flight: stored.in_flight,
+    })
+}
+
 /// The stored token of the tenant's automation `id`, whatever its trigger now is;
 /// `NotFound` when the tenant has no such automation.
 pub(crate) fn stored_token(
@@ -114,8 +177,8 @@ fn write_row(
     let definition = to_json(&row.automation)?;
     conn.prepare_cached(&format!(
         "UPDATE automations SET name = ?1, definition = ?2, enabled = ?3, trigger_kind = ?4, \
-         event = ?5, webhook_token = ?6, updated_at = ?7 WHERE tenant = ?8 AND id = ?9 \
-         RETURNING {COLUMNS}"
+         event = ?5, webhook_token = ?6, updated_at = ?7, current_version = ?10, \
+         in_flight = ?11 WHERE tenant = ?8 AND id = ?9 RETURNING {COLUMNS}"
     ))
     .and_then(|mut stmt| {
         stmt.query_row(
@@ -129,6 +192,8 @@ fn write_row(
                 now,
                 key(&tenant.0),
                 key(&id.0),
+                row.version.current(),
+                row.in_flight.as_str(),
             ],
             automation_of,
         )
@@ -203,18 +268,23 @@ impl AutomationStore for SqliteStore {
         tenant: TenantId,
         automation: Automation,
         signing_secret: Option<String>,
+        by: &str,
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
+        let by = by.to_owned();
         self.desk_write(move |conn, now| {
             tenant_exists(conn, tenant)?;
             let holder = name_holder(conn, tenant, save.name())?;
             let row = save.create(holder, mint_webhook_token)?;
             let definition = to_json(&row.automation)?;
             let id = AutomationId::new();
+            write_version(conn, tenant, id, &row, &by, now)?;
             conn.prepare_cached(&format!(
                 "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
-                 event, webhook_token, signing_secret, created_at, updated_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10) RETURNING {COLUMNS}"
+                 event, webhook_token, signing_secret, created_at, updated_at, \
+                 current_version, in_flight) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) \
+                 RETURNING {COLUMNS}"
             ))
             .and_then(|mut stmt| {
                 stmt.query_row(
@@ -229,6 +299,8 @@ impl AutomationStore for SqliteStore {
                         row.webhook_token,
                         signing_secret,
                         now,
+                        row.version.current(),
+                        row.in_flight.as_str(),
                     ],
                     automation_of,
                 )
@@ -273,12 +345,15 @@ impl AutomationStore for SqliteStore {
         tenant: TenantId,
         id: AutomationId,
         automation: Automation,
+        by: &str,
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
+        let by = by.to_owned();
         self.desk_write(move |conn, now| {
-            let token = stored_token(conn, tenant, id)?;
+            let current = current(conn, tenant, id)?;
             let holder = name_holder(conn, tenant, save.name())?;
-            let row = save.update(id, holder, token, mint_webhook_token)?;
+            let row = save.update(id, current, holder, mint_webhook_token)?;
+            write_version(conn, tenant, id, &row, &by, now)?;
             write_row(conn, tenant, id, &row, now)
         })
         .await
@@ -289,17 +364,70 @@ impl AutomationStore for SqliteStore {
         tenant: TenantId,
         id: AutomationId,
         enabled: bool,
+        in_flight: InFlight,
     ) -> StoreResult<StoredAutomation> {
         self.desk_write(move |conn, now| {
-            let automation = match set_enabled(get(conn, tenant, id)?, enabled) {
+            let stored = get(conn, tenant, id)?;
+            let version = stored.current_version;
+            let (automation, in_flight) = match set_enabled(stored, enabled, in_flight) {
                 Enable::Unchanged(stored) => return Ok(stored),
-                Enable::Write(automation) => automation,
+                Enable::Write {
+                    automation,
+                    in_flight,
+                } => (automation, in_flight),
             };
             let row = AutomationRow {
                 automation,
                 webhook_token: stored_token(conn, tenant, id)?,
+                version: VersionWrite::Unchanged(version),
+                in_flight,
             };
             write_row(conn, tenant, id, &row, now)
+        })
+        .await
+    }
+
+    async fn automation_versions(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        before: Option<u32>,
+        limit: u32,
+    ) -> StoreResult<Vec<Version>> {
+        self.desk_read(move |conn| {
+            stored_token(conn, tenant, id)?;
+            many(
+                conn,
+                "SELECT version, definition, hash, created_at, created_by \
+                 FROM automation_versions WHERE automation = ?1 AND tenant = ?2 AND version < ?3 \
+                 ORDER BY version DESC LIMIT ?4",
+                params![
+                    key(&id.0),
+                    key(&tenant.0),
+                    before.map_or(i64::MAX, i64::from),
+                    limit
+                ],
+                version_of,
+            )
+        })
+        .await
+    }
+
+    async fn automation_version(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        version: u32,
+    ) -> StoreResult<Version> {
+        self.desk_read(move |conn| {
+            one(
+                conn,
+                "SELECT version, definition, hash, created_at, created_by \
+                 FROM automation_versions WHERE automation = ?1 AND tenant = ?2 AND version = ?3",
+                params![key(&id.0), key(&tenant.0), version],
+                version_of,
+                names::VERSION,
+            )
         })
         .await
     }
@@ -389,29 +517,33 @@ impl AutomationStore for SqliteStore {
     }
 }
 
-/// The ids of the tenant's enabled automations listening to `event`, oldest first: what
-/// a ticket write hands its event sink (one probe of `automations_event`).
+/// The tenant's enabled automations listening to `event`, oldest first, each with its
+/// current version: what a ticket write hands its event sink (one probe of
+/// `automations_event`).
 pub(crate) fn listeners(
     conn: &Connection,
     tenant: &TenantId,
     event: &str,
-) -> DeskSql<Vec<AutomationId>> {
+) -> DeskSql<Vec<Listener>> {
     let mut stmt = conn
         .prepare_cached(
-            "SELECT id FROM automations INDEXED BY automations_event \
+            "SELECT id, current_version FROM automations INDEXED BY automations_event \
              WHERE tenant = ?1 AND event = ?2 AND enabled = 1 ORDER BY created_at, id",
         )
         .map_err(sql_err)?;
     let rows = stmt
         .query_map(params![key(&tenant.0), event], |row| {
-            row.get::<_, Vec<u8>>(0)
+            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, u32>(1)?))
         })
         .and_then(Iterator::collect::<Result<Vec<_>, _>>)
         .map_err(sql_err)?;
     rows.into_iter()
-        .map(|bytes| {
+        .map(|(bytes, version)| {
             uuid::Uuid::from_slice(&bytes)
-                .map(AutomationId)
+                .map(|id| Listener {
+                    id: AutomationId(id),
+                    version,
+                })
                 .map_err(|err| {
                     DeskError::Internal(format!("a stored automation id is not a UUID: {err}"))
                 })

@@ -17,7 +17,32 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (8, "service limits", SERVICE_LIMITS_V8),
     (9, "widgets", WIDGETS_V9),
     (10, "poll cursors", POLL_CURSORS_V10),
+    (11, "automation versions", AUTOMATION_VERSIONS_V11),
 ];
+
+/// Automation versions (`fronta_automation::versions`): every saved definition, numbered
+/// per automation, with its content hash and author; kept when the automation is deleted
+/// (its runs name their version). `automations.current_version` is the newest;
+/// `automations.in_flight` says what a pause does to runs in flight. Every automation
+/// saved before becomes version 1 (its hash is filled in when it is read: SQLite has no
+/// SHA-256), and every run enqueued before names no version, which reads as 1.
+const AUTOMATION_VERSIONS_V11: &str = r#"
+CREATE TABLE automation_versions (
+    automation BLOB    NOT NULL,
+    version    INTEGER NOT NULL CHECK (version >= 1),
+    tenant     BLOB    NOT NULL,
+    definition TEXT    NOT NULL,
+    hash       TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    created_by TEXT    NOT NULL,
+    PRIMARY KEY (automation, version)
+) WITHOUT ROWID;
+ALTER TABLE automations ADD COLUMN current_version INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE automations ADD COLUMN in_flight TEXT NOT NULL DEFAULT 'finish'
+    CHECK (in_flight IN ('finish', 'hold'));
+INSERT INTO automation_versions (automation, version, tenant, definition, hash, created_at, created_by)
+    SELECT id, 1, tenant, definition, '', updated_at, 'migration' FROM automations;
+"#;
 
 /// Dashboard widgets (the `WidgetStore` port): the definition as JSON beside its cache —
 /// the data (JSON text), when it was fetched, when the last call ended, the last error —

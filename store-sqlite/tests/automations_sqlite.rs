@@ -82,6 +82,7 @@ async fn guard_prunes_the_rows_that_left_the_window() {
             Automation::from_json(r#"{"name": "loop", "trigger": {"type": "manual"}}"#)
                 .expect("parses"),
             None,
+            fronta_automation::versions::BY_TENANT,
         )
         .await
         .expect("automation");
@@ -147,7 +148,12 @@ async fn panicking_sink_fails_its_write_and_the_writer_goes_on() {
     }))
     .expect("listener parses");
     store
-        .automation_create(tenant.id, listener, None)
+        .automation_create(
+            tenant.id,
+            listener,
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("listener saved");
     let refused = store

@@ -54,7 +54,12 @@ async fn trace(automation: Value, body: Value) -> String {
     .expect("type");
     let automation = Automation::from_value(&automation).expect("parses");
     let stored = automations
-        .automation_create(tenant.id, automation, None)
+        .automation_create(
+            tenant.id,
+            automation,
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("saved");
     let context = match &stored.automation.trigger {

@@ -26,7 +26,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use fronta_automation::Automation;
-use fronta_automation::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
+use fronta_automation::store::{
+    AutomationId, AutomationStore, Listener, StoredAutomation, TicketEventSink,
+};
 use fronta_desk::store::{TicketChange, TicketEvent, TicketEventKind, TicketFilter, TicketUpsert};
 use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
 use fronta_engine::{NewRun, RunFilter, RunId, RunStatus, RunStore};
@@ -70,7 +72,12 @@ impl Env {
     async fn create(&self, tenant: TenantId, automation: Automation) -> StoredAutomation {
         let name = automation.name.clone();
         self.automations
-            .automation_create(tenant, automation, None)
+            .automation_create(
+                tenant,
+                automation,
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await
             .unwrap_or_else(|err| panic!("automation {name} is created: {err}"))
     }
@@ -89,7 +96,12 @@ impl Env {
         automation: Automation,
     ) -> StoredAutomation {
         self.automations
-            .automation_update(tenant, id, automation)
+            .automation_update(
+                tenant,
+                id,
+                automation,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await
             .unwrap_or_else(|err| panic!("automation {id} is updated: {err}"))
     }
@@ -101,7 +113,12 @@ impl Env {
         enabled: bool,
     ) -> StoredAutomation {
         self.automations
-            .automation_set_enabled(tenant, id, enabled)
+            .automation_set_enabled(
+                tenant,
+                id,
+                enabled,
+                fronta_automation::store::InFlight::Finish,
+            )
             .await
             .unwrap_or_else(|err| panic!("automation {id} is set enabled={enabled}: {err}"))
     }
@@ -268,7 +285,12 @@ pub async fn automations_are_created_read_listed_updated_and_deleted(
     let env = Env::open(factory).await;
     let store = &env.automations;
     let created = store
-        .automation_create(env.acme, webhook("orders"), Some("whsec_secret".into()))
+        .automation_create(
+            env.acme,
+            webhook("orders"),
+            Some("whsec_secret".into()),
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("the automation is created");
     assert_eq!(created.tenant, env.acme, "it belongs to the tenant");
@@ -363,19 +385,34 @@ pub async fn automations_are_created_read_listed_updated_and_deleted(
     );
     assert_not_found(
         store
-            .automation_update(env.acme, created.id, manual("again"))
+            .automation_update(
+                env.acme,
+                created.id,
+                manual("again"),
+                fronta_automation::versions::BY_TENANT,
+            )
             .await,
         "an update after delete",
     );
     assert_not_found(
         store
-            .automation_set_enabled(env.acme, created.id, false)
+            .automation_set_enabled(
+                env.acme,
+                created.id,
+                false,
+                fronta_automation::store::InFlight::Finish,
+            )
             .await,
         "set_enabled after delete",
     );
     assert_not_found(
         store
-            .automation_create(TenantId::new(), manual("nobody's"), None)
+            .automation_create(
+                TenantId::new(),
+                manual("nobody's"),
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await,
         "an automation of an unknown tenant",
     );
@@ -391,13 +428,23 @@ pub async fn automation_names_are_unique_within_a_tenant(factory: &dyn Automatio
     let second = env.create(env.acme, manual("second")).await;
     assert_conflict(
         store
-            .automation_create(env.acme, webhook("first"), None)
+            .automation_create(
+                env.acme,
+                webhook("first"),
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await,
         "a second automation named first",
     );
     assert_conflict(
         store
-            .automation_update(env.acme, second.id, manual("first"))
+            .automation_update(
+                env.acme,
+                second.id,
+                manual("first"),
+                fronta_automation::versions::BY_TENANT,
+            )
             .await,
         "renaming second onto first",
     );
@@ -421,7 +468,14 @@ pub async fn automation_names_are_unique_within_a_tenant(factory: &dyn Automatio
     env.create(env.acme, manual("first")).await;
 
     let err = expect_err(
-        store.automation_create(env.acme, manual("   "), None).await,
+        store
+            .automation_create(
+                env.acme,
+                manual("   "),
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
+            .await,
         "an automation without a name",
     );
     assert!(
@@ -442,13 +496,23 @@ pub async fn automation_save_checks_the_name_first_and_quotes_a_taken_one(
     for (result, what) in [
         (
             store
-                .automation_create(TenantId::new(), blank(), None)
+                .automation_create(
+                    TenantId::new(),
+                    blank(),
+                    None,
+                    fronta_automation::versions::BY_TENANT,
+                )
                 .await,
             "a blank name for an unknown tenant",
         ),
         (
             store
-                .automation_update(env.acme, AutomationId::new(), blank())
+                .automation_update(
+                    env.acme,
+                    AutomationId::new(),
+                    blank(),
+                    fronta_automation::versions::BY_TENANT,
+                )
                 .await,
             "a blank name for an unknown id",
         ),
@@ -464,14 +528,24 @@ pub async fn automation_save_checks_the_name_first_and_quotes_a_taken_one(
     let taken = DeskError::Conflict("automation \"Orders\" already exists".into());
     assert_eq!(
         store
-            .automation_create(env.acme, webhook("Orders"), None)
+            .automation_create(
+                env.acme,
+                webhook("Orders"),
+                None,
+                fronta_automation::versions::BY_TENANT
+            )
             .await,
         Err(taken.clone()),
         "a create onto a taken name"
     );
     assert_eq!(
         store
-            .automation_update(env.acme, other.id, manual("Orders"))
+            .automation_update(
+                env.acme,
+                other.id,
+                manual("Orders"),
+                fronta_automation::versions::BY_TENANT
+            )
             .await,
         Err(taken),
         "an update onto a taken name"
@@ -538,17 +612,39 @@ pub async fn another_tenants_automation_answers_exactly_like_an_unknown_one(
     );
     same!(
         store
-            .automation_update(acme, theirs.id, manual("stolen"))
+            .automation_update(
+                acme,
+                theirs.id,
+                manual("stolen"),
+                fronta_automation::versions::BY_TENANT
+            )
             .await,
         store
-            .automation_update(acme, AutomationId::new(), manual("stolen"))
+            .automation_update(
+                acme,
+                AutomationId::new(),
+                manual("stolen"),
+                fronta_automation::versions::BY_TENANT
+            )
             .await,
         "automation_update"
     );
     same!(
-        store.automation_set_enabled(acme, theirs.id, false).await,
         store
-            .automation_set_enabled(acme, AutomationId::new(), false)
+            .automation_set_enabled(
+                acme,
+                theirs.id,
+                false,
+                fronta_automation::store::InFlight::Finish
+            )
+            .await,
+        store
+            .automation_set_enabled(
+                acme,
+                AutomationId::new(),
+                false,
+                fronta_automation::store::InFlight::Finish
+            )
             .await,
         "automation_set_enabled"
     );
@@ -1115,12 +1211,12 @@ struct Recorder {
 impl Recorder {
     fn sink(&self) -> TicketEventSink {
         let recorder = self.clone();
-        Arc::new(move |event: &TicketEvent, listeners: &[AutomationId]| {
+        Arc::new(move |event: &TicketEvent, listeners: &[Listener]| {
             recorder
                 .listeners
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(listeners.to_vec());
+                .push(listeners.iter().map(|listener| listener.id).collect());
             let mut runs = recorder
                 .runs
                 .lock()
@@ -1199,12 +1295,22 @@ impl SinkEnv {
             .await
             .expect("type order");
         let on_created = automations
-            .automation_create(acme.id, listener("on created", "ticket.created"), None)
+            .automation_create(
+                acme.id,
+                listener("on created", "ticket.created"),
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await
             .expect("created listener")
             .id;
         let on_changed = automations
-            .automation_create(acme.id, listener("on changed", "ticket.changed"), None)
+            .automation_create(
+                acme.id,
+                listener("on changed", "ticket.changed"),
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await
             .expect("changed listener")
             .id;
@@ -1707,7 +1813,12 @@ pub async fn an_event_nobody_listens_to_reaches_no_sink(factory: &dyn Automation
         .await
         .expect("create");
     env.automations
-        .automation_set_enabled(env.acme, env.on_changed, false)
+        .automation_set_enabled(
+            env.acme,
+            env.on_changed,
+            false,
+            fronta_automation::store::InFlight::Finish,
+        )
         .await
         .expect("disable the changed listener");
     let runs_before = env.run_ids().await;

@@ -402,6 +402,8 @@ macro_rules! runtime_scenarios {
             loops_count_against_max_actions_not_the_step_cap,
             long_pause_snoozes_and_resumes_at_the_next_step,
             scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once,
+            an_edit_during_a_pause_finishes_the_version_the_run_started_with,
+            a_pause_lets_runs_finish_or_holds_them_and_never_fails_one,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

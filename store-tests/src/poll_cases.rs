@@ -41,7 +41,12 @@ async fn open(
     let (cursors, automations, desk) = factory.open_poll_cursors().await;
     let (tenant, _) = desk.tenant_create("Acme").await.expect("tenant");
     let stored = automations
-        .automation_create(tenant.id, poll_automation("Orders"), None)
+        .automation_create(
+            tenant.id,
+            poll_automation("Orders"),
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("automation");
     (cursors, automations, tenant.id, stored.id, desk)
@@ -195,7 +200,12 @@ pub async fn poll_cursor_is_scoped_by_tenant_and_goes_with_its_automation(
     let mut edited = poll_automation("Orders");
     edited.enabled = false;
     automations
-        .automation_update(tenant, automation, edited)
+        .automation_update(
+            tenant,
+            automation,
+            edited,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("update");
     assert!(
@@ -211,7 +221,12 @@ pub async fn poll_cursor_is_scoped_by_tenant_and_goes_with_its_automation(
         .await
         .expect("delete");
     let again = automations
-        .automation_create(tenant, poll_automation("Orders"), None)
+        .automation_create(
+            tenant,
+            poll_automation("Orders"),
+            None,
+            fronta_automation::versions::BY_TENANT,
+        )
         .await
         .expect("created again");
     assert_eq!(

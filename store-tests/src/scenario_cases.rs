@@ -160,7 +160,12 @@ impl Firm {
             .unwrap_or_else(|problems| panic!("automation parses: {problems:?}"));
         self.stores
             .automations
-            .automation_create(self.tenant, automation, None)
+            .automation_create(
+                self.tenant,
+                automation,
+                None,
+                fronta_automation::versions::BY_TENANT,
+            )
             .await
             .expect("automation saved")
     }
@@ -912,7 +917,12 @@ pub async fn scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once(
     // Paused: its pending tick is cancelled and nothing new is planned.
     firm.stores
         .automations
-        .automation_set_enabled(firm.tenant, quarterly.id, false)
+        .automation_set_enabled(
+            firm.tenant,
+            quarterly.id,
+            false,
+            fronta_automation::store::InFlight::Finish,
+        )
         .await
         .expect("paused");
     let report = scheduler.tick().await;
@@ -935,4 +945,284 @@ fn instant(text: &str) -> chrono::DateTime<chrono::Utc> {
     chrono::DateTime::parse_from_rfc3339(text)
         .expect("an RFC 3339 instant")
         .with_timezone(&chrono::Utc)
+}
+
+/// The names and messages of a finished automation run's step log.
+fn step_lines(run: &fronta_engine::Run) -> Vec<(String, String)> {
+    let steps = run
+        .result
+        .as_ref()
+        .map(|result| result["steps"].clone())
+        .unwrap_or(Value::Null);
+    steps
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .map(|step| {
+                    (
+                        step["name"].as_str().unwrap_or_default().to_owned(),
+                        step["message"].as_str().unwrap_or_default().to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn log_step(name: &str, message: &str) -> Value {
+    json!({"name": name, "op": "flow/log", "input": {"message": message}})
+}
+
+fn pause_step(seconds: u64) -> Value {
+    json!({"name": "p", "op": "flow/pause", "input": {"seconds": seconds}})
+}
+
+/// The version a run is pinned to, read from its payload.
+fn pinned_version(run: &fronta_engine::Run) -> u32 {
+    serde_json::from_value::<executor::RunPayload>(run.payload.clone())
+        .expect("an automation run payload")
+        .automation_version
+}
+
+/// An automation edited while a run sleeps in `flow/pause` (the repro 1, and the
+/// pause inside a condition): the resumed run finishes the tree it started with — each
+/// step of version 1 once, none of version 2 — while a run started after the edit runs
+/// version 2.
+pub async fn an_edit_during_a_pause_finishes_the_version_the_run_started_with(
+    factory: &dyn RuntimeFactory,
+) {
+    let firm = Firm::open(factory).await;
+    let flat = firm
+        .automation(
+            json!({"name": "Flat", "trigger": {"type": "manual"}, "steps": [
+            log_step("s1", "one (v1)"), pause_step(20), log_step("s2", "two (v1)"),
+            log_step("s3", "three (v1)")]}),
+        )
+        .await;
+    let nested = firm
+        .automation(
+            json!({"name": "Nested", "trigger": {"type": "manual"}, "steps": [
+            {"name": "c", "type": "condition",
+             "rules": [{"field": "go", "operator": "eq", "value": "yes"}],
+             "then": [pause_step(20), log_step("inner", "inner (v1)")]},
+            log_step("after", "after (v1)")]}),
+        )
+        .await;
+    assert_eq!(flat.current_version, 1, "a create is version 1");
+    let mut go = serde_json::Map::new();
+    go.insert("go".into(), json!("yes"));
+    let mut ids = Vec::new();
+    for (stored, context) in [(&flat, serde_json::Map::new()), (&nested, go.clone())] {
+        ids.push(
+            firm.dispatcher
+                .enqueue(executor::run_request(stored, RunTrigger::Manual, context))
+                .await
+                .expect("enqueue")
+                .id(),
+        );
+    }
+    firm.drain().await;
+    for id in &ids {
+        assert_eq!(
+            firm.run(*id).await.status,
+            RunStatus::Scheduled,
+            "asleep in the pause"
+        );
+    }
+    let edit = |json: Value| {
+        Automation::from_value(&json).unwrap_or_else(|problems| panic!("parses: {problems:?}"))
+    };
+    let flat_v2 = firm
+        .stores
+        .automations
+        .automation_update(
+            firm.tenant,
+            flat.id,
+            edit(
+                json!({"name": "Flat", "trigger": {"type": "manual"}, "steps": [
+                log_step("n0", "zero (v2)"), log_step("n1", "one-new (v2)"),
+                log_step("s3", "three (v2)"), log_step("s1", "one (v2)")]}),
+            ),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("edited");
+    assert_eq!(flat_v2.current_version, 2, "the edit is version 2");
+    firm.stores
+        .automations
+        .automation_update(
+            firm.tenant,
+            nested.id,
+            edit(
+                json!({"name": "Nested", "trigger": {"type": "manual"}, "steps": [
+                log_step("after", "after (v2)")]}),
+            ),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("edited");
+    firm.clock.advance(Duration::from_secs(21));
+    firm.drain().await;
+    let run = firm.run(ids[0]).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
+    assert_eq!(pinned_version(&run), 1, "the run says version 1");
+    assert_eq!(
+        step_lines(&run),
+        vec![
+            ("s1".to_owned(), "one (v1)".to_owned()),
+            ("p".to_owned(), step_lines(&run)[1].1.clone()),
+            ("s2".to_owned(), "two (v1)".to_owned()),
+            ("s3".to_owned(), "three (v1)".to_owned()),
+        ],
+        "version 1 to its end, each step once"
+    );
+    let run = firm.run(ids[1]).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "the checkpoint inside the condition fits its own tree: {:?}",
+        run.last_error
+    );
+    let names: Vec<String> = step_lines(&run).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, vec!["c", "p", "inner", "after"], "version 1's tree");
+    assert_eq!(
+        step_lines(&run).last().map(|line| line.1.clone()),
+        Some("after (v1)".to_owned()),
+        "version 1's text"
+    );
+    let after = firm
+        .dispatcher
+        .enqueue(executor::run_request(
+            &flat_v2,
+            RunTrigger::Manual,
+            serde_json::Map::new(),
+        ))
+        .await
+        .expect("enqueue")
+        .id();
+    firm.drain().await;
+    let run = firm.run(after).await;
+    assert_eq!(pinned_version(&run), 2, "a new run is pinned to version 2");
+    let names: Vec<String> = step_lines(&run).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(names, vec!["n0", "n1", "s3", "s1"], "version 2's tree");
+    let history = firm
+        .stores
+        .automations
+        .automation_versions(firm.tenant, flat.id, None, 10)
+        .await
+        .expect("history");
+    let numbers: Vec<u32> = history.iter().map(|version| version.version).collect();
+    assert_eq!(numbers, vec![2, 1], "newest first");
+}
+
+/// Pausing never fails a run (the repro 2): a run asleep in `flow/pause` when its
+/// automation is paused finishes on its version with no incident; paused with
+/// `inFlight: hold`, a run waits at its next step — no attempt spent, one "held" line —
+/// and goes on when the automation is resumed.
+pub async fn a_pause_lets_runs_finish_or_holds_them_and_never_fails_one(
+    factory: &dyn RuntimeFactory,
+) {
+    use fronta_automation::store::InFlight;
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(
+            json!({"name": "Slow", "trigger": {"type": "manual"}, "steps": [
+            log_step("s1", "one"), pause_step(20), log_step("s2", "two")]}),
+        )
+        .await;
+    let start = |firm: &Firm| {
+        let stored = stored.clone();
+        let dispatcher = firm.dispatcher.clone();
+        async move {
+            dispatcher
+                .enqueue(executor::run_request(
+                    &stored,
+                    RunTrigger::Manual,
+                    serde_json::Map::new(),
+                ))
+                .await
+                .expect("enqueue")
+                .id()
+        }
+    };
+    let switch = |enabled: bool, in_flight: InFlight| {
+        let automations = firm.stores.automations.clone();
+        let (tenant, id) = (firm.tenant, stored.id);
+        async move {
+            automations
+                .automation_set_enabled(tenant, id, enabled, in_flight)
+                .await
+                .expect("switched")
+        }
+    };
+    let finishing = start(&firm).await;
+    firm.drain().await;
+    let paused = switch(false, InFlight::Finish).await;
+    assert!(!paused.automation.enabled, "paused");
+    assert_eq!(paused.current_version, 1, "a pause is no new version");
+    firm.clock.advance(Duration::from_secs(21));
+    firm.drain().await;
+    let run = firm.run(finishing).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "a pause lets it finish: {:?}",
+        run.last_error
+    );
+    assert_eq!(run.attempts, 0, "no attempt spent");
+
+    switch(true, InFlight::Finish).await;
+    let held = start(&firm).await;
+    firm.drain().await;
+    switch(false, InFlight::Hold).await;
+    firm.clock.advance(Duration::from_secs(21));
+    firm.drain().await;
+    let run = firm.run(held).await;
+    assert_eq!(run.status, RunStatus::Scheduled, "held, not failed");
+    assert_eq!(run.attempts, 0, "holding spends no attempt");
+    let state = ExecState::decode(run.state.as_deref().expect("a checkpoint")).expect("decodes");
+    let last = state.steps.last().expect("a step line");
+    assert_eq!(last.status, executor::HELD_STATUS, "{last:?}");
+    assert!(
+        last.message.contains("paused with inFlight hold"),
+        "says why: {}",
+        last.message
+    );
+    // Looking again while still held adds no second line.
+    firm.clock.advance(executor::HOLD_RECHECK);
+    firm.drain().await;
+    let state = ExecState::decode(firm.run(held).await.state.as_deref().expect("checkpoint"))
+        .expect("decodes");
+    assert_eq!(
+        state
+            .steps
+            .iter()
+            .filter(|step| step.status == executor::HELD_STATUS)
+            .count(),
+        1,
+        "one held line however often it looks"
+    );
+    switch(true, InFlight::Finish).await;
+    firm.clock.advance(executor::HOLD_RECHECK);
+    firm.drain().await;
+    let run = firm.run(held).await;
+    assert_eq!(
+        run.status,
+        RunStatus::Completed,
+        "released by the resume: {:?}",
+        run.last_error
+    );
+    let names: Vec<String> = step_lines(&run).into_iter().map(|(name, _)| name).collect();
+    assert_eq!(
+        names,
+        vec!["s1", "p", "held", "s2"],
+        "held once between p and s2"
+    );
+    let incidents = firm
+        .stores
+        .desk
+        .incident_list(Some(firm.tenant))
+        .await
+        .expect("incidents");
+    assert!(incidents.is_empty(), "no incident: {incidents:?}");
 }

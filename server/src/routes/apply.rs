@@ -20,7 +20,11 @@
 //! - The writes are not one transaction (the ports have none across resources); after a
 //!   failure midway, applying the same setup again finishes the job.
 //!
-//! The answer lists what happened to each item: `created`, `updated` or `unchanged`.
+//! - An automation's `enabled` changes only when the setup names it: a paused automation
+//!   stays paused (its item says `"note": "kept paused"`), as with `PUT`.
+//!
+//! The answer lists what happened to each item: `created`, `updated` or `unchanged`;
+//! an automation's item carries its `currentVersion`.
 
 use std::collections::{HashMap, HashSet};
 
@@ -39,9 +43,10 @@ use crate::base_url::{base_url, webhook_url};
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 use crate::routes::automations::{
-    SecretRequest, check, secret_change_problem, secret_for_create, split_body,
+    SecretRequest, check, keep_enabled, secret_change_problem, secret_for_create, split_body,
 };
 use crate::routes::desk::{DEFAULT_MEMBER_CAPACITY, NewTicketType};
+use fronta_automation::versions::BY_TENANT;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -128,7 +133,7 @@ pub async fn apply(
     for (index, body) in setup.automations.into_iter().enumerate() {
         let prefix = format!("automations[{index}]");
         let (value, secret) = split_body(body, &prefix, &mut problems);
-        let Some(automation) = check(&value, &context, &prefix, &mut problems) else {
+        let Some(mut automation) = check(&value, &context, &prefix, &mut problems) else {
             continue;
         };
         if !names.insert(automation.name.clone()) {
@@ -144,6 +149,7 @@ pub async fn apply(
             .cloned();
         if let Some(stored) = &existing {
             problems.extend(secret_change_problem(stored, &secret, &prefix));
+            keep_enabled(&value, &mut automation, stored);
         }
         planned.push(Planned {
             automation,
@@ -206,7 +212,7 @@ pub async fn apply(
             Some(stored) => {
                 let updated = app
                     .automations()
-                    .automation_update(tenant.id, stored.id, plan.automation)
+                    .automation_update(tenant.id, stored.id, plan.automation, BY_TENANT)
                     .await
                     .map_err(|err| ApiError::desk(err, "automation"))?;
                 (updated, "updated")
@@ -218,7 +224,7 @@ pub async fn apply(
                 }
                 let created = app
                     .automations()
-                    .automation_create(tenant.id, plan.automation, secret)
+                    .automation_create(tenant.id, plan.automation, secret, BY_TENANT)
                     .await?;
                 (created, "created")
             }
@@ -231,6 +237,13 @@ pub async fn apply(
         }
         if let (Value::Object(map), Some(secret)) = (&mut item, generated) {
             map.insert("signingSecret".into(), json!(secret));
+        }
+        if let Value::Object(map) = &mut item {
+            map.insert("currentVersion".into(), json!(stored.current_version));
+            if action != "created" && !stored.automation.enabled {
+                map.insert("enabled".into(), json!(false));
+                map.insert("note".into(), json!("kept paused"));
+            }
         }
         automations.push(item);
     }

@@ -16,7 +16,20 @@
 //!   contract, so templates see the same parameters as a webhook run (400 when it does
 //!   not fit). A paused automation answers 409 `automation_paused`.
 //!
-//! Left out: versions of an automation, dry runs.
+//! - `enabled` changes only by pause/resume or an explicit `enabled` in the body: a `PUT`
+//!   without it keeps the automation paused or running as it is.
+//! - Pause takes an optional body `{"inFlight": "finish" | "hold"}` (default `finish`):
+//!   runs in flight finish on their version, or wait at their next step until resumed.
+//!   A pause never fails a run.
+//!
+//! Versions (see `fronta_automation::versions`): `GET …/versions` (newest first, paged by
+//! `?limit=&cursor=`), `GET …/versions/{n}` (with its definition),
+//! `GET …/versions/{n}/diff?against={m}` (from `m` to `n`; `against` defaults to
+//! `n - 1`), `POST …/rollback {"version": n}` (a new version with `n`'s definition,
+//! validated against today's ticket types like any save; 422 when it no longer fits).
+//! Unknown versions answer 404 `not_found`; a deleted automation's history too.
+//!
+//! Left out: dry runs.
 
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -37,7 +50,10 @@ use crate::extract::{JsonBody, QueryParams, is_json, parse_json, read_body};
 use crate::pagination::{Order, Page, PageParams, page_by_id};
 use crate::routes::parse_id;
 use crate::signature::{generate_secret, secret_key};
-use crate::wire::{AUTOMATION_READ_ONLY, automation_view};
+use crate::wire::{AUTOMATION_READ_ONLY, automation_view, version_view};
+use fronta_automation::store::InFlight;
+use fronta_automation::versions::{self, BY_TENANT};
+use serde::Deserialize;
 
 /// What a body asked about the signing secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,6 +138,18 @@ pub(crate) fn check(
     }
 }
 
+/// A save of `existing` whose body (`value`) has no `enabled` keeps the state it has:
+/// only pause, resume or an explicit `enabled` change it.
+pub(crate) fn keep_enabled(
+    value: &Value,
+    automation: &mut Automation,
+    existing: &StoredAutomation,
+) {
+    if value.get("enabled").is_none() {
+        automation.enabled = existing.automation.enabled;
+    }
+}
+
 /// The secret a save ends with: the one given, a new one, or none.
 pub(crate) fn secret_for_create(request: &SecretRequest) -> Option<String> {
     match request {
@@ -168,7 +196,7 @@ pub async fn create(
     let secret_value = secret_for_create(&secret);
     let stored = app
         .automations()
-        .automation_create(tenant.id, automation, secret_value.clone())
+        .automation_create(tenant.id, automation, secret_value.clone(), BY_TENANT)
         .await?;
     let mut view = automation_view(&stored, &base_url(app.config(), &headers));
     if secret == SecretRequest::Generate
@@ -231,13 +259,14 @@ pub async fn replace(
     problems.extend(secret_change_problem(&existing, &secret, ""));
     let context = validation_context(&app, tenant.id).await?;
     let automation = check(&value, &context, "", &mut problems);
-    let automation = match automation {
+    let mut automation = match automation {
         Some(automation) if problems.is_empty() => automation,
         _ => return Err(ApiError::InvalidAutomation(problems)),
     };
+    keep_enabled(&value, &mut automation, &existing);
     let stored = app
         .automations()
-        .automation_update(tenant.id, existing.id, automation)
+        .automation_update(tenant.id, existing.id, automation, BY_TENANT)
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
     Ok(Json(automation_view(
@@ -265,18 +294,27 @@ async fn set_enabled(
     id: &str,
     headers: &HeaderMap,
     enabled: bool,
+    in_flight: InFlight,
 ) -> Result<Json<Value>, ApiError> {
     let id: AutomationId = parse_id(id, "automation")?;
     let stored = app
         .automations()
-        .automation_set_enabled(tenant, id, enabled)
+        .automation_set_enabled(tenant, id, enabled, in_flight)
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
-    tracing::info!(automation = %stored.id, enabled, "automation switched");
+    tracing::info!(automation = %stored.id, enabled, in_flight = stored.in_flight.as_str(), "automation switched");
     Ok(Json(automation_view(
         &stored,
         &base_url(app.config(), headers),
     )))
+}
+
+/// The optional body of a pause.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct PauseBody {
+    #[serde(default)]
+    in_flight: InFlight,
 }
 
 pub async fn pause(
@@ -284,8 +322,161 @@ pub async fn pause(
     State(app): State<App>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    set_enabled(&app, tenant.id, &id, &headers, false).await
+    let body: PauseBody = optional_body(request, &app).await?.unwrap_or_default();
+    set_enabled(&app, tenant.id, &id, &headers, false, body.in_flight).await
+}
+
+/// An optional JSON body: none (empty) is `None`; a body must be JSON of type `T` (400
+/// naming what does not fit).
+pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
+    request: Request,
+    app: &App,
+) -> Result<Option<T>, ApiError> {
+    let json_declared = is_json(request.headers());
+    let bytes = read_body(request, app.config().body_limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    if !json_declared {
+        return Err(ApiError::UnsupportedMediaType);
+    }
+    let value = parse_json(&bytes)?;
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|err| ApiError::bad_request(format!("the body does not fit: {err}")))
+}
+
+/// A version number in a path: 1 or more.
+fn version_number(text: &str) -> Result<u32, ApiError> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| ApiError::bad_request(format!("{text:?} is not a version number (1, 2, …)")))
+}
+
+async fn version_of(
+    app: &App,
+    stored: &StoredAutomation,
+    number: u32,
+) -> Result<versions::Version, ApiError> {
+    app.automations()
+        .automation_version(stored.tenant, stored.id, number)
+        .await
+        .map_err(|err| ApiError::desk(err, "automation version"))
+}
+
+pub async fn versions_list(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+    QueryParams(page): QueryParams<PageParams>,
+) -> Result<Json<Page<Value>>, ApiError> {
+    let stored = get_stored(&app, tenant.id, &id).await?;
+    let size = page.size(app.config())?;
+    let before = match page.cursor.as_deref().filter(|cursor| !cursor.is_empty()) {
+        None => None,
+        Some(cursor) => Some(cursor.parse::<u32>().map_err(|_| ApiError::BadRequest {
+            code: "invalid_cursor",
+            message: "the cursor is not one this list gave out".into(),
+        })?),
+    };
+    let limit = u32::try_from(size).unwrap_or(u32::MAX);
+    let mut found = app
+        .automations()
+        .automation_versions(tenant.id, stored.id, before, limit.saturating_add(1))
+        .await
+        .map_err(|err| ApiError::desk(err, "automation"))?;
+    let more = found.len() > size;
+    found.truncate(size);
+    let next_cursor = more
+        .then(|| found.last().map(|last| last.version.to_string()))
+        .flatten();
+    Ok(Json(Page {
+        items: found
+            .iter()
+            .map(|version| version_view(&stored, version, false))
+            .collect(),
+        next_cursor,
+    }))
+}
+
+pub async fn version_get(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path((id, number)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let stored = get_stored(&app, tenant.id, &id).await?;
+    let version = version_of(&app, &stored, version_number(&number)?).await?;
+    Ok(Json(version_view(&stored, &version, true)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DiffQuery {
+    against: Option<String>,
+}
+
+pub async fn version_diff(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path((id, number)): Path<(String, String)>,
+    QueryParams(query): QueryParams<DiffQuery>,
+) -> Result<Json<Value>, ApiError> {
+    let stored = get_stored(&app, tenant.id, &id).await?;
+    let number = version_number(&number)?;
+    let against = match query.against.as_deref() {
+        Some(text) => version_number(text)?,
+        None if number > 1 => number - 1,
+        None => {
+            return Err(ApiError::bad_request(
+                "version 1 has no version before it: name one with ?against=",
+            ));
+        }
+    };
+    let after = version_of(&app, &stored, number).await?;
+    let before = version_of(&app, &stored, against).await?;
+    let changes = versions::diff(&before.definition, &after.definition);
+    Ok(Json(json!({
+        "automationId": stored.id.to_string(),
+        "version": number,
+        "against": against,
+        "changes": changes,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackBody {
+    version: u32,
+}
+
+pub async fn rollback(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<RollbackBody>,
+) -> Result<Json<Value>, ApiError> {
+    let stored = get_stored(&app, tenant.id, &id).await?;
+    let target = version_of(&app, &stored, version_number(&body.version.to_string())?).await?;
+    let mut automation = target.definition;
+    automation.enabled = stored.automation.enabled;
+    let context = validation_context(&app, tenant.id).await?;
+    let problems = validate(&automation, &context);
+    if !problems.is_empty() {
+        return Err(ApiError::InvalidAutomation(problems));
+    }
+    let saved = app
+        .automations()
+        .automation_update(tenant.id, stored.id, automation, BY_TENANT)
+        .await
+        .map_err(|err| ApiError::desk(err, "automation"))?;
+    tracing::info!(automation = %saved.id, to = body.version, current = saved.current_version, "automation rolled back");
+    Ok(Json(automation_view(
+        &saved,
+        &base_url(app.config(), &headers),
+    )))
 }
 
 pub async fn resume(
@@ -294,7 +485,7 @@ pub async fn resume(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    set_enabled(&app, tenant.id, &id, &headers, true).await
+    set_enabled(&app, tenant.id, &id, &headers, true, InFlight::Finish).await
 }
 
 pub async fn start_run(

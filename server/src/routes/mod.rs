@@ -198,7 +198,32 @@ fn table() -> Routes {
         .add(
             "/api/automations/{id}/pause",
             post(automations::pause),
-            [op(post_, "Pause an automation").answers(200, "Automation")],
+            [op(post_, "Pause an automation (runs in flight finish, or are held)")
+                .body("PauseBody")
+                .answers(200, "Automation")],
+        )
+        .add(
+            "/api/automations/{id}/versions",
+            get(automations::versions_list),
+            [op(get_, "An automation's versions, newest first").page("AutomationVersion")],
+        )
+        .add(
+            "/api/automations/{id}/versions/{version}",
+            get(automations::version_get),
+            [op(get_, "One version with its definition").answers(200, "AutomationVersion")],
+        )
+        .add(
+            "/api/automations/{id}/versions/{version}/diff",
+            get(automations::version_diff),
+            [op(get_, "What changed from ?against= (default: the version before)")
+                .answers(200, "VersionDiff")],
+        )
+        .add(
+            "/api/automations/{id}/rollback",
+            post(automations::rollback),
+            [op(post_, "A new version with an earlier version's definition")
+                .body("Rollback")
+                .answers(200, "Automation")],
         )
         .add(
             "/api/automations/{id}/resume",
@@ -252,7 +277,9 @@ fn table() -> Routes {
         .add(
             "/api/runs/{id}/retry",
             post(runs::retry),
-            [op(post_, "Retry a failed run from its checkpoint").answers(202, "RunAccepted")],
+            [op(post_, "Retry a failed run from its checkpoint, on its own version; {\"version\": \"current\"} starts its input anew on the current version")
+                .body("RetryBody")
+                .answers(202, "RunAccepted")],
         )
         .add(
             "/api/incidents",

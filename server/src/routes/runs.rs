@@ -13,15 +13,18 @@
 //! Answers: cancel → 200 `{"runId", "cancel": "cancelled"|"requested", "status"}`, 409
 //! `run_finished` when it had already ended; retry → 202 `{"runId", "status": "queued"}`,
 //! 409 `run_not_failed` unless it failed, 409 `conflict` when another live run holds its
-//! unique key.
+//! unique key. A retry continues on the run's own version (its checkpoint fits only that
+//! tree); `{"version": "current"}` starts the run's input anew on the current version as
+//! a new run (202 with the new `runId`, `retryOf` and `automationVersion`).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
+use fronta_automation::executor::{AUTOMATION_KIND, AUTOMATION_MAX_RETRIES, RunPayload};
 use fronta_automation::store::AutomationId;
 use fronta_desk::TenantId;
 use fronta_engine::store::{CancelReply, RetryReply};
-use fronta_engine::{Run, RunFilter, RunId, RunStatus, Trigger};
+use fronta_engine::{EnqueueRequest, Run, RunFilter, RunId, RunStatus, Trigger};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -30,6 +33,7 @@ use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::QueryParams;
 use crate::pagination::{Page, PageParams};
+use crate::routes::automations::optional_body;
 use crate::wire::{RunView, run_automation_id};
 
 #[derive(Debug, Deserialize)]
@@ -172,12 +176,35 @@ pub async fn cancel(
     ))
 }
 
+/// The optional body of a retry.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetryBody {
+    #[serde(default)]
+    version: RetryVersion,
+}
+
+/// Which version a retry runs: the run's own (from its checkpoint), or the automation's
+/// current one (its input anew, as a new run).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum RetryVersion {
+    #[default]
+    Own,
+    Current,
+}
+
 pub async fn retry(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     Path(id): Path<String>,
+    request: Request,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let run = tenant_run(&app, tenant.id, &id).await?;
+    let body: RetryBody = optional_body(request, &app).await?.unwrap_or_default();
+    if body.version == RetryVersion::Current {
+        return retry_on_current(&app, tenant.id, &run).await;
+    }
     let reply = app
         .runs()
         .run_retry(run.id)
@@ -192,9 +219,59 @@ pub async fn retry(
                 Json(json!({"runId": run.id.to_string(), "status": "queued"})),
             ))
         }
-        RetryReply::NotFailed(status) => Err(ApiError::Conflict {
-            code: "run_not_failed",
-            message: format!("only failed runs are retried; this one is {status}"),
-        }),
+        RetryReply::NotFailed(status) => Err(not_failed(status)),
     }
+}
+
+fn not_failed(status: RunStatus) -> ApiError {
+    ApiError::Conflict {
+        code: "run_not_failed",
+        message: format!("only failed runs are retried; this one is {status}"),
+    }
+}
+
+/// A failed automation run's input, started anew on the automation's current version: a
+/// new run (same trigger) that names the old one in `retryOf`. Never a checkpoint into
+/// another tree. A paused automation starts nothing (409 `automation_paused`).
+async fn retry_on_current(
+    app: &App,
+    tenant: TenantId,
+    run: &Run,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if run.status != RunStatus::Failed {
+        return Err(not_failed(run.status));
+    }
+    let mut payload: RunPayload = serde_json::from_value(run.payload.clone()).map_err(|_| {
+        ApiError::bad_request("only automation runs can be retried on the current version")
+    })?;
+    let stored = app
+        .automations()
+        .automation_get(tenant, payload.automation_id)
+        .await
+        .map_err(|err| ApiError::desk(err, "automation"))?;
+    if !stored.automation.enabled {
+        return Err(ApiError::AutomationPaused);
+    }
+    payload.automation_version = stored.current_version;
+    payload.retry_of = Some(run.id.to_string());
+    let request = EnqueueRequest::new(
+        AUTOMATION_KIND,
+        serde_json::to_value(&payload).unwrap_or(Value::Null),
+        AUTOMATION_MAX_RETRIES,
+    )
+    .tenant(tenant.to_string())
+    .trigger(run.trigger);
+    let enqueued = app.inner().dispatcher.enqueue(request).await?;
+    tracing::info!(run = %run.id, new_run = %enqueued.id(), version = stored.current_version,
+        "failed run's input started anew on the current version");
+    app.hub().run_changed(app, tenant, enqueued.id()).await;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "runId": enqueued.id().to_string(),
+            "status": "queued",
+            "retryOf": run.id.to_string(),
+            "automationVersion": stored.current_version,
+        })),
+    ))
 }
