@@ -21,8 +21,9 @@
 //! unassigns its open tickets with a log line, while closed tickets keep who handled
 //! them; a `null` custom field value removes the field.
 //!
-//! Left out: custom field values are not checked against the ticket type's field
-//! definitions (the port does not ask for it yet).
+//! Custom fields are typed: a write's fields must be declared by the ticket's type with a
+//! value of the declared type (a ticket without a type carries free fields); a change of
+//! type drops the carried fields the new type does not take and says so on the log line.
 
 use std::collections::BTreeMap;
 
@@ -320,37 +321,78 @@ pub fn check_upsert(upsert: &TicketUpsert) -> DeskResult<()> {
     Ok(())
 }
 
-/// The name of the ticket type whose statuses the result of a write must fit: the type
-/// the write sets, else the one the ticket has. The store reads it (`None` when the
-/// result has no status, so no type to check) and hands it to the plan.
+/// The name of the ticket type the result of a write must fit (its status and its custom
+/// fields): the type the write sets, else the one the ticket has. The store reads it
+/// (`None`: the result has no type) and hands it to the plan.
 pub fn type_to_check<'a>(
     current: Option<&'a Ticket>,
-    status: Option<&'a str>,
     set_type: Option<&'a str>,
 ) -> Option<&'a str> {
-    let status = status.or_else(|| current.and_then(|ticket| ticket.status.as_deref()));
-    status?;
     set_type.or_else(|| current.and_then(|ticket| ticket.ticket_type.as_deref()))
 }
 
-/// The ticket's status fits its type: a status needs a type, and must be one of the
-/// type's statuses. `ticket_type` is the type the store read by
-/// [`type_to_check`] (`None`: no such type).
-fn check_ticket(ticket: &Ticket, ticket_type: Option<&TicketType>) -> DeskResult<()> {
-    let Some(status) = &ticket.status else {
-        return Ok(());
-    };
-    let Some(type_name) = &ticket.ticket_type else {
-        return Err(invalid(format!(
-            "status {status:?} needs a ticket type: a ticket without a type has no statuses \
-             (set its type first)"
-        )));
-    };
-    match ticket_type {
-        Some(found) if &found.name == type_name => {
-            rules::check_status(&found.name, &found.statuses, status).map_err(invalid)
+/// Fits the result of a write to its type. A status needs a type and must be one of the
+/// type's statuses; every custom field the write gives (`given`, a `null` removes and is
+/// not checked) must be declared by the type with a value of its type. A ticket without a
+/// type carries free fields. When the write changes the type (`old_type` differs), the
+/// fields the ticket carried that do not fit the new type are dropped and named in the
+/// answer, `"amount" (not a field of …)`, for the log line. `ticket_type` is the type the
+/// store read by [`type_to_check`] (`None`: no such type).
+fn fit_ticket(
+    ticket: &mut Ticket,
+    old_type: Option<&str>,
+    given: &BTreeMap<String, serde_json::Value>,
+    ticket_type: Option<&TicketType>,
+) -> DeskResult<Vec<String>> {
+    let Some(type_name) = ticket.ticket_type.clone() else {
+        if let Some(status) = &ticket.status {
+            return Err(invalid(format!(
+                "status {status:?} needs a ticket type: a ticket without a type has no statuses \
+                 (set its type first)"
+            )));
         }
-        _ => Err(DeskError::NotFound(TICKET_TYPE)),
+        return Ok(Vec::new());
+    };
+    let given_values = given.iter().filter(|(_, value)| !value.is_null());
+    let found = match ticket_type {
+        Some(found) if found.name == type_name => found,
+        // A ticket whose type is gone can still be changed while the change asks nothing
+        // of the type.
+        _ if ticket.status.is_none() && given_values.clone().next().is_none() => {
+            return Ok(Vec::new());
+        }
+        _ => return Err(DeskError::NotFound(TICKET_TYPE)),
+    };
+    if let Some(status) = &ticket.status {
+        rules::check_status(&found.name, &found.statuses, status).map_err(invalid)?;
+    }
+    for (name, value) in given_values {
+        rules::check_field(found, name, value).map_err(invalid)?;
+    }
+    let mut dropped = Vec::new();
+    if old_type != Some(type_name.as_str()) {
+        ticket.fields.retain(|name, value| {
+            if given.contains_key(name) {
+                return true;
+            }
+            match rules::check_field(found, name, value) {
+                Ok(()) => true,
+                Err(why) => {
+                    dropped.push(format!("{name:?} ({why})"));
+                    false
+                }
+            }
+        });
+    }
+    Ok(dropped)
+}
+
+/// The sentence a log line gets for the fields a type change dropped.
+fn dropped_sentence(dropped: &[String]) -> String {
+    if dropped.is_empty() {
+        String::new()
+    } else {
+        format!("; the new type dropped fields {}", dropped.join(", "))
     }
 }
 
@@ -370,11 +412,7 @@ impl UpsertTarget {
             UpsertTarget::Existing(found) => Some(found.as_ref()),
             UpsertTarget::New { .. } => None,
         };
-        type_to_check(
-            current,
-            upsert.status.as_deref(),
-            upsert.ticket_type.as_deref(),
-        )
+        type_to_check(current, upsert.ticket_type.as_deref())
     }
 }
 
@@ -410,7 +448,12 @@ pub fn upsert(
     }
     new.tags = rules::merge_tags(&new.tags, &upsert.tags);
     merge_fields(&mut new.fields, &upsert.fields);
-    check_ticket(&new, ticket_type)?;
+    let dropped = fit_ticket(
+        &mut new,
+        old.ticket_type.as_deref(),
+        &upsert.fields,
+        ticket_type,
+    )?;
     let change = diff(&old, &new);
     let row = if change.is_empty() {
         RowWrite::Keep
@@ -426,7 +469,11 @@ pub fn upsert(
     } else {
         describe(&change)
     };
-    let message = format!("{event}: attached to {} by {by}; {outcome}", new.human_id());
+    let message = format!(
+        "{event}: attached to {} by {by}; {outcome}{}",
+        new.human_id(),
+        dropped_sentence(&dropped)
+    );
     let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
         row,
@@ -451,7 +498,7 @@ fn create(
 ) -> DeskResult<TicketPlan> {
     let mut fields = BTreeMap::new();
     merge_fields(&mut fields, &upsert.fields);
-    let ticket = Ticket {
+    let mut ticket = Ticket {
         id: TicketId::new(),
         tenant,
         number,
@@ -467,7 +514,7 @@ fn create(
         created_at: now,
         updated_at: now,
     };
-    check_ticket(&ticket, ticket_type)?;
+    fit_ticket(&mut ticket, None, &upsert.fields, ticket_type)?;
     let mut parts = vec![format!("title {}", ticket.title)];
     if let Some(external_id) = &ticket.external_id {
         parts.push(format!("external id {external_id}"));
@@ -567,7 +614,12 @@ pub fn change(
         new.group = group;
     }
     merge_fields(&mut new.fields, &change.fields);
-    check_ticket(&new, ticket_type)?;
+    let dropped = fit_ticket(
+        &mut new,
+        old.ticket_type.as_deref(),
+        &change.fields,
+        ticket_type,
+    )?;
     let change = diff(&old, &new);
     if change.is_empty() {
         return Ok(TicketPlan {
@@ -583,7 +635,12 @@ pub fn change(
     }
     new.updated_at = now;
     let (by, run_id) = who(origin);
-    let message = format!("{} changed by {by}: {}", new.human_id(), describe(&change));
+    let message = format!(
+        "{} changed by {by}: {}{}",
+        new.human_id(),
+        describe(&change),
+        dropped_sentence(&dropped)
+    );
     let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
         row: RowWrite::Update,
@@ -822,7 +879,7 @@ mod tests {
 
     use chrono::TimeZone;
 
-    use crate::model::GroupId;
+    use crate::model::{FieldType, GroupId};
     use crate::rules::tests::member;
 
     fn now() -> DateTime<Utc> {
@@ -872,6 +929,186 @@ mod tests {
         .expect("a valid create")
         .write
         .ticket
+    }
+
+    fn typed(tenant: TenantId, name: &str, fields: &[(&str, FieldType)]) -> TicketType {
+        TicketType {
+            id: TicketTypeId::new(),
+            tenant,
+            name: name.into(),
+            statuses: vec!["waiting-to-pack".into(), "shipped".into()],
+            fields: fields
+                .iter()
+                .map(|(name, field_type)| FieldDef {
+                    name: (*name).into(),
+                    field_type: *field_type,
+                })
+                .collect(),
+        }
+    }
+
+    fn fields(pairs: &[(&str, serde_json::Value)]) -> BTreeMap<String, serde_json::Value> {
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect()
+    }
+
+    fn invalid_message(result: DeskResult<TicketPlan>) -> String {
+        match result {
+            Err(DeskError::Invalid(message)) => message,
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_or_undeclared_is_refused_naming_it() {
+        use serde_json::json;
+        let tenant = TenantId::new();
+        let kind = typed(
+            tenant,
+            "order",
+            &[("amount", FieldType::Number), ("due", FieldType::Date)],
+        );
+        let ticket = created(tenant);
+        let wrong = TicketChange {
+            fields: fields(&[("amount", json!("lots"))]),
+            ..TicketChange::default()
+        };
+        let message = invalid_message(change(
+            ticket.clone(),
+            wrong,
+            None,
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        ));
+        assert!(
+            message.contains("\"amount\"")
+                && message.contains("expects a number")
+                && message.contains("found a string"),
+            "names the field, the expected and the found type: {message}"
+        );
+        let undeclared = TicketChange {
+            fields: fields(&[("colour", json!("red"))]),
+            ..TicketChange::default()
+        };
+        let message = invalid_message(change(
+            ticket.clone(),
+            undeclared,
+            None,
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        ));
+        assert!(
+            message.contains("\"colour\" is not a field") && message.contains("amount, due"),
+            "names the field and the declared ones: {message}"
+        );
+        let not_a_date = TicketChange {
+            fields: fields(&[("due", json!("next week"))]),
+            ..TicketChange::default()
+        };
+        let message = invalid_message(change(
+            ticket.clone(),
+            not_a_date,
+            None,
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        ));
+        assert!(message.contains("not a date"), "says why: {message}");
+        let fine = TicketChange {
+            fields: fields(&[("amount", json!(12.5)), ("due", json!("2026-12-24"))]),
+            ..TicketChange::default()
+        };
+        let plan = change(ticket, fine, None, Some(&kind), &Origin::Person, now())
+            .expect("values of the declared types are taken");
+        assert_eq!(plan.write.ticket.fields["amount"], json!(12.5), "stored");
+    }
+
+    #[test]
+    fn an_upsert_checks_its_fields_against_the_type_it_creates_with() {
+        use serde_json::json;
+        let tenant = TenantId::new();
+        let kind = typed(tenant, "order", &[("amount", FieldType::Number)]);
+        let mut bad = order_upsert();
+        bad.status = None;
+        bad.fields = fields(&[("amount", json!(true))]);
+        let message = invalid_message(upsert(
+            UpsertTarget::New { tenant, number: 1 },
+            bad,
+            Some(&kind),
+            &run(),
+            now(),
+        ));
+        assert!(message.contains("found a boolean"), "{message}");
+    }
+
+    #[test]
+    fn a_ticket_without_a_type_carries_free_fields() {
+        use serde_json::json;
+        let tenant = TenantId::new();
+        let free = TicketUpsert {
+            external_id: "mail-1".into(),
+            fields: fields(&[("anything", json!([1, 2]))]),
+            ..TicketUpsert::default()
+        };
+        let plan = upsert(
+            UpsertTarget::New { tenant, number: 1 },
+            free,
+            None,
+            &run(),
+            now(),
+        )
+        .expect("no type, no definitions to check against");
+        assert_eq!(plan.write.ticket.fields["anything"], json!([1, 2]));
+    }
+
+    #[test]
+    fn a_type_change_keeps_the_fields_that_fit_and_logs_the_dropped_ones() {
+        use serde_json::json;
+        let tenant = TenantId::new();
+        let order = typed(
+            tenant,
+            "order",
+            &[("amount", FieldType::Number), ("note", FieldType::String)],
+        );
+        let mut first = order_upsert();
+        first.status = None;
+        first.fields = fields(&[("amount", json!(3)), ("note", json!("fragile"))]);
+        let ticket = upsert(
+            UpsertTarget::New { tenant, number: 1 },
+            first,
+            Some(&order),
+            &run(),
+            now(),
+        )
+        .expect("fields fit")
+        .write
+        .ticket;
+        let complaint = typed(
+            tenant,
+            "complaint",
+            &[("note", FieldType::String), ("amount", FieldType::String)],
+        );
+        let set_type = TicketChange {
+            ticket_type: Some("complaint".into()),
+            ..TicketChange::default()
+        };
+        let plan = change(ticket, set_type, None, Some(&complaint), &run(), now())
+            .expect("a type change drops what does not fit, it does not refuse");
+        assert_eq!(
+            plan.write.ticket.fields,
+            fields(&[("note", json!("fragile"))]),
+            "the fitting field kept, the number dropped"
+        );
+        let log = plan.log.expect("a change logs").message;
+        assert!(
+            log.contains("the new type dropped fields \"amount\"")
+                && log.contains("expects a string"),
+            "the log says what was dropped and why: {log}"
+        );
     }
 
     #[test]
@@ -967,24 +1204,20 @@ mod tests {
     }
 
     #[test]
-    fn the_type_to_check_is_the_one_the_result_carries_and_only_with_a_status() {
+    fn the_type_to_check_is_the_one_the_result_carries() {
         let tenant = TenantId::new();
         let ticket = created(tenant);
         assert_eq!(
-            type_to_check(Some(&ticket), None, None),
+            type_to_check(Some(&ticket), None),
             Some("order"),
-            "the ticket's own type, for its status"
+            "the ticket's own type"
         );
         assert_eq!(
-            type_to_check(Some(&ticket), None, Some("return")),
+            type_to_check(Some(&ticket), Some("return")),
             Some("return"),
             "the type the write sets"
         );
-        assert_eq!(
-            type_to_check(None, None, Some("order")),
-            None,
-            "no status, no check"
-        );
+        assert_eq!(type_to_check(None, None), None, "no type, no check");
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The desk's pure rules, shared by every store: who is least busy, whether a status
-//! belongs to a type, how tags merge, what a name may be.
+//! belongs to a type, whether a custom field fits it, how tags merge, what a name may be.
 
-use crate::model::Member;
+use crate::model::{FieldType, Member, TicketType};
 
 /// The longest name of a tenant, group, member, type or status, in characters.
 pub const MAX_NAME_CHARS: usize = 200;
@@ -101,6 +101,83 @@ pub fn check_status(type_name: &str, statuses: &[String], status: &str) -> Resul
             statuses.join(", ")
         ))
     }
+}
+
+/// The JSON kind of a value, as a field's error names it: `string`, `number`, …
+pub fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "array",
+        serde_json::Value::Object(_) => "object",
+    }
+}
+
+/// Whether `value` is a value of a field of `field_type`: a JSON string, number or
+/// boolean; a date is a string holding a calendar date (`2026-12-03`) or an RFC 3339
+/// instant (`2026-12-03T10:00:00Z`).
+pub fn fits_field_type(field_type: FieldType, value: &serde_json::Value) -> bool {
+    match (field_type, value) {
+        (FieldType::String, serde_json::Value::String(_))
+        | (FieldType::Number, serde_json::Value::Number(_))
+        | (FieldType::Boolean, serde_json::Value::Bool(_)) => true,
+        (FieldType::Date, serde_json::Value::String(text)) => {
+            chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d").is_ok()
+                || chrono::DateTime::parse_from_rfc3339(text).is_ok()
+        }
+        _ => false,
+    }
+}
+
+fn field_type_name(field_type: FieldType) -> &'static str {
+    match field_type {
+        FieldType::String => "string",
+        FieldType::Number => "number",
+        FieldType::Boolean => "boolean",
+        FieldType::Date => "date",
+    }
+}
+
+/// `Ok` when the custom field `name` with `value` fits the ticket type: the type declares
+/// the field, and the value is of its type. Else the message names the field, the type,
+/// the expected and the found kind (or the fields the type has).
+pub fn check_field(
+    ticket_type: &TicketType,
+    name: &str,
+    value: &serde_json::Value,
+) -> Result<(), String> {
+    let Some(def) = ticket_type.fields.iter().find(|def| def.name == name) else {
+        let declared: Vec<&str> = ticket_type
+            .fields
+            .iter()
+            .map(|def| def.name.as_str())
+            .collect();
+        let declared = if declared.is_empty() {
+            "it declares no fields".to_owned()
+        } else {
+            format!("its fields: {}", declared.join(", "))
+        };
+        return Err(format!(
+            "field {name:?} is not a field of ticket type {:?} ({declared})",
+            ticket_type.name
+        ));
+    };
+    if fits_field_type(def.field_type, value) {
+        return Ok(());
+    }
+    let expected = field_type_name(def.field_type);
+    let found = json_kind(value);
+    let hint = if def.field_type == FieldType::Date && found == "string" {
+        " that is not a date (YYYY-MM-DD or RFC 3339)"
+    } else {
+        ""
+    };
+    Err(format!(
+        "field {name:?} of ticket type {:?} expects a {expected}, found a {found}{hint}: {value}",
+        ticket_type.name
+    ))
 }
 
 #[cfg(test)]

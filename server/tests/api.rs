@@ -849,6 +849,58 @@ async fn tickets_are_listed_with_filters_read_with_their_log_and_changed_by_a_pe
         StatusCode::BAD_REQUEST,
         "unknown fields are errors"
     );
+    for (fields, says) in [
+        (
+            json!({"amount": "lots"}),
+            "expects a number, found a string",
+        ),
+        (
+            json!({"colour": "red"}),
+            "\"colour\" is not a field of ticket type \"order\"",
+        ),
+    ] {
+        let refused = harness
+            .call(
+                Method::PATCH,
+                &format!("/api/tickets/{first}"),
+                Some(&token),
+                Some(json!({"fields": fields})),
+            )
+            .await;
+        assert_eq!(
+            refused.status,
+            StatusCode::BAD_REQUEST,
+            "custom fields are typed: {}",
+            refused.json
+        );
+        let message = refused.json["error"]["message"]
+            .as_str()
+            .unwrap_or_default();
+        assert!(
+            message.contains(says),
+            "the error says {says:?}: {}",
+            refused.json
+        );
+    }
+    let typed = harness
+        .call(
+            Method::PATCH,
+            &format!("/api/tickets/{first}"),
+            Some(&token),
+            Some(json!({"fields": {"amount": 1250}})),
+        )
+        .await;
+    assert_eq!(
+        typed.status,
+        StatusCode::OK,
+        "a number fits: {}",
+        typed.json
+    );
+    assert_eq!(
+        typed.json["fields"]["amount"], 1250,
+        "stored: {}",
+        typed.json
+    );
 }
 
 #[tokio::test]

@@ -439,7 +439,8 @@ async fn a_mail_poll_turns_each_new_message_into_a_ticket_once() {
         .post(
             "/api/ticket-types",
             &token,
-            json!({"name": "mail", "statuses": ["new", "done"]}),
+            json!({"name": "mail", "statuses": ["new", "done"],
+                   "fields": [{"name": "from", "type": "string"}]}),
         )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);

@@ -277,6 +277,7 @@ macro_rules! desk_conformance_suite {
             status_outside_the_type_is_refused_naming_the_allowed_ones,
             status_on_a_ticket_without_a_type_is_refused,
             changing_the_type_rechecks_the_current_status,
+            custom_fields_must_fit_the_ticket_type,
             refused_ticket_write_leaves_no_trace,
             ticket_change_reports_each_changed_field_from_and_to,
             change_that_changes_nothing_logs_nothing,
@@ -404,6 +405,7 @@ macro_rules! runtime_scenarios {
             scheduler_keeps_one_run_ahead_and_runs_missed_ticks_once,
             an_edit_during_a_pause_finishes_the_version_the_run_started_with,
             a_pause_lets_runs_finish_or_holds_them_and_never_fails_one,
+            a_mistyped_field_fails_the_step_at_once_naming_it,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

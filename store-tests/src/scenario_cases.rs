@@ -1226,3 +1226,37 @@ pub async fn a_pause_lets_runs_finish_or_holds_them_and_never_fails_one(
         .expect("incidents");
     assert!(incidents.is_empty(), "no incident: {incidents:?}");
 }
+
+/// A `ticket/upsert` whose custom field does not fit the ticket type fails its step at
+/// once (a final error: retrying cannot make "lots" a number), naming the field, the
+/// expected and the found type.
+pub async fn a_mistyped_field_fails_the_step_at_once_naming_it(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Typed orders",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "id", "type": "string", "required": true},
+                {"name": "amount", "path": "amount", "type": "string", "required": true}
+            ]},
+            "steps": [
+                log_step("first", "before the ticket"),
+                {"name": "ticket", "op": "ticket/upsert",
+                 "input": {"externalId": "order-{{orderId}}", "type": "order",
+                           "fields": {"amount": "{{amount}}"}}}
+            ]
+        }))
+        .await;
+    let id = firm
+        .webhook(&stored, json!({"id": "7", "amount": "lots"}))
+        .await;
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
+    assert_eq!(run.attempts, 0, "a final error spends no retry");
+    let error = run.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("\"amount\"") && error.contains("expects a number, found a string"),
+        "the error names the field and both types: {error}"
+    );
+}

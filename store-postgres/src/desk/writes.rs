@@ -237,11 +237,7 @@ pub(crate) async fn ticket_change(
         Some(Some(member)) => Some(member_get(db, tenant, member, Lock::Share).await?),
         _ => None,
     };
-    let checked = plan::type_to_check(
-        Some(&old),
-        change.status.as_deref(),
-        change.ticket_type.as_deref(),
-    );
+    let checked = plan::type_to_check(Some(&old), change.ticket_type.as_deref());
     let ticket_type = type_for_check(db, tenant, checked).await?;
     let now = db.now().await?;
     let plan = plan::change(

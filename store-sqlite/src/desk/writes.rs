@@ -193,11 +193,7 @@ pub(crate) fn ticket_change(
         Some(Some(member)) => Some(member_get(conn, tenant, member)?),
         _ => None,
     };
-    let checked = plan::type_to_check(
-        Some(&old),
-        change.status.as_deref(),
-        change.ticket_type.as_deref(),
-    );
+    let checked = plan::type_to_check(Some(&old), change.ticket_type.as_deref());
     let ticket_type = type_for_check(conn, tenant, checked)?;
     let plan = plan::change(
         old,
