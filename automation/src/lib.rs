@@ -69,6 +69,7 @@ pub mod schedule;
 pub mod scheduler;
 pub mod secrets;
 pub mod service_limits;
+pub mod setup;
 pub mod steps;
 pub mod store;
 pub mod template;

@@ -136,6 +136,14 @@ pub trait AutomationStore: Send + Sync + 'static {
         signing_secret: Option<String>,
         by: &str,
     ) -> StoreResult<StoredAutomation>;
+    /// Carries out a setup's plan in one transaction ([`crate::setup`]): every write,
+    /// or — on the first refusal, named by its item — none.
+    async fn setup_apply(
+        &self,
+        tenant: TenantId,
+        plan: crate::setup::SetupPlan,
+        by: &str,
+    ) -> Result<crate::setup::SetupApplied, crate::setup::SetupFailure>;
     async fn automation_get(
         &self,
         tenant: TenantId,

@@ -1481,6 +1481,70 @@ async fn apply_checks_everything_before_writing_anything() {
     );
 }
 
+/// Everything of a tenant an apply can touch, as the API shows it.
+async fn tenant_state(harness: &Harness, token: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    for path in ["/api/ticket-types", "/api/groups", "/api/automations"] {
+        all.push(harness.get(path, token).await.json);
+    }
+    for group in items(&harness.get("/api/groups", token).await) {
+        let id = group["id"].as_str().unwrap_or_default().to_owned();
+        all.push(
+            harness
+                .get(&format!("/api/groups/{id}/members"), token)
+                .await
+                .json,
+        );
+    }
+    for automation in items(&harness.get("/api/automations", token).await) {
+        let id = automation["id"].as_str().unwrap_or_default().to_owned();
+        all.push(
+            harness
+                .get(&format!("/api/automations/{id}/versions"), token)
+                .await
+                .json,
+        );
+    }
+    all
+}
+
+#[tokio::test]
+async fn a_refused_apply_leaves_the_tenant_exactly_as_it_was() {
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    harness.post("/api/apply", &token, setup()).await;
+    let before = tenant_state(&harness, &token).await;
+    // Everything before the last member is sound and would be written first: a new type,
+    // a changed automation, a new group; the member's blank name is refused by the store.
+    let mut mixed = setup();
+    mixed["ticketTypes"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({"name": "return", "statuses": ["new"]}));
+    mixed["groups"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({"name": "returns", "members": [{"name": "Petr"}, {"name": "  "}]}));
+    mixed["automations"][0]["steps"][0]["input"]["title"] = json!("Changed {{orderId}}");
+    let reply = harness.post("/api/apply", &token, mixed).await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "refused: {}",
+        reply.json
+    );
+    assert_eq!(
+        reply.json["error"]["problems"][0]["path"], "groups[1].members[1]",
+        "the problem names the member: {}",
+        reply.json
+    );
+    assert_eq!(
+        tenant_state(&harness, &token).await,
+        before,
+        "no type, group, member or automation version of the refused setup is kept"
+    );
+}
+
 #[tokio::test]
 async fn apply_updates_an_existing_ticket_type_unless_open_tickets_hold_a_removed_status() {
     let harness = Harness::new();

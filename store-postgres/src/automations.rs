@@ -23,6 +23,10 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
+use fronta_automation::setup::{
+    self, Action, AppliedGroup, AutomationWrite, GroupWrite, MemberWrite, SetupApplied,
+    SetupFailure, SetupPlan, TypeWrite,
+};
 use fronta_automation::store::{
     AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
     GuardAdmission, InFlight, Listener, Save, StoreResult, StoredAutomation, mint_webhook_token,
@@ -36,7 +40,10 @@ use sqlx::types::Json;
 use uuid::Uuid;
 
 use crate::PgStore;
-use crate::desk::{Db, DeskSql, sql_err, tenant_exists, unique_as};
+use crate::desk::{
+    Db, DeskSql, group_insert, member_insert, member_rewrite, sql_err, tenant_exists, type_insert,
+    type_rewrite, unique_as,
+};
 use crate::schema::GUARD_LOCK_CLASS;
 
 macro_rules! columns {
@@ -306,6 +313,181 @@ async fn guard_admit(
     Ok(true)
 }
 
+/// Creates the automation `save` checked, version 1, in the caller's transaction.
+async fn insert(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    save: Save,
+    signing_secret: Option<String>,
+    by: &str,
+) -> DeskSql<StoredAutomation> {
+    tenant_exists(db, tenant).await?;
+    let holder = name_holder(db, tenant, save.name()).await?;
+    let row = save.create(holder, mint_webhook_token)?;
+    let now = db.now().await?;
+    let id = AutomationId::new();
+    // The name check answers the usual case; a concurrent create of the same name is
+    // caught by the unique index.
+    let inserted = sqlx::query(concat!(
+        "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
+         event, webhook_token, signing_secret, created_at, updated_at, current_version, \
+         in_flight) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) \
+         ON CONFLICT (tenant, name) DO NOTHING RETURNING ",
+        columns!()
+    ))
+    .bind(id.0)
+    .bind(tenant.0)
+    .bind(row.name())
+    .bind(Json(&row.automation))
+    .bind(row.enabled())
+    .bind(row.trigger_kind())
+    .bind(row.event())
+    .bind(row.webhook_token.as_deref())
+    .bind(signing_secret)
+    .bind(now)
+    .bind(column(row.version.current()))
+    .bind(row.in_flight.as_str())
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    let Some(inserted) = inserted else {
+        return Err(name_taken(row.name()));
+    };
+    let stored = automation_of(&inserted)?;
+    write_version(db, tenant, id, &row, by).await?;
+    Ok(stored)
+}
+
+/// Saves `save` over the automation `id`, a new version when the definition changed, in
+/// the caller's transaction.
+async fn update(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: AutomationId,
+    save: Save,
+    by: &str,
+) -> DeskSql<StoredAutomation> {
+    let current = current(db, tenant, id).await?;
+    let holder = name_holder(db, tenant, save.name()).await?;
+    let row = save.update(id, current, holder, mint_webhook_token)?;
+    write_version(db, tenant, id, &row, by).await?;
+    let stored = write_row(db, tenant, id, &row).await?;
+    Ok(stored)
+}
+
+/// A whole setup in the caller's transaction ([`fronta_automation::setup`]): an `Err`
+/// anywhere, and the caller rolls back every write before it.
+async fn setup_apply(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    plan: SetupPlan,
+    by: &str,
+) -> Result<SetupApplied, SetupFailure> {
+    let mut applied = SetupApplied {
+        ticket_types: Vec::with_capacity(plan.ticket_types.len()),
+        groups: Vec::with_capacity(plan.groups.len()),
+        automations: Vec::with_capacity(plan.automations.len()),
+    };
+    for (index, write) in plan.ticket_types.into_iter().enumerate() {
+        let at = || SetupFailure::at(setup::path_of_type(index));
+        applied.ticket_types.push(match write {
+            TypeWrite::Keep(found) => (found, Action::Unchanged),
+            TypeWrite::Update {
+                id,
+                statuses,
+                fields,
+            } => (
+                type_rewrite(db, tenant, id, None, Some(&statuses), Some(&fields))
+                    .await
+                    .map_err(at())?,
+                Action::Updated,
+            ),
+            TypeWrite::Create(wanted) => {
+                let new = fronta_desk::plan::type_new(
+                    tenant,
+                    &wanted.name,
+                    &wanted.statuses,
+                    &wanted.fields,
+                )
+                .map_err(at())?;
+                (
+                    type_insert(db, tenant, new).await.map_err(at())?,
+                    Action::Created,
+                )
+            }
+        });
+    }
+    for (index, group_plan) in plan.groups.into_iter().enumerate() {
+        let (group, action) = match group_plan.group {
+            GroupWrite::Keep(group) => (group, Action::Unchanged),
+            GroupWrite::Create(name) => (
+                group_insert(db, tenant, &name)
+                    .await
+                    .map_err(SetupFailure::at(setup::path_of_group(index)))?,
+                Action::Created,
+            ),
+        };
+        let mut members = Vec::with_capacity(group_plan.members.len());
+        for (member_index, write) in group_plan.members.into_iter().enumerate() {
+            let at = || SetupFailure::at(setup::path_of_member(index, member_index));
+            members.push(match write {
+                MemberWrite::Keep(member) => (member.id, member.name, Action::Unchanged),
+                MemberWrite::Update {
+                    id,
+                    email,
+                    capacity,
+                } => {
+                    let member =
+                        member_rewrite(db, tenant, id, None, email.as_deref().map(Some), capacity)
+                            .await
+                            .map_err(at())?;
+                    (member.id, member.name, Action::Updated)
+                }
+                MemberWrite::Add {
+                    name,
+                    email,
+                    capacity,
+                } => {
+                    let member =
+                        member_insert(db, tenant, group.id, &name, email.as_deref(), capacity)
+                            .await
+                            .map_err(at())?;
+                    (member.id, member.name, Action::Created)
+                }
+            });
+        }
+        applied.groups.push(AppliedGroup {
+            group,
+            action,
+            members,
+        });
+    }
+    for (index, write) in plan.automations.into_iter().enumerate() {
+        let at = || SetupFailure::at(setup::path_of_automation(index));
+        applied.automations.push(match write {
+            AutomationWrite::Keep(stored) => (*stored, Action::Unchanged),
+            AutomationWrite::Update { id, automation } => {
+                let save = Save::check(automation).map_err(at())?;
+                (
+                    update(db, tenant, id, save, by).await.map_err(at())?,
+                    Action::Updated,
+                )
+            }
+            AutomationWrite::Create(wanted) => {
+                let save = Save::check(wanted.automation).map_err(at())?;
+                (
+                    insert(db, tenant, save, wanted.signing_secret, by)
+                        .await
+                        .map_err(at())?,
+                    Action::Created,
+                )
+            }
+        });
+    }
+    Ok(applied)
+}
+
 #[async_trait]
 impl AutomationStore for PgStore {
     async fn automation_create(
@@ -318,43 +500,22 @@ impl AutomationStore for PgStore {
         let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        tenant_exists(&mut db, tenant).await?;
-        let holder = name_holder(&mut db, tenant, save.name()).await?;
-        let row = save.create(holder, mint_webhook_token)?;
-        let now = db.now().await?;
-        let id = AutomationId::new();
-        // The name check answers the usual case; a concurrent create of the same name is
-        // caught by the unique index.
-        let inserted = sqlx::query(concat!(
-            "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
-             event, webhook_token, signing_secret, created_at, updated_at, current_version, \
-             in_flight) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) \
-             ON CONFLICT (tenant, name) DO NOTHING RETURNING ",
-            columns!()
-        ))
-        .bind(id.0)
-        .bind(tenant.0)
-        .bind(row.name())
-        .bind(Json(&row.automation))
-        .bind(row.enabled())
-        .bind(row.trigger_kind())
-        .bind(row.event())
-        .bind(row.webhook_token.as_deref())
-        .bind(signing_secret)
-        .bind(now)
-        .bind(column(row.version.current()))
-        .bind(row.in_flight.as_str())
-        .fetch_optional(db.c())
-        .await
-        .map_err(sql_err)?;
-        let Some(inserted) = inserted else {
-            return Err(name_taken(row.name()));
-        };
-        let stored = automation_of(&inserted)?;
-        write_version(&mut db, tenant, id, &row, by).await?;
+        let done = insert(&mut db, tenant, save, signing_secret, by).await?;
         self.desk_commit(tx).await?;
-        Ok(stored)
+        Ok(done)
+    }
+
+    async fn setup_apply(
+        &self,
+        tenant: TenantId,
+        plan: SetupPlan,
+        by: &str,
+    ) -> Result<SetupApplied, SetupFailure> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let applied = setup_apply(&mut db, tenant, plan, by).await?;
+        self.desk_commit(tx).await?;
+        Ok(applied)
     }
 
     async fn automation_get(
@@ -400,13 +561,9 @@ impl AutomationStore for PgStore {
         let save = Save::check(automation)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let current = current(&mut db, tenant, id).await?;
-        let holder = name_holder(&mut db, tenant, save.name()).await?;
-        let row = save.update(id, current, holder, mint_webhook_token)?;
-        write_version(&mut db, tenant, id, &row, by).await?;
-        let stored = write_row(&mut db, tenant, id, &row).await?;
+        let done = update(&mut db, tenant, id, save, by).await?;
         self.desk_commit(tx).await?;
-        Ok(stored)
+        Ok(done)
     }
 
     async fn automation_set_enabled(

@@ -241,9 +241,11 @@ impl PgStore {
     }
 }
 
+mod admin;
 mod rows;
 mod writes;
 
+pub(crate) use admin::*;
 pub(crate) use rows::*;
 pub(crate) use writes::*;
 
@@ -348,32 +350,12 @@ impl DeskStore for PgStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        let group = plan::group_new(tenant, name)?;
+        plan::group_new(tenant, name)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        tenant_exists(&mut db, tenant).await?;
-        if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
-            return Err(plan::group_name_taken(name));
-        }
-        let now = db.now().await?;
-        // The name check above answers the usual case; a concurrent create of the same
-        // name is caught by the unique index.
-        let inserted = sqlx::query(
-            "INSERT INTO desk_groups (id, tenant, name, created_at) VALUES ($1, $2, $3, $4) \
-             ON CONFLICT (tenant, name) DO NOTHING",
-        )
-        .bind(group.id.0)
-        .bind(tenant.0)
-        .bind(&group.name)
-        .bind(now)
-        .execute(db.c())
-        .await
-        .map_err(sql_err)?;
-        if inserted.rows_affected() == 0 {
-            return Err(plan::group_name_taken(name));
-        }
+        let done = group_insert(&mut db, tenant, name).await?;
         self.desk_commit(tx).await?;
-        Ok(group)
+        Ok(done)
     }
 
     async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>> {
@@ -467,31 +449,9 @@ impl DeskStore for PgStore {
     ) -> DeskResult<Member> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        group_get(&mut db, tenant, group, Lock::Share).await?;
-        let member = plan::member_add(group, name, email, capacity)?;
-        let now = db.now().await?;
-        // The member and its open count (0), which least busy locks before it reads.
-        sqlx::query(
-            "WITH member AS (
-                INSERT INTO desk_members (id, tenant, group_id, name, email, capacity, created_at)
-                VALUES ($1, $2, $3, $4, $5, $6, $7)
-                RETURNING id
-            )
-            INSERT INTO desk_member_open (member, open) SELECT id, 0 FROM member
-            ON CONFLICT (member) DO NOTHING",
-        )
-        .bind(member.id.0)
-        .bind(tenant.0)
-        .bind(group.0)
-        .bind(&member.name)
-        .bind(&member.email)
-        .bind(i64::from(member.capacity))
-        .bind(now)
-        .execute(db.c())
-        .await
-        .map_err(sql_err)?;
+        let done = member_insert(&mut db, tenant, group, name, email, capacity).await?;
         self.desk_commit(tx).await?;
-        Ok(member)
+        Ok(done)
     }
 
     async fn member_list(&self, tenant: TenantId, group: GroupId) -> DeskResult<Vec<Member>> {
@@ -511,32 +471,9 @@ impl DeskStore for PgStore {
     ) -> DeskResult<Member> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let updated = plan::member_update(
-            member_get(&mut db, tenant, member, Lock::Update).await?,
-            name,
-            email,
-            capacity,
-        )?;
-        sqlx::query("UPDATE desk_members SET name = $1, email = $2, capacity = $3 WHERE id = $4")
-            .bind(&updated.name)
-            .bind(&updated.email)
-            .bind(i64::from(updated.capacity))
-            .bind(member.0)
-            .execute(db.c())
-            .await
-            .map_err(sql_err)?;
-        // Tickets show their assignee's name: a rename is carried to them.
-        sqlx::query(
-            "UPDATE desk_tickets SET assignee_name = $1 WHERE tenant = $2 AND assignee = $3",
-        )
-        .bind(&updated.name)
-        .bind(tenant.0)
-        .bind(member.0)
-        .execute(db.c())
-        .await
-        .map_err(sql_err)?;
+        let done = member_rewrite(&mut db, tenant, member, name, email, capacity).await?;
         self.desk_commit(tx).await?;
-        Ok(updated)
+        Ok(done)
     }
 
     async fn member_delete(&self, tenant: TenantId, member: MemberId) -> DeskResult<()> {
@@ -562,29 +499,9 @@ impl DeskStore for PgStore {
         let ticket_type = plan::type_new(tenant, name, statuses, fields)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        tenant_exists(&mut db, tenant).await?;
-        if taken(type_by_name(&mut db, tenant, &ticket_type.name, Lock::None).await)? {
-            return Err(plan::type_name_taken(&ticket_type.name));
-        }
-        let now = db.now().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO desk_ticket_types (id, tenant, name, statuses, fields, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (tenant, name) DO NOTHING",
-        )
-        .bind(ticket_type.id.0)
-        .bind(tenant.0)
-        .bind(&ticket_type.name)
-        .bind(Json(&ticket_type.statuses))
-        .bind(Json(&ticket_type.fields))
-        .bind(now)
-        .execute(db.c())
-        .await
-        .map_err(sql_err)?;
-        if inserted.rows_affected() == 0 {
-            return Err(plan::type_name_taken(&ticket_type.name));
-        }
+        let done = type_insert(&mut db, tenant, ticket_type).await?;
         self.desk_commit(tx).await?;
-        Ok(ticket_type)
+        Ok(done)
     }
 
     async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>> {
@@ -622,68 +539,9 @@ impl DeskStore for PgStore {
     ) -> DeskResult<TicketType> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        // FOR UPDATE: ticket writes check statuses under FOR SHARE of this row, so none
-        // can set a status this update removes between the count below and the commit.
-        let old = type_get(&mut db, tenant, id, Lock::Update).await?;
-        let (new, renamed, removed) = match plan::type_update(&old, name, statuses, fields)? {
-            TypeUpdate::Unchanged(same) => return Ok(same),
-            TypeUpdate::Write {
-                new,
-                renamed,
-                removed,
-            } => (new, renamed, removed),
-        };
-        if renamed && taken(type_by_name(&mut db, tenant, &new.name, Lock::None).await)? {
-            return Err(plan::type_name_taken(&new.name));
-        }
-        for removed in &removed {
-            let held: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM desk_tickets \
-                 WHERE tenant = $1 AND type_name = $2 AND status = $3 AND NOT closed",
-            )
-            .bind(tenant.0)
-            .bind(&old.name)
-            .bind(removed)
-            .fetch_one(db.c())
-            .await
-            .map_err(sql_err)?;
-            if held > 0 {
-                return Err(plan::status_still_held(&old.name, removed, held));
-            }
-        }
-        let updated = sqlx::query(
-            "UPDATE desk_ticket_types SET name = $3, statuses = $4, fields = $5 \
-             WHERE tenant = $1 AND id = $2",
-        )
-        .bind(tenant.0)
-        .bind(id.0)
-        .bind(&new.name)
-        .bind(Json(&new.statuses))
-        .bind(Json(&new.fields))
-        .execute(db.c())
-        .await;
-        match updated {
-            // A concurrent create took the name after the look above.
-            Err(sqlx::Error::Database(err)) if err.is_unique_violation() => {
-                return Err(plan::type_name_taken(&new.name));
-            }
-            other => {
-                other.map_err(sql_err)?;
-            }
-        }
-        if renamed {
-            sqlx::query(
-                "UPDATE desk_tickets SET type_name = $3 WHERE tenant = $1 AND type_name = $2",
-            )
-            .bind(tenant.0)
-            .bind(&old.name)
-            .bind(&new.name)
-            .execute(db.c())
-            .await
-            .map_err(sql_err)?;
-        }
+        let done = type_rewrite(&mut db, tenant, id, name, statuses, fields).await?;
         self.desk_commit(tx).await?;
-        Ok(new)
+        Ok(done)
     }
 
     async fn ticket_upsert(

@@ -24,6 +24,10 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
+use fronta_automation::setup::{
+    self, Action, AppliedGroup, AutomationWrite, GroupWrite, MemberWrite, SetupApplied,
+    SetupFailure, SetupPlan, TypeWrite,
+};
 use fronta_automation::store::{
     AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
     GuardAdmission, InFlight, Listener, Save, StoreResult, StoredAutomation, mint_webhook_token,
@@ -35,7 +39,10 @@ use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::SqliteStore;
-use crate::desk::{DeskSql, instant, key, many, one, sql_err, tenant_exists, to_json, uuid_at};
+use crate::desk::{
+    DeskSql, group_insert, instant, key, many, member_insert, member_rewrite, one, sql_err,
+    tenant_exists, to_json, type_insert, type_rewrite, uuid_at,
+};
 
 const COLUMNS: &str = "id, tenant, definition, enabled, webhook_token, signing_secret, \
      created_at, updated_at, current_version, in_flight";
@@ -261,6 +268,187 @@ fn guard_admit(
     Ok(true)
 }
 
+/// Creates the automation `save` checked, version 1, in the caller's job.
+fn insert(
+    conn: &Connection,
+    tenant: TenantId,
+    save: Save,
+    signing_secret: Option<String>,
+    by: &str,
+    now: i64,
+) -> DeskSql<StoredAutomation> {
+    tenant_exists(conn, tenant)?;
+    let holder = name_holder(conn, tenant, save.name())?;
+    let row = save.create(holder, mint_webhook_token)?;
+    let definition = to_json(&row.automation)?;
+    let id = AutomationId::new();
+    write_version(conn, tenant, id, &row, by, now)?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
+         event, webhook_token, signing_secret, created_at, updated_at, \
+         current_version, in_flight) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) \
+         RETURNING {COLUMNS}"
+    ))
+    .and_then(|mut stmt| {
+        stmt.query_row(
+            params![
+                key(&id.0),
+                key(&tenant.0),
+                row.name(),
+                definition,
+                row.enabled(),
+                row.trigger_kind(),
+                row.event(),
+                row.webhook_token,
+                signing_secret,
+                now,
+                row.version.current(),
+                row.in_flight.as_str(),
+            ],
+            automation_of,
+        )
+    })
+    .map_err(sql_err)
+}
+
+/// Saves `save` over the automation `id`, a new version when the definition changed, in
+/// the caller's job.
+fn update(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+    save: Save,
+    by: &str,
+    now: i64,
+) -> DeskSql<StoredAutomation> {
+    let current = current(conn, tenant, id)?;
+    let holder = name_holder(conn, tenant, save.name())?;
+    let row = save.update(id, current, holder, mint_webhook_token)?;
+    write_version(conn, tenant, id, &row, by, now)?;
+    write_row(conn, tenant, id, &row, now)
+}
+
+/// A whole setup in one job ([`fronta_automation::setup`]): an `Err` anywhere rolls back
+/// every write before it.
+fn setup_apply(
+    conn: &Connection,
+    tenant: TenantId,
+    plan: SetupPlan,
+    by: &str,
+    now: i64,
+) -> Result<SetupApplied, SetupFailure> {
+    let mut applied = SetupApplied {
+        ticket_types: Vec::with_capacity(plan.ticket_types.len()),
+        groups: Vec::with_capacity(plan.groups.len()),
+        automations: Vec::with_capacity(plan.automations.len()),
+    };
+    for (index, write) in plan.ticket_types.into_iter().enumerate() {
+        let at = || SetupFailure::at(setup::path_of_type(index));
+        applied.ticket_types.push(match write {
+            TypeWrite::Keep(found) => (found, Action::Unchanged),
+            TypeWrite::Update {
+                id,
+                statuses,
+                fields,
+            } => (
+                type_rewrite(conn, tenant, id, None, Some(&statuses), Some(&fields))
+                    .map_err(at())?,
+                Action::Updated,
+            ),
+            TypeWrite::Create(wanted) => {
+                let new = fronta_desk::plan::type_new(
+                    tenant,
+                    &wanted.name,
+                    &wanted.statuses,
+                    &wanted.fields,
+                )
+                .map_err(at())?;
+                (
+                    type_insert(conn, tenant, new, now).map_err(at())?,
+                    Action::Created,
+                )
+            }
+        });
+    }
+    for (index, group_plan) in plan.groups.into_iter().enumerate() {
+        let (group, action) = match group_plan.group {
+            GroupWrite::Keep(group) => (group, Action::Unchanged),
+            GroupWrite::Create(name) => (
+                group_insert(conn, tenant, &name, now)
+                    .map_err(SetupFailure::at(setup::path_of_group(index)))?,
+                Action::Created,
+            ),
+        };
+        let mut members = Vec::with_capacity(group_plan.members.len());
+        for (member_index, write) in group_plan.members.into_iter().enumerate() {
+            let at = || SetupFailure::at(setup::path_of_member(index, member_index));
+            members.push(match write {
+                MemberWrite::Keep(member) => (member.id, member.name, Action::Unchanged),
+                MemberWrite::Update {
+                    id,
+                    email,
+                    capacity,
+                } => {
+                    let member = member_rewrite(
+                        conn,
+                        tenant,
+                        id,
+                        None,
+                        email.as_deref().map(Some),
+                        capacity,
+                    )
+                    .map_err(at())?;
+                    (member.id, member.name, Action::Updated)
+                }
+                MemberWrite::Add {
+                    name,
+                    email,
+                    capacity,
+                } => {
+                    let member = member_insert(
+                        conn,
+                        tenant,
+                        group.id,
+                        &name,
+                        email.as_deref(),
+                        capacity,
+                        now,
+                    )
+                    .map_err(at())?;
+                    (member.id, member.name, Action::Created)
+                }
+            });
+        }
+        applied.groups.push(AppliedGroup {
+            group,
+            action,
+            members,
+        });
+    }
+    for (index, write) in plan.automations.into_iter().enumerate() {
+        let at = || SetupFailure::at(setup::path_of_automation(index));
+        applied.automations.push(match write {
+            AutomationWrite::Keep(stored) => (*stored, Action::Unchanged),
+            AutomationWrite::Update { id, automation } => {
+                let save = Save::check(automation).map_err(at())?;
+                (
+                    update(conn, tenant, id, save, by, now).map_err(at())?,
+                    Action::Updated,
+                )
+            }
+            AutomationWrite::Create(wanted) => {
+                let save = Save::check(wanted.automation).map_err(at())?;
+                (
+                    insert(conn, tenant, save, wanted.signing_secret, by, now).map_err(at())?,
+                    Action::Created,
+                )
+            }
+        });
+    }
+    Ok(applied)
+}
+
 #[async_trait]
 impl AutomationStore for SqliteStore {
     async fn automation_create(
@@ -272,42 +460,25 @@ impl AutomationStore for SqliteStore {
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
         let by = by.to_owned();
-        self.desk_write(move |conn, now| {
-            tenant_exists(conn, tenant)?;
-            let holder = name_holder(conn, tenant, save.name())?;
-            let row = save.create(holder, mint_webhook_token)?;
-            let definition = to_json(&row.automation)?;
-            let id = AutomationId::new();
-            write_version(conn, tenant, id, &row, &by, now)?;
-            conn.prepare_cached(&format!(
-                "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
-                 event, webhook_token, signing_secret, created_at, updated_at, \
-                 current_version, in_flight) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) \
-                 RETURNING {COLUMNS}"
-            ))
-            .and_then(|mut stmt| {
-                stmt.query_row(
-                    params![
-                        key(&id.0),
-                        key(&tenant.0),
-                        row.name(),
-                        definition,
-                        row.enabled(),
-                        row.trigger_kind(),
-                        row.event(),
-                        row.webhook_token,
-                        signing_secret,
-                        now,
-                        row.version.current(),
-                        row.in_flight.as_str(),
-                    ],
-                    automation_of,
-                )
-            })
-            .map_err(sql_err)
-        })
-        .await
+        self.desk_write(move |conn, now| insert(conn, tenant, save, signing_secret, &by, now))
+            .await
+    }
+
+    async fn setup_apply(
+        &self,
+        tenant: TenantId,
+        plan: SetupPlan,
+        by: &str,
+    ) -> Result<SetupApplied, SetupFailure> {
+        let by = by.to_owned();
+        let clock = self.inner.config.clock.clone();
+        self.inner
+            .writer
+            .write_with(
+                move |_, conn| setup_apply(conn, tenant, plan, &by, clock.now().timestamp_millis()),
+                |err| SetupFailure::from(crate::desk::from_store(err)),
+            )
+            .await
     }
 
     async fn automation_get(
@@ -349,14 +520,8 @@ impl AutomationStore for SqliteStore {
     ) -> StoreResult<StoredAutomation> {
         let save = Save::check(automation)?;
         let by = by.to_owned();
-        self.desk_write(move |conn, now| {
-            let current = current(conn, tenant, id)?;
-            let holder = name_holder(conn, tenant, save.name())?;
-            let row = save.update(id, current, holder, mint_webhook_token)?;
-            write_version(conn, tenant, id, &row, &by, now)?;
-            write_row(conn, tenant, id, &row, now)
-        })
-        .await
+        self.desk_write(move |conn, now| update(conn, tenant, id, save, &by, now))
+            .await
     }
 
     async fn automation_set_enabled(

@@ -94,9 +94,11 @@ pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> DeskSql<String> {
         .map_err(|err| DeskError::Internal(format!("cannot serialize to JSON: {err}")))
 }
 
+mod admin;
 mod rows;
 mod writes;
 
+pub(crate) use admin::*;
 pub(crate) use rows::*;
 pub(crate) use writes::*;
 
@@ -203,22 +205,9 @@ impl DeskStore for SqliteStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        let group = plan::group_new(tenant, name)?;
-        self.desk_write(move |conn, now| {
-            tenant_exists(conn, tenant)?;
-            if taken(group_by_name(conn, tenant, &group.name))? {
-                return Err(plan::group_name_taken(&group.name));
-            }
-            conn.prepare_cached(
-                "INSERT INTO desk_groups (id, tenant, name, created_at) VALUES (?1, ?2, ?3, ?4)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![key(&group.id.0), key(&tenant.0), group.name, now])
-            })
-            .map_err(sql_err)?;
-            Ok(group)
-        })
-        .await
+        let name = name.to_owned();
+        self.desk_write(move |conn, now| group_insert(conn, tenant, &name, now))
+            .await
     }
 
     async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>> {
@@ -299,25 +288,7 @@ impl DeskStore for SqliteStore {
         let name = name.to_owned();
         let email = email.map(str::to_owned);
         self.desk_write(move |conn, now| {
-            group_get(conn, tenant, group)?;
-            let member = plan::member_add(group, &name, email.as_deref(), capacity)?;
-            conn.prepare_cached(
-                "INSERT INTO desk_members (id, tenant, group_id, name, email, capacity, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    key(&member.id.0),
-                    key(&tenant.0),
-                    key(&group.0),
-                    member.name,
-                    member.email,
-                    member.capacity,
-                    now,
-                ])
-            })
-            .map_err(sql_err)?;
-            Ok(member)
+            member_insert(conn, tenant, group, &name, email.as_deref(), capacity, now)
         })
         .await
     }
@@ -341,33 +312,14 @@ impl DeskStore for SqliteStore {
         let name = name.map(str::to_owned);
         let email = email.map(|email| email.map(str::to_owned));
         self.desk_write(move |conn, _| {
-            let updated = plan::member_update(
-                member_get(conn, tenant, member)?,
+            member_rewrite(
+                conn,
+                tenant,
+                member,
                 name.as_deref(),
                 email.as_ref().map(Option::as_deref),
                 capacity,
-            )?;
-            conn.prepare_cached(
-                "UPDATE desk_members SET name = ?1, email = ?2, capacity = ?3 WHERE id = ?4",
             )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    updated.name,
-                    updated.email,
-                    updated.capacity,
-                    key(&member.0)
-                ])
-            })
-            .map_err(sql_err)?;
-            // Tickets show their assignee's name: a rename is carried to them.
-            conn.prepare_cached(
-                "UPDATE desk_tickets SET assignee_name = ?1 WHERE tenant = ?2 AND assignee = ?3",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![updated.name, key(&tenant.0), key(&member.0)])
-            })
-            .map_err(sql_err)?;
-            Ok(updated)
         })
         .await
     }
@@ -392,33 +344,8 @@ impl DeskStore for SqliteStore {
         fields: &[FieldDef],
     ) -> DeskResult<TicketType> {
         let ticket_type = plan::type_new(tenant, name, statuses, fields)?;
-        let (statuses_json, fields_json) = (
-            to_json(&ticket_type.statuses)?,
-            to_json(&ticket_type.fields)?,
-        );
-        self.desk_write(move |conn, now| {
-            tenant_exists(conn, tenant)?;
-            if taken(type_by_name(conn, tenant, &ticket_type.name))? {
-                return Err(plan::type_name_taken(&ticket_type.name));
-            }
-            conn.prepare_cached(
-                "INSERT INTO desk_ticket_types (id, tenant, name, statuses, fields, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    key(&ticket_type.id.0),
-                    key(&tenant.0),
-                    ticket_type.name,
-                    statuses_json,
-                    fields_json,
-                    now,
-                ])
-            })
-            .map_err(sql_err)?;
-            Ok(ticket_type)
-        })
-        .await
+        self.desk_write(move |conn, now| type_insert(conn, tenant, ticket_type, now))
+            .await
     }
 
     async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>> {
@@ -458,61 +385,14 @@ impl DeskStore for SqliteStore {
         let statuses = statuses.map(<[String]>::to_vec);
         let fields = fields.map(<[FieldDef]>::to_vec);
         self.desk_write(move |conn, _now| {
-            let old = type_get(conn, tenant, id)?;
-            let update = plan::type_update(
-                &old,
+            type_rewrite(
+                conn,
+                tenant,
+                id,
                 name.as_deref(),
                 statuses.as_deref(),
                 fields.as_deref(),
-            )?;
-            let (new, renamed, removed) = match update {
-                TypeUpdate::Unchanged(same) => return Ok(same),
-                TypeUpdate::Write {
-                    new,
-                    renamed,
-                    removed,
-                } => (new, renamed, removed),
-            };
-            if renamed && taken(type_by_name(conn, tenant, &new.name))? {
-                return Err(plan::type_name_taken(&new.name));
-            }
-            for removed in &removed {
-                let held: i64 = conn
-                    .prepare_cached(
-                        "SELECT count(*) FROM desk_tickets \
-                         WHERE tenant = ?1 AND type_name = ?2 AND status = ?3 AND closed = 0",
-                    )
-                    .and_then(|mut stmt| {
-                        stmt.query_row(params![key(&tenant.0), old.name, removed], |row| row.get(0))
-                    })
-                    .map_err(sql_err)?;
-                if held > 0 {
-                    return Err(plan::status_still_held(&old.name, removed, held));
-                }
-            }
-            let (statuses_json, fields_json) = (to_json(&new.statuses)?, to_json(&new.fields)?);
-            conn.prepare_cached(
-                "UPDATE desk_ticket_types SET name = ?3, statuses = ?4, fields = ?5 \
-                 WHERE tenant = ?1 AND id = ?2",
             )
-            .and_then(|mut stmt| {
-                stmt.execute(params![
-                    key(&tenant.0),
-                    key(&id.0),
-                    new.name,
-                    statuses_json,
-                    fields_json,
-                ])
-            })
-            .map_err(sql_err)?;
-            if renamed {
-                conn.prepare_cached(
-                    "UPDATE desk_tickets SET type_name = ?3 WHERE tenant = ?1 AND type_name = ?2",
-                )
-                .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), old.name, new.name]))
-                .map_err(sql_err)?;
-            }
-            Ok(new)
         })
         .await
     }

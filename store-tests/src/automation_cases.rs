@@ -2126,3 +2126,209 @@ pub async fn another_tenants_mcp_server_answers_exactly_like_a_missing_one(
         "a write for an unknown tenant",
     );
 }
+
+/// What a tenant has that a setup can touch, for comparing before and after.
+async fn setup_snapshot(env: &Env, tenant: TenantId) -> Value {
+    let types = env.desk.ticket_type_list(tenant).await.expect("types");
+    let mut groups = Vec::new();
+    for group in env.desk.group_list(tenant).await.expect("groups") {
+        let members = env
+            .desk
+            .member_list(tenant, group.id)
+            .await
+            .expect("members");
+        groups.push(json!({"group": group, "members": members}));
+    }
+    let mut automations = Vec::new();
+    for stored in env.automations.automation_list(tenant).await.expect("list") {
+        let versions = env
+            .automations
+            .automation_versions(tenant, stored.id, None, 100)
+            .await
+            .expect("versions");
+        automations.push(json!({
+            "id": stored.id.to_string(),
+            "definition": stored.automation,
+            "currentVersion": stored.current_version,
+            "versions": versions.len(),
+        }));
+    }
+    json!({"types": types, "groups": groups, "automations": automations})
+}
+
+/// `setup_apply` writes a whole setup in one transaction: a refusal of any item — the
+/// last automation, or a type update a held status blocks — names that item and leaves
+/// the tenant exactly as it was (types, groups, members, automations and their versions);
+/// a plan that is sound is written whole and answers what each item did.
+pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStoreFactory) {
+    use fronta_automation::setup::{
+        Action, AutomationWrite, GroupPlan, GroupWrite, MemberWrite, SetupPlan, TypeWrite,
+        WantedAutomation, WantedType,
+    };
+    let env = Env::open(factory).await;
+    let order = env
+        .desk
+        .ticket_type_create(
+            env.acme,
+            "order",
+            &["waiting".to_string(), "shipped".to_string()],
+            &[],
+        )
+        .await
+        .expect("type order");
+    env.desk
+        .ticket_upsert(
+            env.acme,
+            TicketUpsert {
+                external_id: "o-1".into(),
+                ticket_type: Some("order".into()),
+                status: Some("shipped".into()),
+                ..TicketUpsert::default()
+            },
+            Origin::Person,
+        )
+        .await
+        .expect("an open ticket holds shipped");
+    let existing = env.create(env.acme, manual("Existing")).await;
+    let edited = parse(json!({"name": "Existing", "trigger": {"type": "manual"},
+                              "steps": steps("edited")}));
+    let writes = |last: AutomationWrite, types: Vec<TypeWrite>| SetupPlan {
+        ticket_types: types,
+        groups: vec![GroupPlan {
+            group: GroupWrite::Create("warehouse".into()),
+            members: vec![MemberWrite::Add {
+                name: "Eva".into(),
+                email: None,
+                capacity: 5,
+            }],
+        }],
+        automations: vec![
+            AutomationWrite::Update {
+                id: existing.id,
+                automation: edited.clone(),
+            },
+            AutomationWrite::Create(WantedAutomation {
+                automation: manual("Fresh"),
+                signing_secret: None,
+            }),
+            last,
+        ],
+    };
+    let new_type = || {
+        TypeWrite::Create(WantedType {
+            name: "return".into(),
+            statuses: vec!["new".into()],
+            fields: vec![],
+        })
+    };
+    let before = setup_snapshot(&env, env.acme).await;
+
+    // The last automation's name is taken (by the one created two items before).
+    let refused = env
+        .automations
+        .setup_apply(
+            env.acme,
+            writes(
+                AutomationWrite::Create(WantedAutomation {
+                    automation: manual("Fresh"),
+                    signing_secret: None,
+                }),
+                vec![new_type()],
+            ),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect_err("a taken name refuses the setup");
+    assert_eq!(
+        refused.at.as_deref(),
+        Some("automations[2]"),
+        "names the item: {refused:?}"
+    );
+    assert!(
+        matches!(refused.error, DeskError::Conflict(_)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        setup_snapshot(&env, env.acme).await,
+        before,
+        "nothing of the refused setup was kept"
+    );
+
+    // A type update removing a status an open ticket holds, after a type create.
+    let refused = env
+        .automations
+        .setup_apply(
+            env.acme,
+            writes(
+                AutomationWrite::Create(WantedAutomation {
+                    automation: manual("Third"),
+                    signing_secret: None,
+                }),
+                vec![
+                    new_type(),
+                    TypeWrite::Update {
+                        id: order.id,
+                        statuses: vec!["waiting".into()],
+                        fields: vec![],
+                    },
+                ],
+            ),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect_err("a held status refuses the setup");
+    assert_eq!(refused.at.as_deref(), Some("ticketTypes[1]"), "{refused:?}");
+    assert!(
+        matches!(&refused.error, DeskError::Invalid(message) if message.contains("shipped")),
+        "says which status: {refused:?}"
+    );
+    assert_eq!(
+        setup_snapshot(&env, env.acme).await,
+        before,
+        "the type created first was rolled back"
+    );
+
+    // Sound: written whole.
+    let applied = env
+        .automations
+        .setup_apply(
+            env.acme,
+            writes(
+                AutomationWrite::Create(WantedAutomation {
+                    automation: manual("Third"),
+                    signing_secret: None,
+                }),
+                vec![new_type(), TypeWrite::Keep(order.clone())],
+            ),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("a sound setup is written");
+    let actions: Vec<Action> = applied
+        .automations
+        .iter()
+        .map(|(_, action)| *action)
+        .collect();
+    assert_eq!(
+        actions,
+        vec![Action::Updated, Action::Created, Action::Created],
+        "what each automation did"
+    );
+    assert_eq!(
+        applied.automations[0].0.current_version, 2,
+        "the edit is a new version"
+    );
+    assert_eq!(
+        applied.groups[0].members[0].2,
+        Action::Created,
+        "the member was added"
+    );
+    let after = setup_snapshot(&env, env.acme).await;
+    assert_eq!(after["types"].as_array().map(Vec::len), Some(2), "{after}");
+    assert_eq!(after["groups"][0]["members"][0]["name"], "Eva", "{after}");
+    assert_eq!(
+        after["automations"].as_array().map(Vec::len),
+        Some(3),
+        "{after}"
+    );
+}

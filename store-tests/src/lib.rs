@@ -330,6 +330,7 @@ macro_rules! automation_conformance_suite {
             automation_names_are_unique_within_a_tenant,
             automation_save_checks_the_name_first_and_quotes_a_taken_one,
             automation_list_is_ordered_by_name,
+            a_setup_is_written_whole_or_not_at_all,
             // Tenant isolation.
             another_tenants_automation_answers_exactly_like_an_unknown_one,
             lists_never_show_another_tenants_automations,

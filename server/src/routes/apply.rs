@@ -12,14 +12,13 @@
 //!   stay as they are.
 //! - A member is matched by name within its group; `email` and `capacity` are updated
 //!   when given (`capacity` defaults to the route's default for new members).
-//! - An existing ticket type with other statuses or fields is updated to the setup's
-//!   (`ticket_type_update`); automations are validated against the updated statuses.
-//!   The store refuses removing a status open tickets still hold (422 `invalid_setup`
-//!   naming it at `ticketTypes[i]`); types are written first, so such a refusal comes
-//!   before groups and automations are touched.
-//! - The writes are not one transaction (the ports have none across resources); after a
-//!   failure midway, applying the same setup again finishes the job.
-//!
+//! - An existing ticket type with other statuses or fields is updated to the setup's;
+//!   automations are validated against the updated statuses. The store refuses removing
+//!   a status open tickets still hold (422 `invalid_setup` naming it at `ticketTypes[i]`).
+//! - All or nothing: what each item does is planned by `fronta_automation::setup::plan`,
+//!   and the store writes the whole plan in one transaction
+//!   (`AutomationStore::setup_apply`). A refusal of any item answers 422 at its path and
+//!   leaves the tenant exactly as it was.
 //! - An automation's `enabled` changes only when the setup names it: a paused automation
 //!   stays paused (its item says `"note": "kept paused"`), as with `PUT`.
 //!
@@ -31,9 +30,11 @@ use std::collections::{HashMap, HashSet};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use fronta_automation::store::StoredAutomation;
-use fronta_automation::{Automation, Problem, ValidationContext};
-use fronta_desk::{DeskError, Group, TenantId};
+use fronta_automation::setup::{
+    self, Action, Existing, SetupFailure, WantedAutomation, WantedGroup, WantedMember, WantedType,
+};
+use fronta_automation::{Problem, ValidationContext};
+use fronta_desk::DeskError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -73,13 +74,6 @@ pub struct SetupMember {
     name: String,
     email: Option<String>,
     capacity: Option<u32>,
-}
-
-/// One automation of the setup, checked and ready to write.
-struct Planned {
-    automation: Automation,
-    secret: SecretRequest,
-    existing: Option<StoredAutomation>,
 }
 
 fn duplicates<'a>(names: impl Iterator<Item = &'a str>, list: &str, problems: &mut Vec<Problem>) {
@@ -126,12 +120,14 @@ pub async fn apply(
         ticket_types: statuses,
     };
 
-    // Automations: checked, and matched by name with what exists.
+    // Automations: checked, and matched by name with what exists (for the secret and
+    // the paused state they keep).
     let existing_automations = app.automations().automation_list(tenant.id).await?;
-    let mut planned = Vec::with_capacity(setup.automations.len());
+    let mut wanted_automations = Vec::with_capacity(setup.automations.len());
+    let mut generated = Vec::with_capacity(setup.automations.len());
     let mut names = HashSet::new();
     for (index, body) in setup.automations.into_iter().enumerate() {
-        let prefix = format!("automations[{index}]");
+        let prefix = setup::path_of_automation(index);
         let (value, secret) = split_body(body, &prefix, &mut problems);
         let Some(mut automation) = check(&value, &context, &prefix, &mut problems) else {
             continue;
@@ -143,109 +139,125 @@ pub async fn apply(
             ));
             continue;
         }
-        let existing = existing_automations
+        if let Some(stored) = existing_automations
             .iter()
             .find(|stored| stored.automation.name == automation.name)
-            .cloned();
-        if let Some(stored) = &existing {
+        {
             problems.extend(secret_change_problem(stored, &secret, &prefix));
             keep_enabled(&value, &mut automation, stored);
         }
-        planned.push(Planned {
+        generated.push(secret == SecretRequest::Generate);
+        wanted_automations.push(WantedAutomation {
             automation,
-            secret,
-            existing,
+            signing_secret: secret_for_create(&secret),
         });
     }
     if !problems.is_empty() {
         return Err(ApiError::InvalidSetup(problems));
     }
 
-    // Write: types (an update the store refuses stops here, before anything else),
-    // groups and members, then automations (they may name both).
-    let mut types = Vec::new();
-    for (index, wanted) in setup.ticket_types.iter().enumerate() {
-        let (id, action) = match existing_types.iter().find(|t| t.name == wanted.name) {
-            Some(found) if found.statuses == wanted.statuses && found.fields == wanted.fields => {
-                (found.id, "unchanged")
-            }
-            Some(found) => {
-                let updated = desk
-                    .ticket_type_update(
-                        tenant.id,
-                        found.id,
-                        None,
-                        Some(&wanted.statuses),
-                        Some(&wanted.fields),
-                    )
-                    .await
-                    .map_err(|err| match err {
-                        DeskError::Invalid(message) => ApiError::InvalidSetup(vec![Problem::new(
-                            format!("ticketTypes[{index}]"),
-                            message,
-                        )]),
-                        other => ApiError::desk(other, "ticket type"),
-                    })?;
-                (updated.id, "updated")
-            }
-            None => {
-                let created = desk
-                    .ticket_type_create(tenant.id, &wanted.name, &wanted.statuses, &wanted.fields)
-                    .await?;
-                (created.id, "created")
-            }
-        };
-        types.push(json!({"id": id.to_string(), "name": wanted.name, "action": action}));
+    // The groups the setup names, with their members, as they are now.
+    let mut existing_groups = Vec::new();
+    for group in desk.group_list(tenant.id).await? {
+        if setup.groups.iter().any(|wanted| wanted.name == group.name) {
+            let members = desk
+                .member_list(tenant.id, group.id)
+                .await
+                .map_err(|err| ApiError::desk(err, "group"))?;
+            existing_groups.push((group, members));
+        }
     }
-    let mut groups = Vec::new();
-    let existing_groups = desk.group_list(tenant.id).await?;
-    for wanted in &setup.groups {
-        groups.push(apply_group(&app, tenant.id, &existing_groups, wanted).await?);
-    }
+    let plan = setup::plan(
+        setup
+            .ticket_types
+            .into_iter()
+            .map(|wanted| WantedType {
+                name: wanted.name,
+                statuses: wanted.statuses,
+                fields: wanted.fields,
+            })
+            .collect(),
+        setup
+            .groups
+            .into_iter()
+            .map(|group| WantedGroup {
+                name: group.name,
+                members: group
+                    .members
+                    .into_iter()
+                    .map(|person| WantedMember {
+                        name: person.name,
+                        email: person.email,
+                        capacity: person.capacity,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        wanted_automations,
+        Existing {
+            ticket_types: &existing_types,
+            groups: &existing_groups,
+            automations: &existing_automations,
+        },
+        DEFAULT_MEMBER_CAPACITY,
+    );
+    // Every write in one transaction: a refusal anywhere leaves the tenant as it was.
+    let applied = app
+        .automations()
+        .setup_apply(tenant.id, plan, BY_TENANT)
+        .await
+        .map_err(refusal)?;
+
+    let types: Vec<Value> = applied
+        .ticket_types
+        .iter()
+        .map(|(found, action)| {
+            json!({"id": found.id.to_string(), "name": found.name, "action": action.as_str()})
+        })
+        .collect();
+    let groups: Vec<Value> = applied
+        .groups
+        .iter()
+        .map(|group| {
+            let members: Vec<Value> = group
+                .members
+                .iter()
+                .map(|(id, name, action)| {
+                    json!({"id": id.to_string(), "name": name, "action": action.as_str()})
+                })
+                .collect();
+            json!({
+                "id": group.group.id.to_string(),
+                "name": group.group.name,
+                "action": group.action.as_str(),
+                "members": members,
+            })
+        })
+        .collect();
     let base = base_url(app.config(), &headers);
-    let mut automations = Vec::new();
-    for plan in planned {
-        let name = plan.automation.name.clone();
-        let mut generated = None;
-        let (stored, action) = match plan.existing {
-            Some(stored) if stored.automation == plan.automation => (stored, "unchanged"),
-            Some(stored) => {
-                let updated = app
-                    .automations()
-                    .automation_update(tenant.id, stored.id, plan.automation, BY_TENANT)
-                    .await
-                    .map_err(|err| ApiError::desk(err, "automation"))?;
-                (updated, "updated")
-            }
-            None => {
-                let secret = secret_for_create(&plan.secret);
-                if plan.secret == SecretRequest::Generate {
-                    generated = secret.clone();
-                }
-                let created = app
-                    .automations()
-                    .automation_create(tenant.id, plan.automation, secret, BY_TENANT)
-                    .await?;
-                (created, "created")
-            }
-        };
-        let mut item = json!({"id": stored.id.to_string(), "name": name, "action": action});
-        if let (Value::Object(map), Some(token)) = (&mut item, &stored.webhook_token)
+    let mut automations = Vec::with_capacity(applied.automations.len());
+    for ((stored, action), generated) in applied.automations.into_iter().zip(generated) {
+        let mut item = serde_json::Map::new();
+        item.insert("id".into(), json!(stored.id.to_string()));
+        item.insert("name".into(), json!(stored.automation.name));
+        item.insert("action".into(), json!(action.as_str()));
+        if let Some(token) = &stored.webhook_token
             && fronta_automation::executor::is_webhook(&stored.automation)
         {
-            map.insert("webhookUrl".into(), json!(webhook_url(&base, token)));
+            item.insert("webhookUrl".into(), json!(webhook_url(&base, token)));
         }
-        if let (Value::Object(map), Some(secret)) = (&mut item, generated) {
-            map.insert("signingSecret".into(), json!(secret));
+        if action == Action::Created
+            && generated
+            && let Some(secret) = &stored.signing_secret
+        {
+            item.insert("signingSecret".into(), json!(secret));
         }
-        if let Value::Object(map) = &mut item {
-            map.insert("currentVersion".into(), json!(stored.current_version));
-            if action != "created" && !stored.automation.enabled {
-                map.insert("enabled".into(), json!(false));
-                map.insert("note".into(), json!("kept paused"));
-            }
+        item.insert("currentVersion".into(), json!(stored.current_version));
+        if action != Action::Created && !stored.automation.enabled {
+            item.insert("enabled".into(), json!(false));
+            item.insert("note".into(), json!("kept paused"));
         }
-        automations.push(item);
+        automations.push(Value::Object(item));
     }
     Ok(Json(json!({
         "groups": groups,
@@ -254,59 +266,17 @@ pub async fn apply(
     })))
 }
 
-async fn apply_group(
-    app: &App,
-    tenant: TenantId,
-    existing: &[Group],
-    wanted: &SetupGroup,
-) -> Result<Value, ApiError> {
-    let desk = app.desk();
-    let (group, action) = match existing.iter().find(|g| g.name == wanted.name) {
-        Some(group) => (group.clone(), "unchanged"),
-        None => (desk.group_create(tenant, &wanted.name).await?, "created"),
-    };
-    let current = desk
-        .member_list(tenant, group.id)
-        .await
-        .map_err(|err| ApiError::desk(err, "group"))?;
-    let mut members = Vec::new();
-    for person in &wanted.members {
-        let (id, action) = match current.iter().find(|m| m.name == person.name) {
-            Some(member) => {
-                let email = person
-                    .email
-                    .as_deref()
-                    .filter(|e| member.email.as_deref() != Some(e));
-                let capacity = person.capacity.filter(|c| *c != member.capacity);
-                if email.is_none() && capacity.is_none() {
-                    (member.id, "unchanged")
-                } else {
-                    desk.member_update(tenant, member.id, None, email.map(Some), capacity)
-                        .await
-                        .map_err(|err| ApiError::desk(err, "member"))?;
-                    (member.id, "updated")
-                }
-            }
-            None => {
-                let added = desk
-                    .member_add(
-                        tenant,
-                        group.id,
-                        &person.name,
-                        person.email.as_deref(),
-                        person.capacity.unwrap_or(DEFAULT_MEMBER_CAPACITY),
-                    )
-                    .await
-                    .map_err(|err| ApiError::desk(err, "group"))?;
-                (added.id, "created")
-            }
-        };
-        members.push(json!({"id": id.to_string(), "name": person.name, "action": action}));
+/// A refused setup as the API answers it: a refusal of one item is a problem at its path
+/// (422 `invalid_setup`); what no item is to blame for answers as any store error.
+fn refusal(failure: SetupFailure) -> ApiError {
+    match (failure.at, failure.error) {
+        (Some(at), DeskError::Invalid(message) | DeskError::Conflict(message)) => {
+            ApiError::InvalidSetup(vec![Problem::new(at, message)])
+        }
+        (Some(at), DeskError::NotFound(what)) => ApiError::InvalidSetup(vec![Problem::new(
+            at,
+            format!("the {what} changed while the setup was applied; apply it again"),
+        )]),
+        (_, other) => ApiError::desk(other, "setup"),
     }
-    Ok(json!({
-        "id": group.id.to_string(),
-        "name": group.name,
-        "action": action,
-        "members": members,
-    }))
 }

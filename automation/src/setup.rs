@@ -1,0 +1,415 @@
+//! A whole setup at once (`POST /api/apply`, `fronta apply`): groups with members, ticket
+//! types and automations, matched by name with what the tenant has.
+//!
+//! # Contract
+//!
+//! - [`plan`] decides, from what is wanted and what exists, what each item does:
+//!   create what is missing, update what differs, keep what is the same. Nothing is
+//!   deleted: what the setup does not name stays as it is.
+//! - [`AutomationStore::setup_apply`](crate::store::AutomationStore::setup_apply) carries
+//!   a plan out **in one transaction**: every write succeeds, or none is kept. A refusal
+//!   names the item it stopped at ([`SetupFailure::at`], `ticketTypes[1]`), and the
+//!   database is as it was before the call.
+//! - Each write inside is the one the single-item route makes (a type update refuses
+//!   removing a status open tickets hold; a create refuses a taken name), so a setup is
+//!   checked by exactly the rules of the routes.
+//! - Applying the same setup twice changes nothing the second time: every item is
+//!   `Unchanged`.
+//!
+//! The order inside the transaction: ticket types, then groups and members, then
+//! automations (they may name both).
+
+use fronta_desk::{DeskError, FieldDef, Group, Member, MemberId, TicketType, TicketTypeId};
+
+use crate::model::Automation;
+use crate::store::StoredAutomation;
+
+/// What happened to an item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Created,
+    Updated,
+    Unchanged,
+}
+
+impl Action {
+    /// The word the answer carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Created => "created",
+            Action::Updated => "updated",
+            Action::Unchanged => "unchanged",
+        }
+    }
+}
+
+/// A ticket type the setup names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedType {
+    pub name: String,
+    pub statuses: Vec<String>,
+    pub fields: Vec<FieldDef>,
+}
+
+/// A member of a group the setup names; `email` and `capacity` change only when given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedMember {
+    pub name: String,
+    pub email: Option<String>,
+    pub capacity: Option<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedGroup {
+    pub name: String,
+    pub members: Vec<WantedMember>,
+}
+
+/// An automation the setup names, checked; `signing_secret` is the one a create stores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WantedAutomation {
+    pub automation: Automation,
+    pub signing_secret: Option<String>,
+}
+
+/// What the tenant has, as read before planning.
+#[derive(Debug, Clone, Copy)]
+pub struct Existing<'a> {
+    pub ticket_types: &'a [TicketType],
+    /// Each group with its members.
+    pub groups: &'a [(Group, Vec<Member>)],
+    pub automations: &'a [StoredAutomation],
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypeWrite {
+    Create(WantedType),
+    Update {
+        id: TicketTypeId,
+        statuses: Vec<String>,
+        fields: Vec<FieldDef>,
+    },
+    Keep(TicketType),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupWrite {
+    Create(String),
+    Keep(Group),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MemberWrite {
+    Add {
+        name: String,
+        email: Option<String>,
+        capacity: u32,
+    },
+    /// Only what differs: `None` keeps the current value.
+    Update {
+        id: MemberId,
+        email: Option<String>,
+        capacity: Option<u32>,
+    },
+    Keep(Member),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupPlan {
+    pub group: GroupWrite,
+    pub members: Vec<MemberWrite>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum AutomationWrite {
+    Create(WantedAutomation),
+    Update {
+        id: crate::store::AutomationId,
+        automation: Automation,
+    },
+    Keep(Box<StoredAutomation>),
+}
+
+/// Every write of a setup, in the order they are made.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SetupPlan {
+    pub ticket_types: Vec<TypeWrite>,
+    pub groups: Vec<GroupPlan>,
+    pub automations: Vec<AutomationWrite>,
+}
+
+/// What a carried-out plan answers, item by item in the plan's order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetupApplied {
+    pub ticket_types: Vec<(TicketType, Action)>,
+    pub groups: Vec<AppliedGroup>,
+    pub automations: Vec<(StoredAutomation, Action)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedGroup {
+    pub group: Group,
+    pub action: Action,
+    pub members: Vec<(MemberId, String, Action)>,
+}
+
+/// A refused setup: the item it stopped at (`ticketTypes[1]`, `groups[0].members[2]`,
+/// `automations[3]`; `None` when no item is to blame, such as storage down) and why.
+/// Nothing of the setup was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetupFailure {
+    pub at: Option<String>,
+    pub error: DeskError,
+}
+
+impl SetupFailure {
+    /// The failure of the item at `at`.
+    pub fn at(at: impl Into<String>) -> impl FnOnce(DeskError) -> SetupFailure {
+        let at = at.into();
+        move |error| SetupFailure {
+            at: Some(at),
+            error,
+        }
+    }
+}
+
+impl From<DeskError> for SetupFailure {
+    fn from(error: DeskError) -> Self {
+        SetupFailure { at: None, error }
+    }
+}
+
+/// The path of the `index`th ticket type, group, member or automation in a setup.
+pub fn path_of_type(index: usize) -> String {
+    format!("ticketTypes[{index}]")
+}
+
+pub fn path_of_group(index: usize) -> String {
+    format!("groups[{index}]")
+}
+
+pub fn path_of_member(group: usize, index: usize) -> String {
+    format!("groups[{group}].members[{index}]")
+}
+
+pub fn path_of_automation(index: usize) -> String {
+    format!("automations[{index}]")
+}
+
+/// The plan of a setup: each wanted item matched by name with what exists. A new member
+/// without a capacity gets `default_capacity`.
+pub fn plan(
+    ticket_types: Vec<WantedType>,
+    groups: Vec<WantedGroup>,
+    automations: Vec<WantedAutomation>,
+    existing: Existing<'_>,
+    default_capacity: u32,
+) -> SetupPlan {
+    let ticket_types = ticket_types
+        .into_iter()
+        .map(
+            |wanted| match existing.ticket_types.iter().find(|t| t.name == wanted.name) {
+                Some(found)
+                    if found.statuses == wanted.statuses && found.fields == wanted.fields =>
+                {
+                    TypeWrite::Keep(found.clone())
+                }
+                Some(found) => TypeWrite::Update {
+                    id: found.id,
+                    statuses: wanted.statuses,
+                    fields: wanted.fields,
+                },
+                None => TypeWrite::Create(wanted),
+            },
+        )
+        .collect();
+    let groups = groups
+        .into_iter()
+        .map(|wanted| {
+            let found = existing.groups.iter().find(|(g, _)| g.name == wanted.name);
+            let current: &[Member] = found.map_or(&[], |(_, members)| members.as_slice());
+            let members = wanted
+                .members
+                .into_iter()
+                .map(|person| member_write(person, current, default_capacity))
+                .collect();
+            GroupPlan {
+                group: match found {
+                    Some((group, _)) => GroupWrite::Keep(group.clone()),
+                    None => GroupWrite::Create(wanted.name),
+                },
+                members,
+            }
+        })
+        .collect();
+    let automations = automations
+        .into_iter()
+        .map(|wanted| {
+            match existing
+                .automations
+                .iter()
+                .find(|stored| stored.automation.name == wanted.automation.name)
+            {
+                Some(stored) if stored.automation == wanted.automation => {
+                    AutomationWrite::Keep(Box::new(stored.clone()))
+                }
+                Some(stored) => AutomationWrite::Update {
+                    id: stored.id,
+                    automation: wanted.automation,
+                },
+                None => AutomationWrite::Create(wanted),
+            }
+        })
+        .collect();
+    SetupPlan {
+        ticket_types,
+        groups,
+        automations,
+    }
+}
+
+fn member_write(person: WantedMember, current: &[Member], default_capacity: u32) -> MemberWrite {
+    let Some(member) = current.iter().find(|m| m.name == person.name) else {
+        return MemberWrite::Add {
+            capacity: person.capacity.unwrap_or(default_capacity),
+            name: person.name,
+            email: person.email,
+        };
+    };
+    let email = person.email.filter(|e| member.email.as_deref() != Some(e));
+    let capacity = person.capacity.filter(|c| *c != member.capacity);
+    if email.is_none() && capacity.is_none() {
+        MemberWrite::Keep(member.clone())
+    } else {
+        MemberWrite::Update {
+            id: member.id,
+            email,
+            capacity,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fronta_desk::{FieldType, GroupId, TenantId};
+
+    fn member(group: GroupId, name: &str, capacity: u32) -> Member {
+        Member {
+            id: MemberId::new(),
+            group,
+            name: name.into(),
+            email: None,
+            capacity,
+        }
+    }
+
+    #[test]
+    fn what_exists_and_is_the_same_is_kept_what_differs_updated_what_is_missing_created() {
+        let tenant = TenantId::new();
+        let order = TicketType {
+            id: TicketTypeId::new(),
+            tenant,
+            name: "order".into(),
+            statuses: vec!["new".into()],
+            fields: vec![],
+        };
+        let error = TicketType {
+            name: "error".into(),
+            id: TicketTypeId::new(),
+            ..order.clone()
+        };
+        let warehouse = Group {
+            id: GroupId::new(),
+            tenant,
+            name: "warehouse".into(),
+        };
+        let eva = member(warehouse.id, "Eva", 5);
+        let jan = member(warehouse.id, "Jan", 5);
+        let groups = vec![(warehouse.clone(), vec![eva.clone(), jan.clone()])];
+        let existing = Existing {
+            ticket_types: &[order.clone(), error.clone()],
+            groups: &groups,
+            automations: &[],
+        };
+        let wanted_types = vec![
+            WantedType {
+                name: "order".into(),
+                statuses: vec!["new".into()],
+                fields: vec![],
+            },
+            WantedType {
+                name: "error".into(),
+                statuses: vec!["new".into(), "fixed".into()],
+                fields: vec![FieldDef {
+                    name: "code".into(),
+                    field_type: FieldType::String,
+                }],
+            },
+            WantedType {
+                name: "return".into(),
+                statuses: vec![],
+                fields: vec![],
+            },
+        ];
+        let wanted_groups = vec![
+            WantedGroup {
+                name: "warehouse".into(),
+                members: vec![
+                    WantedMember {
+                        name: "Eva".into(),
+                        email: None,
+                        capacity: Some(5),
+                    },
+                    WantedMember {
+                        name: "Jan".into(),
+                        email: Some("jan@acme.test".into()),
+                        capacity: Some(5),
+                    },
+                    WantedMember {
+                        name: "Petr".into(),
+                        email: None,
+                        capacity: None,
+                    },
+                ],
+            },
+            WantedGroup {
+                name: "IT".into(),
+                members: vec![],
+            },
+        ];
+        let plan = plan(wanted_types, wanted_groups, vec![], existing, 10);
+        assert_eq!(plan.ticket_types[0], TypeWrite::Keep(order), "same: kept");
+        assert!(
+            matches!(&plan.ticket_types[1], TypeWrite::Update { id, statuses, .. }
+                if *id == error.id && statuses.len() == 2),
+            "differs: updated by id: {:?}",
+            plan.ticket_types[1]
+        );
+        assert!(
+            matches!(&plan.ticket_types[2], TypeWrite::Create(t) if t.name == "return"),
+            "missing: created"
+        );
+        assert_eq!(plan.groups[0].group, GroupWrite::Keep(warehouse));
+        assert_eq!(plan.groups[0].members[0], MemberWrite::Keep(eva));
+        assert_eq!(
+            plan.groups[0].members[1],
+            MemberWrite::Update {
+                id: jan.id,
+                email: Some("jan@acme.test".into()),
+                capacity: None,
+            },
+            "only what differs"
+        );
+        assert_eq!(
+            plan.groups[0].members[2],
+            MemberWrite::Add {
+                name: "Petr".into(),
+                email: None,
+                capacity: 10,
+            },
+            "a new member gets the default capacity"
+        );
+        assert_eq!(plan.groups[1].group, GroupWrite::Create("IT".into()));
+    }
+}
