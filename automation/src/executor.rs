@@ -381,8 +381,11 @@ impl Runtime {
     }
 
     /// `stored` with the definition of `version`, the one the run is pinned to (no read
-    /// when it is the current one); `enabled`, the name's row and the rest stay the
-    /// stored automation's.
+    /// when it is the current one: renames keep the current definition's names
+    /// current); `enabled`, the name's row and the rest stay the stored automation's. An
+    /// older version reads the groups and ticket types it names by id, under the names
+    /// they have now ([`crate::refs::resolve`]); one that is gone keeps its saved name,
+    /// and the step that needs it fails naming it.
     async fn pinned(
         &self,
         mut stored: StoredAutomation,
@@ -393,8 +396,35 @@ impl Runtime {
                 .automations
                 .automation_version(stored.tenant, stored.id, version)
                 .await?;
+            let mut names = std::collections::HashMap::new();
+            for r in &pinned.refs {
+                let Some(id) = r.id else { continue };
+                let name = match r.kind {
+                    crate::refs::Kind::Group => self
+                        .desk
+                        .group_get(stored.tenant, fronta_desk::GroupId(id))
+                        .await
+                        .map(|group| group.name),
+                    crate::refs::Kind::TicketType => self
+                        .desk
+                        .ticket_type_get(stored.tenant, fronta_desk::TicketTypeId(id))
+                        .await
+                        .map(|found| found.name),
+                    crate::refs::Kind::Status => continue,
+                };
+                match name {
+                    Ok(name) => {
+                        names.insert((r.kind, id), name);
+                    }
+                    Err(DeskError::NotFound(_)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
             let enabled = stored.automation.enabled;
-            stored.automation = pinned.definition;
+            stored.automation =
+                crate::refs::resolve(&pinned.definition, &pinned.refs, |kind, id| {
+                    names.get(&(kind, id)).cloned()
+                });
             stored.automation.enabled = enabled;
         }
         Ok(stored)

@@ -64,6 +64,7 @@ pub mod mcp;
 pub mod model;
 pub mod poll;
 pub mod problem;
+pub mod refs;
 pub mod retry;
 pub mod schedule;
 pub mod scheduler;

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use fronta_desk::store::names;
 use fronta_desk::store::{IncidentReport, TicketChange, TicketUpsert};
 use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
 use serde_json::{Map, Value, json};
@@ -51,11 +52,31 @@ impl From<DeskError> for StepError {
         let cause = match &err {
             DeskError::Unavailable(_) => Cause::StorageUnavailable,
             DeskError::NotFound(_) => Cause::MissingGroup,
-            DeskError::Invalid(_) | DeskError::Conflict(_) => Cause::BadInput,
+            DeskError::Invalid(_) | DeskError::Conflict(_) | DeskError::InUse { .. } => {
+                Cause::BadInput
+            }
             DeskError::Internal(_) => Cause::Bug,
         };
         cause.step_error(err.to_string(), None)
     }
+}
+
+/// A desk refusal as a step error that names what is missing: `NotFound` of a group or
+/// ticket type the step named (`names`: what → the name the step used) says which one,
+/// by the last name the automation knew it by.
+fn naming(err: DeskError, names: &[(&'static str, Option<&str>)]) -> StepError {
+    if let DeskError::NotFound(what) = &err
+        && let Some((_, Some(name))) = names.iter().find(|(kind, _)| kind == what)
+    {
+        return Cause::MissingGroup.step_error(
+            format!(
+                "{what} {name:?} does not exist: it was deleted, or renamed in a way this \
+                 automation could not follow (last known name {name:?})"
+            ),
+            None,
+        );
+    }
+    StepError::from(err)
 }
 
 /// What a step did.
@@ -170,10 +191,20 @@ pub async fn perform(
                 group: text(&input, "group")?,
                 note: Some(format!("from automation \"{}\"", env.automation_name)),
             };
+            let (group, ticket_type) = (upsert.group.clone(), upsert.ticket_type.clone());
             let write = env
                 .desk
                 .ticket_upsert(env.tenant, upsert, env.origin.clone())
-                .await?;
+                .await
+                .map_err(|err| {
+                    naming(
+                        err,
+                        &[
+                            (names::GROUP, group.as_deref()),
+                            (names::TICKET_TYPE, ticket_type.as_deref()),
+                        ],
+                    )
+                })?;
             let ticket = write.ticket;
             let message = if write.created {
                 format!("created ticket {}", ticket.human_id())
@@ -195,7 +226,12 @@ pub async fn perform(
                 ticket_type: Some(ticket_type.clone()),
                 ..TicketChange::default()
             };
-            let ticket = change_ticket(env, ticket_id(&input)?, change).await?;
+            let ticket = env
+                .desk
+                .ticket_change(env.tenant, ticket_id(&input)?, change, env.origin.clone())
+                .await
+                .map_err(|err| naming(err, &[(names::TICKET_TYPE, Some(&ticket_type))]))?
+                .ticket;
             Ok(done(
                 json!({"type": ticket_type}),
                 format!("{} is of type {ticket_type}", ticket.human_id()),
@@ -247,7 +283,8 @@ pub async fn perform(
                     &group,
                     env.origin.clone(),
                 )
-                .await?;
+                .await
+                .map_err(|err| naming(err, &[(names::GROUP, Some(&group))]))?;
             let ticket = write.ticket;
             let assignee = ticket.assignee.clone().ok_or_else(|| {
                 StepError::fatal(format!("{} was not assigned", ticket.human_id()))

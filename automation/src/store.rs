@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::model::{Automation, Trigger};
+use crate::refs::Ref;
 use crate::versions::{Latest, Version, VersionWrite};
 
 pub type StoreResult<T> = Result<T, DeskError>;
@@ -321,9 +322,24 @@ pub struct AutomationRow {
     pub version: VersionWrite,
     /// The `in_flight` column.
     pub in_flight: InFlight,
+    /// The `refs` column: what the definition's names are bound to; `None` keeps the
+    /// column as it is (a pause or resume changes no name).
+    pub refs: Option<Vec<Ref>>,
 }
 
 impl AutomationRow {
+    /// The `refs` column as stored (JSON), `None` to keep it.
+    pub fn refs_json(&self) -> Option<String> {
+        self.refs
+            .as_ref()
+            .map(|refs| serde_json::to_string(refs).unwrap_or_else(|_| "[]".to_owned()))
+    }
+
+    /// The refs a new version row keeps (JSON).
+    pub fn version_refs_json(&self) -> String {
+        self.refs_json().unwrap_or_else(|| "[]".to_owned())
+    }
+
     /// The `name` column (unique within a tenant).
     pub fn name(&self) -> &str {
         &self.automation.name
@@ -364,17 +380,28 @@ pub fn name_taken_message(name: &str) -> String {
 /// transaction begins, so a bad name is refused before anything is read (also for an
 /// unknown tenant or id).
 #[derive(Debug, Clone, PartialEq)]
-pub struct Save(Automation);
+pub struct Save(Automation, Vec<Ref>);
 
 impl Save {
     pub fn check(automation: Automation) -> StoreResult<Save> {
         fronta_desk::plan::check_name(names::AUTOMATION, &automation.name)?;
-        Ok(Save(automation))
+        Ok(Save(automation, Vec::new()))
     }
 
     /// The name to look the holder up by.
     pub fn name(&self) -> &str {
         &self.0.name
+    }
+
+    /// Binds the names of the definition to the tenant's `groups` and `types` as the
+    /// store read them inside its transaction ([`crate::refs::bind`]).
+    pub fn bind(
+        mut self,
+        groups: &[fronta_desk::Group],
+        types: &[fronta_desk::TicketType],
+    ) -> Save {
+        self.1 = crate::refs::bind(&self.0, groups, types);
+        self
     }
 
     /// A create, version 1. `holder` is the tenant's automation already called so (the
@@ -389,12 +416,13 @@ impl Save {
             return Err(name_taken(&self.0.name));
         }
         let webhook_token = is_webhook(&self.0.trigger).then(mint);
-        let version = crate::versions::plan(None, &self.0);
+        let version = crate::versions::plan(None, &self.0, &self.1);
         Ok(AutomationRow {
             automation: self.0,
             webhook_token,
             version,
             in_flight: InFlight::Finish,
+            refs: Some(self.1),
         })
     }
 
@@ -418,7 +446,19 @@ impl Save {
             None if is_webhook(&self.0.trigger) => Some(mint()),
             kept => kept,
         };
-        let version = crate::versions::plan(Some(&current.latest), &self.0);
+        let version = if current.bound {
+            crate::versions::plan(Some(&current.latest), &self.0, &self.1)
+        } else {
+            // Saved before names were bound: the current hash is over the names, so the
+            // same definition is recognised by that hash.
+            match crate::versions::plan(Some(&current.latest), &self.0, &[]) {
+                VersionWrite::Unchanged(version) => VersionWrite::Unchanged(version),
+                VersionWrite::New { version, .. } => VersionWrite::New {
+                    version,
+                    hash: crate::versions::bound_hash(&self.0, &self.1),
+                },
+            }
+        };
         let in_flight = if self.0.enabled {
             InFlight::Finish
         } else {
@@ -429,6 +469,7 @@ impl Save {
             webhook_token,
             version,
             in_flight,
+            refs: Some(self.1),
         })
     }
 }
@@ -442,6 +483,8 @@ pub struct Current {
     /// The current version and its hash.
     pub latest: Latest,
     pub in_flight: InFlight,
+    /// Whether the row's names are bound (`refs` written by a save since refs exist).
+    pub bound: bool,
 }
 
 fn is_webhook(trigger: &Trigger) -> bool {
@@ -575,6 +618,7 @@ mod tests {
                 hash: crate::versions::content_hash(of),
             },
             in_flight: InFlight::Hold,
+            bound: true,
         }
     }
 
@@ -677,6 +721,7 @@ mod tests {
             webhook_token: None,
             version: VersionWrite::Unchanged(1),
             in_flight: InFlight::Finish,
+            refs: None,
         };
         assert_eq!(row.name(), "L", "name");
         assert!(!row.enabled(), "enabled");
@@ -687,6 +732,7 @@ mod tests {
             webhook_token: None,
             version: VersionWrite::Unchanged(1),
             in_flight: InFlight::Finish,
+            refs: None,
         };
         assert_eq!(hook.event(), None, "other triggers listen to no event");
     }

@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::model::{Automation, Step};
+use crate::refs::Ref;
 
 /// The number of the version every automation and every run had before versions
 /// existed (the migration's).
@@ -53,6 +54,9 @@ pub struct Version {
     pub hash: String,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
+    /// What its names were bound to when saved ([`crate::refs`]).
+    #[serde(default)]
+    pub refs: Vec<Ref>,
 }
 
 impl Version {
@@ -64,10 +68,11 @@ impl Version {
         hash: String,
         created_at: DateTime<Utc>,
         created_by: String,
+        refs: Vec<Ref>,
     ) -> Self {
         let definition = definition_of(&definition);
         let hash = if hash.is_empty() {
-            content_hash(&definition)
+            bound_hash(&definition, &refs)
         } else {
             hash
         };
@@ -77,6 +82,7 @@ impl Version {
             hash,
             created_at,
             created_by,
+            refs,
         }
     }
 }
@@ -104,6 +110,16 @@ pub fn content_hash(automation: &Automation) -> String {
     hex
 }
 
+/// The hash of a definition whose names are bound by `refs`: taken over
+/// [`crate::refs::canonical`], so a renamed group or type is the same version.
+pub fn bound_hash(automation: &Automation, refs: &[Ref]) -> String {
+    if refs.iter().all(|r| r.id.is_none()) {
+        content_hash(automation)
+    } else {
+        content_hash(&crate::refs::canonical(automation, refs))
+    }
+}
+
 /// The newest version a store holds for an automation: its number and hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Latest {
@@ -112,12 +128,13 @@ pub struct Latest {
 }
 
 impl Latest {
-    /// The current version of an automation whose stored definition is `definition`:
-    /// its hash computed from the content itself (the row's copy may predate hashes).
-    pub fn of(version: u32, definition: &Automation) -> Self {
+    /// The current version of an automation whose stored definition is `definition`
+    /// with `refs`: its hash computed from the content itself (the row's copy may
+    /// predate hashes, and a rename rewrites its names).
+    pub fn of(version: u32, definition: &Automation, refs: &[Ref]) -> Self {
         Latest {
             version,
-            hash: content_hash(definition),
+            hash: bound_hash(definition, refs),
         }
     }
 }
@@ -143,8 +160,8 @@ impl VersionWrite {
 
 /// The version a save of `automation` writes, given the newest one stored (`None` for a
 /// create): a new number only when the content changed.
-pub fn plan(latest: Option<&Latest>, automation: &Automation) -> VersionWrite {
-    let hash = content_hash(automation);
+pub fn plan(latest: Option<&Latest>, automation: &Automation, refs: &[Ref]) -> VersionWrite {
+    let hash = bound_hash(automation, refs);
     match latest {
         Some(latest) if latest.hash == hash => VersionWrite::Unchanged(latest.version),
         Some(latest) => VersionWrite::New {
@@ -341,7 +358,7 @@ mod tests {
     fn a_save_writes_a_new_number_only_when_the_content_changed() {
         let one = automation(json!([log("s1", "one")]));
         assert_eq!(
-            plan(None, &one),
+            plan(None, &one, &[]),
             VersionWrite::New {
                 version: 1,
                 hash: content_hash(&one)
@@ -353,12 +370,12 @@ mod tests {
             hash: content_hash(&one),
         };
         assert_eq!(
-            plan(Some(&latest), &one),
+            plan(Some(&latest), &one, &[]),
             VersionWrite::Unchanged(4),
             "same"
         );
         let two = automation(json!([log("s1", "two")]));
-        let written = plan(Some(&latest), &two);
+        let written = plan(Some(&latest), &two, &[]);
         assert_eq!(written.current(), 5, "the next number");
         assert!(matches!(written, VersionWrite::New { .. }), "{written:?}");
     }

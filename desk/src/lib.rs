@@ -14,4 +14,4 @@ pub mod store;
 pub mod token;
 
 pub use model::*;
-pub use store::{DeskError, DeskStore};
+pub use store::{DeskError, DeskStore, UsedBy};

@@ -200,7 +200,7 @@ pub enum TypeUpdate {
     Unchanged(TicketType),
     /// Write `new`. `renamed` carries the new name to the tickets of the type; each of
     /// `removed` is a status the store must find held by no open ticket
-    /// ([`status_still_held`] otherwise) before it writes; a rename must find the new name
+    /// ([`removable`] otherwise) before it writes; a rename must find the new name
     /// free ([`type_name_taken`]).
     Write {
         new: TicketType,
@@ -241,11 +241,34 @@ pub fn type_update(
     })
 }
 
-/// The refusal of an update that removes `status` while `held` open tickets hold it.
-pub fn status_still_held(type_name: &str, status: &str, held: i64) -> DeskError {
-    invalid(format!(
-        "status {status:?} cannot be removed from ticket type {type_name:?}: {held} open ticket(s) still hold it"
-    ))
+/// Whether `what` (`group "support"`, `status "solving" of ticket type "it-problem"`)
+/// may be removed: not while a current automation version names it (`used_by`, from
+/// `fronta_automation::refs::users`) or `open` open tickets carry it — then `InUse`,
+/// naming each automation with its steps and the count of tickets.
+pub fn removable(what: &str, mut used_by: Vec<crate::UsedBy>, open: i64) -> DeskResult<()> {
+    if used_by.is_empty() && open == 0 {
+        return Ok(());
+    }
+    let mut parts = Vec::new();
+    for user in &used_by {
+        if let crate::UsedBy::Automation { name, steps, .. } = user {
+            parts.push(format!("automation {name:?} (steps {})", steps.join(", ")));
+        }
+    }
+    if open > 0 {
+        parts.push(format!(
+            "{open} open ticket{}",
+            if open == 1 { "" } else { "s" }
+        ));
+        used_by.push(crate::UsedBy::Tickets { open });
+    }
+    Err(DeskError::InUse {
+        message: format!(
+            "{what} cannot be removed: it is used by {}; change those first",
+            parts.join(", ")
+        ),
+        used_by,
+    })
 }
 
 // ---------------------------------------------------------------------------------------

@@ -17,6 +17,13 @@ pub enum DeskError {
     Conflict(String),
     #[error("invalid: {0}")]
     Invalid(String),
+    /// A group, ticket type or status cannot be removed while something uses it:
+    /// `message` says what, `used_by` lists each user.
+    #[error("in use: {message}")]
+    InUse {
+        message: String,
+        used_by: Vec<UsedBy>,
+    },
     #[error("storage unavailable: {0}")]
     Unavailable(String),
     #[error("storage error: {0}")]
@@ -24,6 +31,22 @@ pub enum DeskError {
 }
 
 pub type DeskResult<T> = Result<T, DeskError>;
+
+/// What uses a group, ticket type or status that is to be removed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum UsedBy {
+    /// An automation whose current version names it, with the steps that do.
+    #[serde(rename_all = "camelCase")]
+    Automation {
+        id: String,
+        name: String,
+        steps: Vec<String>,
+    },
+    /// Open tickets that carry it.
+    #[serde(rename_all = "camelCase")]
+    Tickets { open: i64 },
+}
 
 /// Create a ticket, or attach to the existing one with the same external id.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -141,10 +164,14 @@ pub struct IncidentReport {
 ///   other's assignment).
 /// - `ticket_type_update` changes only what it is given (`None` keeps it) and checks the
 ///   new definition as a create does; the name stays unique in the tenant (`Conflict`); a
-///   status that an open ticket of the type still holds cannot be removed (`Invalid`,
-///   naming the status); a rename carries to the `type` of every ticket of the type, in
-///   the same transaction (no log line, no event: the tickets did not change). Closed
-///   tickets may keep a status the type no longer lists.
+///   status that an open ticket of the type or a current automation version uses cannot
+///   be removed (`InUse`, naming each user); a rename carries to the `type` of every
+///   ticket of the type and to the current definitions of the automations that name it
+///   (by id), in the same transaction (no log line, no event, no new version: nothing
+///   changed meaning). Closed tickets may keep a status the type no longer lists.
+/// - `group_rename` carries the same way; `group_delete` and `ticket_type_delete` are
+///   refused (`InUse`) while a current automation version or an open ticket uses the
+///   group or type; closed tickets keep its name.
 /// - Incidents: while an incident with the same `cause` is open in the tenant, a report
 ///   bumps its `count` (and `updated_at`) instead of opening another.
 /// - Stores may be given an event sink: then every ticket write that changed something
@@ -208,6 +235,8 @@ pub trait DeskStore: Send + Sync + 'static {
         statuses: Option<&[String]>,
         fields: Option<&[FieldDef]>,
     ) -> DeskResult<TicketType>;
+    /// Delete a type nothing uses; see the contract.
+    async fn ticket_type_delete(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<()>;
 
     async fn ticket_upsert(
         &self,

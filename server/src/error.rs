@@ -35,6 +35,11 @@ pub enum ApiError {
     AutomationPaused,
     /// 409 with a code of its own (`conflict`, `run_not_failed`, `run_finished`, …).
     Conflict { code: &'static str, message: String },
+    /// 409 `in_use`: a group, ticket type or status still used, with `usedBy`.
+    InUse {
+        message: String,
+        used_by: Vec<fronta_desk::UsedBy>,
+    },
     /// 400: the request itself is malformed (`invalid_json`, `invalid_request`, …).
     BadRequest { code: &'static str, message: String },
     /// 400 `missing_parameter` / `invalid_parameter`: the webhook contract is not met.
@@ -104,7 +109,9 @@ impl ApiError {
         match self {
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-            ApiError::AutomationPaused | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::AutomationPaused | ApiError::Conflict { .. } | ApiError::InUse { .. } => {
+                StatusCode::CONFLICT
+            }
             ApiError::BadRequest { .. } | ApiError::Contract(_) => StatusCode::BAD_REQUEST,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -131,6 +138,10 @@ impl ApiError {
             ),
             ApiError::Conflict { code, message } | ApiError::BadRequest { code, message } => {
                 (code, message.clone())
+            }
+            ApiError::InUse { message, used_by } => {
+                error.insert("usedBy".into(), json!(used_by));
+                ("in_use", message.clone())
             }
             ApiError::Contract(contract) => {
                 // `code`, `parameter`, `path` (and `expected`, `found`) as the contract
@@ -265,6 +276,7 @@ impl From<DeskError> for ApiError {
                 message,
             },
             DeskError::Invalid(message) => ApiError::bad_request(message),
+            DeskError::InUse { message, used_by } => ApiError::InUse { message, used_by },
             DeskError::Unavailable(message) => {
                 tracing::warn!(error = %message, "desk storage unavailable");
                 ApiError::Unavailable

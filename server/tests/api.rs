@@ -529,10 +529,11 @@ async fn ticket_types_are_patched_and_a_rename_reaches_their_tickets() {
     let refused = patch(json!({"statuses": ["shipped"]})).await;
     assert_eq!(
         refused.status,
-        StatusCode::BAD_REQUEST,
-        "400: {}",
+        StatusCode::CONFLICT,
+        "409 in_use: {}",
         refused.json
     );
+    assert_eq!(refused.code(), "in_use", "{}", refused.json);
     assert!(
         refused.json["error"]["message"]
             .as_str()
@@ -1582,13 +1583,22 @@ async fn apply_updates_an_existing_ticket_type_unless_open_tickets_hold_a_remove
     let reply = harness.post("/api/apply", &token, held).await;
     assert_eq!(
         reply.status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "a status an open ticket holds: {}",
+        StatusCode::CONFLICT,
+        "a status an open ticket and an automation use: {}",
+        reply.json
+    );
+    assert_eq!(reply.code(), "in_use", "{}", reply.json);
+    assert!(
+        reply.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("ticketTypes[0]: ")),
+        "the refusal is at the type: {}",
         reply.json
     );
     assert_eq!(
-        reply.json["error"]["problems"][0]["path"], "ticketTypes[0]",
-        "the problem is at the type: {}",
+        reply.json["error"]["usedBy"][1],
+        json!({"kind": "tickets", "open": 1}),
+        "counts the open ticket: {}",
         reply.json
     );
 }
@@ -1615,4 +1625,112 @@ async fn unknown_routes_and_wrong_methods_answer_in_the_error_shape() {
         StatusCode::UNSUPPORTED_MEDIA_TYPE,
         "REST bodies must be JSON too"
     );
+}
+
+#[tokio::test]
+async fn renames_keep_automations_working_and_removing_what_they_use_answers_in_use() {
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    let kind = harness
+        .post(
+            "/api/ticket-types",
+            &token,
+            json!({"name": "it-problem", "statuses": ["new", "solving"]}),
+        )
+        .await;
+    let group = harness
+        .post("/api/groups", &token, json!({"name": "support"}))
+        .await;
+    let route = harness
+        .automation(
+            &token,
+            json!({"name": "Route", "trigger": {"type": "event", "event": "ticket.created"},
+                   "steps": [{"name": "c", "type": "condition",
+                              "rules": [{"field": "ticket.type", "operator": "eq", "value": "it-problem"}],
+                              "then": [
+                                  {"name": "assign", "op": "ticket/assign-least-busy",
+                                   "input": {"ticket": "{{ticket.id}}", "group": "support"}},
+                                  {"name": "status", "op": "ticket/set-status",
+                                   "input": {"ticket": "{{ticket.id}}", "status": "solving"}}]}]}),
+        )
+        .await;
+    let (type_path, group_path) = (
+        format!("/api/ticket-types/{}", kind.text("id")),
+        format!("/api/groups/{}", group.text("id")),
+    );
+    let automation_path = format!(
+        "/api/automations/{}",
+        route["id"].as_str().unwrap_or_default()
+    );
+    for (path, body) in [
+        (&type_path, json!({"name": "itp"})),
+        (&group_path, json!({"name": "helpdesk"})),
+    ] {
+        let renamed = harness
+            .call(Method::PATCH, path, Some(&token), Some(body))
+            .await;
+        assert_eq!(renamed.status, StatusCode::OK, "renamed: {}", renamed.json);
+    }
+    let shown = harness.get(&automation_path, &token).await.json;
+    let text = shown["steps"].to_string();
+    assert!(
+        text.contains("\"itp\"") && text.contains("\"helpdesk\"") && !text.contains("it-problem"),
+        "the automation shows the current names: {text}"
+    );
+    assert_eq!(shown["currentVersion"], 1, "a rename is no new version");
+    let saved = harness
+        .call(
+            Method::PUT,
+            &automation_path,
+            Some(&token),
+            Some(shown.clone()),
+        )
+        .await;
+    assert_eq!(saved.status, StatusCode::OK, "saved back: {}", saved.json);
+    assert_eq!(
+        saved.json["currentVersion"], 1,
+        "saving it back changes nothing"
+    );
+
+    let refused = harness
+        .call(Method::DELETE, &group_path, Some(&token), None)
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.json);
+    assert_eq!(refused.code(), "in_use", "{}", refused.json);
+    assert_eq!(
+        refused.json["error"]["usedBy"],
+        json!([{"kind": "automation", "id": route["id"], "name": "Route", "steps": ["assign"]}]),
+        "names the automation and its step"
+    );
+    let refused = harness
+        .call(
+            Method::PATCH,
+            &type_path,
+            Some(&token),
+            Some(json!({"statuses": ["new"]})),
+        )
+        .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT, "{}", refused.json);
+    assert_eq!(
+        refused.json["error"]["usedBy"][0]["steps"],
+        json!(["status"])
+    );
+    let refused = harness
+        .call(Method::DELETE, &type_path, Some(&token), None)
+        .await;
+    assert_eq!(refused.code(), "in_use", "{}", refused.json);
+
+    let deleted = harness
+        .call(Method::DELETE, &automation_path, Some(&token), None)
+        .await;
+    assert_eq!(deleted.status, StatusCode::NO_CONTENT, "{}", deleted.json);
+    for path in [&type_path, &group_path] {
+        let gone = harness.call(Method::DELETE, path, Some(&token), None).await;
+        assert_eq!(gone.status, StatusCode::NO_CONTENT, "{path}: {}", gone.json);
+        assert_eq!(
+            harness.get(path, &token).await.status,
+            StatusCode::NOT_FOUND,
+            "{path} is gone"
+        );
+    }
 }

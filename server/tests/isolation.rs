@@ -250,6 +250,11 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             "/api/ticket-types/{id}",
             vec![ids(&[("id", "type")], Some(json!({"name": "taken over"})))],
         ),
+        (
+            "DELETE",
+            "/api/ticket-types/{id}",
+            vec![ids(&[("id", "type")], None)],
+        ),
         ("GET", "/api/automations", vec![List]),
         (
             "POST",

@@ -23,6 +23,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
+use fronta_automation::refs::{self, Kind, Ref, Target};
 use fronta_automation::setup::{
     self, Action, AppliedGroup, AutomationWrite, GroupWrite, MemberWrite, SetupApplied,
     SetupFailure, SetupPlan, TypeWrite,
@@ -33,7 +34,7 @@ use fronta_automation::store::{
     name_taken, name_taken_message, names, set_enabled, webhook_lookup,
 };
 use fronta_automation::versions::{self, Latest, Version, VersionWrite};
-use fronta_desk::{DeskError, TenantId, TicketId};
+use fronta_desk::{DeskError, TenantId, TicketId, UsedBy};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
@@ -41,8 +42,8 @@ use uuid::Uuid;
 
 use crate::PgStore;
 use crate::desk::{
-    Db, DeskSql, group_insert, member_insert, member_rewrite, sql_err, tenant_exists, type_insert,
-    type_rewrite, unique_as,
+    Db, DeskSql, Lock, group_insert, groups_of_tenant, member_insert, member_rewrite, sql_err,
+    tenant_exists, type_insert, type_rewrite, types_of_tenant, unique_as,
 };
 use crate::schema::GUARD_LOCK_CLASS;
 
@@ -131,6 +132,7 @@ fn version_of(row: &PgRow) -> DeskSql<Version> {
             row.try_get(2)?,
             row.try_get(3)?,
             row.try_get(4)?,
+            row.try_get::<Json<Vec<Ref>>, _>(5)?.0,
         ))
     };
     read().map_err(|err| DeskError::Internal(format!("cannot read an automation version: {err}")))
@@ -155,8 +157,8 @@ async fn write_version(
     let now = db.now().await?;
     sqlx::query(
         "INSERT INTO automation_versions \
-         (automation, version, tenant, definition, hash, created_at, created_by) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+         (automation, version, tenant, definition, hash, created_at, created_by, refs) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
     .bind(id.0)
     .bind(column(*version))
@@ -165,6 +167,7 @@ async fn write_version(
     .bind(hash)
     .bind(now)
     .bind(by)
+    .bind(Json(row.refs.as_deref().unwrap_or_default()))
     .execute(db.c())
     .await
     .map_err(sql_err)?;
@@ -177,11 +180,120 @@ async fn write_version(
 async fn current(db: &mut Db<'_>, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
     let webhook_token = stored_token(db, tenant, id).await?;
     let stored = get(db, tenant, id, false).await?;
+    let refs: Option<Json<Vec<Ref>>> =
+        sqlx::query_scalar("SELECT refs FROM automations WHERE tenant = $1 AND id = $2")
+            .bind(tenant.0)
+            .bind(id.0)
+            .fetch_one(db.c())
+            .await
+            .map_err(sql_err)?;
     Ok(Current {
         webhook_token,
-        latest: Latest::of(stored.current_version, &stored.automation),
+        latest: Latest::of(
+            stored.current_version,
+            &stored.automation,
+            refs.as_ref()
+                .map(|refs| refs.0.as_slice())
+                .unwrap_or_default(),
+        ),
         in_flight: stored.in_flight,
+        bound: refs.is_some(),
     })
+}
+
+/// A row of `id, definition, refs`.
+type RefsRow = (Uuid, Json<Automation>, Option<Json<Vec<Ref>>>);
+
+/// Every automation of the tenant with its current refs (rows locked), bound by name now
+/// where a save never bound them (and written back, so it is done once).
+async fn tenant_refs(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+) -> DeskSql<Vec<(AutomationId, Automation, Vec<Ref>)>> {
+    let rows: Vec<RefsRow> = sqlx::query_as(
+        "SELECT id, definition, refs FROM automations WHERE tenant = $1 ORDER BY name, id \
+         FOR UPDATE",
+    )
+    .bind(tenant.0)
+    .fetch_all(db.c())
+    .await
+    .map_err(sql_err)?;
+    let mut desk = None;
+    let mut all = Vec::with_capacity(rows.len());
+    for (id, definition, refs) in rows {
+        let id = AutomationId(id);
+        let refs = match refs {
+            Some(refs) => refs.0,
+            None => {
+                if desk.is_none() {
+                    desk = Some((
+                        groups_of_tenant(db, tenant, Lock::None).await?,
+                        types_of_tenant(db, tenant, Lock::None).await?,
+                    ));
+                }
+                let (groups, types) = desk.as_ref().expect("read above");
+                let bound = refs::bind(&definition.0, groups, types);
+                write_refs(db, tenant, id, None, &bound).await?;
+                bound
+            }
+        };
+        all.push((id, definition.0, refs));
+    }
+    Ok(all)
+}
+
+/// Writes the refs (and, after a rename, the definition) of the tenant's automation `id`.
+async fn write_refs(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: AutomationId,
+    definition: Option<&Automation>,
+    refs: &[Ref],
+) -> DeskSql<()> {
+    sqlx::query(
+        "UPDATE automations SET refs = $3, definition = coalesce($4, definition) \
+         WHERE tenant = $1 AND id = $2",
+    )
+    .bind(tenant.0)
+    .bind(id.0)
+    .bind(Json(refs))
+    .bind(definition.map(Json))
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Carries the rename of the group or ticket type `id` to `new_name` into the current
+/// definitions that name it ([`refs::rename`]); called inside the rename's transaction,
+/// before the name changes (names not yet bound are bound by the old name).
+pub(crate) async fn carry_rename(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    kind: Kind,
+    id: Uuid,
+    new_name: &str,
+) -> DeskSql<()> {
+    for (automation, definition, current) in tenant_refs(db, tenant).await? {
+        if let Some((renamed, refs)) = refs::rename(&definition, &current, kind, id, new_name) {
+            write_refs(db, tenant, automation, Some(&renamed), &refs).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The automations whose current version uses `target` ([`refs::users`]).
+pub(crate) async fn users_of(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    target: Target<'_>,
+) -> DeskSql<Vec<UsedBy>> {
+    let all: Vec<(String, String, Vec<Ref>)> = tenant_refs(db, tenant)
+        .await?
+        .into_iter()
+        .map(|(id, definition, refs)| (id.to_string(), definition.name, refs))
+        .collect();
+    Ok(refs::users(&all, target))
 }
 
 /// The tenant's automation called `name`, if any.
@@ -231,7 +343,7 @@ async fn write_row(
     let written = sqlx::query(concat!(
         "UPDATE automations SET name = $1, definition = $2, enabled = $3, trigger_kind = $4, \
          event = $5, webhook_token = $6, updated_at = $7, current_version = $10, \
-         in_flight = $11 WHERE tenant = $8 AND id = $9 RETURNING ",
+         in_flight = $11, refs = coalesce($12, refs) WHERE tenant = $8 AND id = $9 RETURNING ",
         columns!()
     ))
     .bind(row.name())
@@ -245,6 +357,7 @@ async fn write_row(
     .bind(id.0)
     .bind(column(row.version.current()))
     .bind(row.in_flight.as_str())
+    .bind(row.refs.as_ref().map(Json))
     .fetch_optional(db.c())
     .await
     .map_err(unique_as(|| name_taken_message(row.name())))?;
@@ -323,6 +436,10 @@ async fn insert(
 ) -> DeskSql<StoredAutomation> {
     tenant_exists(db, tenant).await?;
     let holder = name_holder(db, tenant, save.name()).await?;
+    let save = save.bind(
+        &groups_of_tenant(db, tenant, Lock::Share).await?,
+        &types_of_tenant(db, tenant, Lock::Share).await?,
+    );
     let row = save.create(holder, mint_webhook_token)?;
     let now = db.now().await?;
     let id = AutomationId::new();
@@ -331,8 +448,8 @@ async fn insert(
     let inserted = sqlx::query(concat!(
         "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
          event, webhook_token, signing_secret, created_at, updated_at, current_version, \
-         in_flight) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12) \
+         in_flight, refs) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12, $13) \
          ON CONFLICT (tenant, name) DO NOTHING RETURNING ",
         columns!()
     ))
@@ -348,6 +465,7 @@ async fn insert(
     .bind(now)
     .bind(column(row.version.current()))
     .bind(row.in_flight.as_str())
+    .bind(Json(row.refs.as_deref().unwrap_or_default()))
     .fetch_optional(db.c())
     .await
     .map_err(sql_err)?;
@@ -370,6 +488,10 @@ async fn update(
 ) -> DeskSql<StoredAutomation> {
     let current = current(db, tenant, id).await?;
     let holder = name_holder(db, tenant, save.name()).await?;
+    let save = save.bind(
+        &groups_of_tenant(db, tenant, Lock::Share).await?,
+        &types_of_tenant(db, tenant, Lock::Share).await?,
+    );
     let row = save.update(id, current, holder, mint_webhook_token)?;
     write_version(db, tenant, id, &row, by).await?;
     let stored = write_row(db, tenant, id, &row).await?;
@@ -588,6 +710,7 @@ impl AutomationStore for PgStore {
             automation,
             webhook_token: stored_token(&mut db, tenant, id).await?,
             version: VersionWrite::Unchanged(version),
+            refs: None,
             in_flight,
         };
         let stored = write_row(&mut db, tenant, id, &row).await?;
@@ -606,7 +729,7 @@ impl AutomationStore for PgStore {
         let mut db = Db::new(&mut conn, self);
         get(&mut db, tenant, id, false).await?;
         let rows = sqlx::query(
-            "SELECT version, definition, hash, created_at, created_by FROM automation_versions \
+            "SELECT version, definition, hash, created_at, created_by, refs FROM automation_versions \
              WHERE automation = $1 AND tenant = $2 AND version < $3 ORDER BY version DESC LIMIT $4",
         )
         .bind(id.0)
@@ -628,7 +751,7 @@ impl AutomationStore for PgStore {
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);
         let row = sqlx::query(
-            "SELECT version, definition, hash, created_at, created_by FROM automation_versions \
+            "SELECT version, definition, hash, created_at, created_by, refs FROM automation_versions \
              WHERE automation = $1 AND tenant = $2 AND version = $3",
         )
         .bind(id.0)

@@ -360,17 +360,7 @@ impl DeskStore for PgStore {
 
     async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>> {
         let mut conn = self.desk_connection().await?;
-        let mut db = Db::new(&mut conn, self);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            group_columns!(),
-            " FROM desk_groups WHERE tenant = $1 ORDER BY name, id"
-        ))
-        .bind(tenant.0)
-        .fetch_all(db.c())
-        .await
-        .map_err(sql_err)?;
-        rows.iter().map(group_of).collect()
+        groups_of_tenant(&mut Db::new(&mut conn, self), tenant, Lock::None).await
     }
 
     async fn group_get(&self, tenant: TenantId, id: GroupId) -> DeskResult<Group> {
@@ -393,6 +383,14 @@ impl DeskStore for PgStore {
         if taken(group_by_name(&mut db, tenant, name, Lock::None).await)? {
             return Err(plan::group_name_taken(name));
         }
+        crate::automations::carry_rename(
+            &mut db,
+            tenant,
+            fronta_automation::refs::Kind::Group,
+            id.0,
+            name,
+        )
+        .await?;
         sqlx::query("UPDATE desk_groups SET name = $1 WHERE id = $2")
             .bind(name)
             .bind(id.0)
@@ -424,6 +422,7 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let group = group_get(&mut db, tenant, id, Lock::Update).await?;
+        group_removable(&mut db, tenant, &group).await?;
         let members = members_of(&mut db, group.id, Lock::Update).await?;
         unassign_open_tickets(&mut db, tenant, &members).await?;
         sqlx::query("DELETE FROM desk_members WHERE group_id = $1")
@@ -506,17 +505,14 @@ impl DeskStore for PgStore {
 
     async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>> {
         let mut conn = self.desk_connection().await?;
-        let mut db = Db::new(&mut conn, self);
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            type_columns!(),
-            " FROM desk_ticket_types WHERE tenant = $1 ORDER BY name, id"
-        ))
-        .bind(tenant.0)
-        .fetch_all(db.c())
-        .await
-        .map_err(sql_err)?;
-        rows.iter().map(type_of).collect()
+        types_of_tenant(&mut Db::new(&mut conn, self), tenant, Lock::None).await
+    }
+
+    async fn ticket_type_delete(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<()> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        type_remove(&mut db, tenant, id).await?;
+        self.desk_commit(tx).await
     }
 
     async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType> {

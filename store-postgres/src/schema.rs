@@ -35,7 +35,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "wake-ups name their sender", SENDER_V11),
     (12, "an owner token means running", OWNER_IFF_RUNNING_V12),
     (13, "automation versions", AUTOMATION_VERSIONS_V13),
+    (14, "references by id", REFS_V14),
 ];
+
+/// References by id (`fronta_automation::refs`): what the names of each version, and of
+/// the current definition, are bound to. `automations.refs` is NULL for a definition
+/// saved before: it is bound by name the first time a save, a rename or a removal needs
+/// it.
+pub const REFS_V14: &str = r#"
+ALTER TABLE automations ADD COLUMN refs jsonb;
+ALTER TABLE automation_versions ADD COLUMN refs jsonb NOT NULL DEFAULT '[]';
+"#;
 
 /// Automation versions (`fronta_automation::versions`): every saved definition, numbered
 /// per automation, with its content hash and author; kept when the automation is deleted

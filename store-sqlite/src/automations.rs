@@ -24,6 +24,7 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
+use fronta_automation::refs::{self, Kind, Ref, Target};
 use fronta_automation::setup::{
     self, Action, AppliedGroup, AutomationWrite, GroupWrite, MemberWrite, SetupApplied,
     SetupFailure, SetupPlan, TypeWrite,
@@ -34,14 +35,14 @@ use fronta_automation::store::{
     names, set_enabled, webhook_lookup,
 };
 use fronta_automation::versions::{self, Latest, Version, VersionWrite};
-use fronta_desk::{DeskError, TenantId, TicketId};
+use fronta_desk::{DeskError, TenantId, TicketId, UsedBy};
 use rusqlite::types::Type;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::SqliteStore;
 use crate::desk::{
-    DeskSql, group_insert, instant, key, many, member_insert, member_rewrite, one, sql_err,
-    tenant_exists, to_json, type_insert, type_rewrite, uuid_at,
+    DeskSql, group_insert, groups_of_tenant, instant, key, many, member_insert, member_rewrite,
+    one, sql_err, tenant_exists, to_json, type_insert, type_rewrite, types_of_tenant, uuid_at,
 };
 
 const COLUMNS: &str = "id, tenant, definition, enabled, webhook_token, signing_secret, \
@@ -66,7 +67,7 @@ fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
     }))
 }
 
-/// A row of `automation_versions` (`version, definition, hash, created_at, created_by`).
+/// A row of `automation_versions` ([`VERSION_COLUMNS`]).
 fn version_of(row: &Row<'_>) -> rusqlite::Result<Version> {
     let definition: String = row.get(1)?;
     let definition: Automation = serde_json::from_str(&definition)
@@ -77,8 +78,11 @@ fn version_of(row: &Row<'_>) -> rusqlite::Result<Version> {
         row.get(2)?,
         instant(row.get(3)?),
         row.get(4)?,
+        refs::parse(row.get::<_, Option<String>>(5)?.as_deref()),
     ))
 }
+
+const VERSION_COLUMNS: &str = "version, definition, hash, created_at, created_by, refs";
 
 /// Append the version `row` plans (nothing when its definition is the current one's).
 fn write_version(
@@ -95,8 +99,8 @@ fn write_version(
     let definition = to_json(&versions::definition_of(&row.automation))?;
     conn.prepare_cached(
         "INSERT INTO automation_versions \
-         (automation, version, tenant, definition, hash, created_at, created_by) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+         (automation, version, tenant, definition, hash, created_at, created_by, refs) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )
     .and_then(|mut stmt| {
         stmt.execute(params![
@@ -106,7 +110,8 @@ fn write_version(
             definition,
             hash,
             now,
-            by
+            by,
+            row.version_refs_json(),
         ])
     })
     .map_err(sql_err)?;
@@ -149,11 +154,125 @@ fn name_holder(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<Optio
 /// has no such automation.
 fn current(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
     let stored = get(conn, tenant, id)?;
+    let refs = stored_refs(conn, tenant, id)?;
     Ok(Current {
         webhook_token: stored_token(conn, tenant, id)?,
-        latest: Latest::of(stored.current_version, &stored.automation),
+        latest: Latest::of(
+            stored.current_version,
+            &stored.automation,
+            refs.as_deref().unwrap_or_default(),
+        ),
         in_flight: stored.in_flight,
+        bound: refs.is_some(),
     })
+}
+
+/// The `refs` column of the tenant's automation `id` (`None`: never bound).
+fn stored_refs(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Option<Vec<Ref>>> {
+    let text: Option<String> = one(
+        conn,
+        "SELECT refs FROM automations WHERE tenant = ?1 AND id = ?2",
+        params![key(&tenant.0), key(&id.0)],
+        |row| row.get(0),
+        names::AUTOMATION,
+    )?;
+    Ok(text.map(|text| refs::parse(Some(&text))))
+}
+
+/// Every automation of the tenant with its current refs, bound by name now where a save
+/// never bound them (and written back, so it is done once): `(id, name, definition,
+/// refs, was bound)`.
+fn tenant_refs(
+    conn: &Connection,
+    tenant: TenantId,
+) -> DeskSql<Vec<(AutomationId, Automation, Vec<Ref>)>> {
+    let rows = many(
+        conn,
+        "SELECT id, definition, refs FROM automations WHERE tenant = ?1 ORDER BY name, id",
+        [key(&tenant.0)],
+        |row| {
+            let definition: String = row.get(1)?;
+            let definition: Automation = serde_json::from_str(&definition).map_err(|err| {
+                rusqlite::Error::FromSqlConversionFailure(1, Type::Text, Box::new(err))
+            })?;
+            Ok((
+                AutomationId(uuid_at(row, 0)?),
+                definition,
+                row.get::<_, Option<String>>(2)?,
+            ))
+        },
+    )?;
+    let mut desk = None;
+    let mut all = Vec::with_capacity(rows.len());
+    for (id, definition, text) in rows {
+        let refs = match text {
+            Some(text) => refs::parse(Some(&text)),
+            None => {
+                if desk.is_none() {
+                    desk = Some((
+                        groups_of_tenant(conn, tenant)?,
+                        types_of_tenant(conn, tenant)?,
+                    ));
+                }
+                let (groups, types) = desk.as_ref().expect("read above");
+                let bound = refs::bind(&definition, groups, types);
+                write_refs(conn, tenant, id, None, &bound)?;
+                bound
+            }
+        };
+        all.push((id, definition, refs));
+    }
+    Ok(all)
+}
+
+/// Writes the refs (and, after a rename, the definition) of the tenant's automation `id`.
+fn write_refs(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+    definition: Option<&Automation>,
+    refs: &[Ref],
+) -> DeskSql<()> {
+    let definition = definition.map(to_json).transpose()?;
+    let refs = to_json(&refs.to_vec())?;
+    conn.prepare_cached(
+        "UPDATE automations SET refs = ?3, definition = coalesce(?4, definition) \
+         WHERE tenant = ?1 AND id = ?2",
+    )
+    .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), key(&id.0), refs, definition]))
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Carries the rename of the group or ticket type `id` to `new_name` into the current
+/// definitions that name it ([`refs::rename`]); called inside the rename's job, before
+/// the name changes (names not yet bound are bound by the old name).
+pub(crate) fn carry_rename(
+    conn: &Connection,
+    tenant: TenantId,
+    kind: Kind,
+    id: uuid::Uuid,
+    new_name: &str,
+) -> DeskSql<()> {
+    for (automation, definition, current) in tenant_refs(conn, tenant)? {
+        if let Some((renamed, refs)) = refs::rename(&definition, &current, kind, id, new_name) {
+            write_refs(conn, tenant, automation, Some(&renamed), &refs)?;
+        }
+    }
+    Ok(())
+}
+
+/// The automations whose current version uses `target` ([`refs::users`]).
+pub(crate) fn users_of(
+    conn: &Connection,
+    tenant: TenantId,
+    target: Target<'_>,
+) -> DeskSql<Vec<UsedBy>> {
+    let all: Vec<(String, String, Vec<Ref>)> = tenant_refs(conn, tenant)?
+        .into_iter()
+        .map(|(id, definition, refs)| (id.to_string(), definition.name, refs))
+        .collect();
+    Ok(refs::users(&all, target))
 }
 
 /// The stored token of the tenant's automation `id`, whatever its trigger now is;
@@ -185,7 +304,8 @@ fn write_row(
     conn.prepare_cached(&format!(
         "UPDATE automations SET name = ?1, definition = ?2, enabled = ?3, trigger_kind = ?4, \
          event = ?5, webhook_token = ?6, updated_at = ?7, current_version = ?10, \
-         in_flight = ?11 WHERE tenant = ?8 AND id = ?9 RETURNING {COLUMNS}"
+         in_flight = ?11, refs = coalesce(?12, refs) WHERE tenant = ?8 AND id = ?9 \
+         RETURNING {COLUMNS}"
     ))
     .and_then(|mut stmt| {
         stmt.query_row(
@@ -201,6 +321,7 @@ fn write_row(
                 key(&id.0),
                 row.version.current(),
                 row.in_flight.as_str(),
+                row.refs_json(),
             ],
             automation_of,
         )
@@ -279,6 +400,10 @@ fn insert(
 ) -> DeskSql<StoredAutomation> {
     tenant_exists(conn, tenant)?;
     let holder = name_holder(conn, tenant, save.name())?;
+    let save = save.bind(
+        &groups_of_tenant(conn, tenant)?,
+        &types_of_tenant(conn, tenant)?,
+    );
     let row = save.create(holder, mint_webhook_token)?;
     let definition = to_json(&row.automation)?;
     let id = AutomationId::new();
@@ -286,8 +411,8 @@ fn insert(
     conn.prepare_cached(&format!(
         "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
          event, webhook_token, signing_secret, created_at, updated_at, \
-         current_version, in_flight) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12) \
+         current_version, in_flight, refs) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?10, ?11, ?12, ?13) \
          RETURNING {COLUMNS}"
     ))
     .and_then(|mut stmt| {
@@ -305,6 +430,7 @@ fn insert(
                 now,
                 row.version.current(),
                 row.in_flight.as_str(),
+                row.version_refs_json(),
             ],
             automation_of,
         )
@@ -324,6 +450,10 @@ fn update(
 ) -> DeskSql<StoredAutomation> {
     let current = current(conn, tenant, id)?;
     let holder = name_holder(conn, tenant, save.name())?;
+    let save = save.bind(
+        &groups_of_tenant(conn, tenant)?,
+        &types_of_tenant(conn, tenant)?,
+    );
     let row = save.update(id, current, holder, mint_webhook_token)?;
     write_version(conn, tenant, id, &row, by, now)?;
     write_row(conn, tenant, id, &row, now)
@@ -546,6 +676,7 @@ impl AutomationStore for SqliteStore {
                 webhook_token: stored_token(conn, tenant, id)?,
                 version: VersionWrite::Unchanged(version),
                 in_flight,
+                refs: None,
             };
             write_row(conn, tenant, id, &row, now)
         })
@@ -563,9 +694,11 @@ impl AutomationStore for SqliteStore {
             stored_token(conn, tenant, id)?;
             many(
                 conn,
-                "SELECT version, definition, hash, created_at, created_by \
-                 FROM automation_versions WHERE automation = ?1 AND tenant = ?2 AND version < ?3 \
-                 ORDER BY version DESC LIMIT ?4",
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM automation_versions \
+                     WHERE automation = ?1 AND tenant = ?2 AND version < ?3 \
+                     ORDER BY version DESC LIMIT ?4"
+                ),
                 params![
                     key(&id.0),
                     key(&tenant.0),
@@ -587,8 +720,10 @@ impl AutomationStore for SqliteStore {
         self.desk_read(move |conn| {
             one(
                 conn,
-                "SELECT version, definition, hash, created_at, created_by \
-                 FROM automation_versions WHERE automation = ?1 AND tenant = ?2 AND version = ?3",
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM automation_versions \
+                     WHERE automation = ?1 AND tenant = ?2 AND version = ?3"
+                ),
                 params![key(&id.0), key(&tenant.0), version],
                 version_of,
                 names::VERSION,

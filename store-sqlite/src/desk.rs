@@ -211,17 +211,8 @@ impl DeskStore for SqliteStore {
     }
 
     async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>> {
-        self.desk_read(move |conn| {
-            many(
-                conn,
-                &format!(
-                    "SELECT {GROUP_COLUMNS} FROM desk_groups WHERE tenant = ?1 ORDER BY name, id"
-                ),
-                [key(&tenant.0)],
-                group_of,
-            )
-        })
-        .await
+        self.desk_read(move |conn| groups_of_tenant(conn, tenant))
+            .await
     }
 
     async fn group_get(&self, tenant: TenantId, id: GroupId) -> DeskResult<Group> {
@@ -245,6 +236,13 @@ impl DeskStore for SqliteStore {
             if taken(group_by_name(conn, tenant, &name))? {
                 return Err(plan::group_name_taken(&name));
             }
+            crate::automations::carry_rename(
+                conn,
+                tenant,
+                fronta_automation::refs::Kind::Group,
+                id.0,
+                &name,
+            )?;
             conn.prepare_cached("UPDATE desk_groups SET name = ?1 WHERE id = ?2")
                 .and_then(|mut stmt| stmt.execute(params![name, key(&id.0)]))
                 .map_err(sql_err)?;
@@ -263,6 +261,7 @@ impl DeskStore for SqliteStore {
     async fn group_delete(&self, tenant: TenantId, id: GroupId) -> DeskResult<()> {
         self.desk_write(move |conn, now| {
             let group = group_get(conn, tenant, id)?;
+            group_removable(conn, tenant, &group)?;
             for member in members_of(conn, group.id)? {
                 unassign_open_tickets(conn, tenant, &member, now)?;
             }
@@ -349,18 +348,8 @@ impl DeskStore for SqliteStore {
     }
 
     async fn ticket_type_list(&self, tenant: TenantId) -> DeskResult<Vec<TicketType>> {
-        self.desk_read(move |conn| {
-            many(
-                conn,
-                &format!(
-                    "SELECT {TYPE_COLUMNS} FROM desk_ticket_types WHERE tenant = ?1 \
-                     ORDER BY name, id"
-                ),
-                [key(&tenant.0)],
-                type_of,
-            )
-        })
-        .await
+        self.desk_read(move |conn| types_of_tenant(conn, tenant))
+            .await
     }
 
     async fn ticket_type_get(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<TicketType> {
@@ -395,6 +384,11 @@ impl DeskStore for SqliteStore {
             )
         })
         .await
+    }
+
+    async fn ticket_type_delete(&self, tenant: TenantId, id: TicketTypeId) -> DeskResult<()> {
+        self.desk_write(move |conn, _| type_remove(conn, tenant, id))
+            .await
     }
 
     async fn ticket_upsert(

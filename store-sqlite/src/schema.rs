@@ -18,7 +18,17 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (9, "widgets", WIDGETS_V9),
     (10, "poll cursors", POLL_CURSORS_V10),
     (11, "automation versions", AUTOMATION_VERSIONS_V11),
+    (12, "references by id", REFS_V12),
 ];
+
+/// References by id (`fronta_automation::refs`): what the names of each version, and of
+/// the current definition, are bound to. `automations.refs` is NULL for a definition
+/// saved before: it is bound by name the first time a save, a rename or a removal needs
+/// it.
+const REFS_V12: &str = r#"
+ALTER TABLE automations ADD COLUMN refs TEXT;
+ALTER TABLE automation_versions ADD COLUMN refs TEXT NOT NULL DEFAULT '[]';
+"#;
 
 /// Automation versions (`fronta_automation::versions`): every saved definition, numbered
 /// per automation, with its content hash and author; kept when the automation is deleted

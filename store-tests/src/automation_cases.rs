@@ -2279,7 +2279,7 @@ pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStor
         .expect_err("a held status refuses the setup");
     assert_eq!(refused.at.as_deref(), Some("ticketTypes[1]"), "{refused:?}");
     assert!(
-        matches!(&refused.error, DeskError::Invalid(message) if message.contains("shipped")),
+        matches!(&refused.error, DeskError::InUse { message, .. } if message.contains("shipped")),
         "says which status: {refused:?}"
     );
     assert_eq!(
@@ -2330,5 +2330,144 @@ pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStor
         after["automations"].as_array().map(Vec::len),
         Some(3),
         "{after}"
+    );
+}
+
+/// Names in a definition are bound to ids when saved: renaming a group or a ticket type
+/// rewrites the current definitions that name it (no new version: saving it back makes
+/// none), older versions keep their refs, and a group, a ticket type or a status that a
+/// current version names cannot be removed (`InUse`, naming the automation and its steps)
+/// until no automation names it.
+pub async fn renames_keep_automations_working_and_what_they_use_stays(
+    factory: &dyn AutomationStoreFactory,
+) {
+    use fronta_desk::UsedBy;
+    let env = Env::open(factory).await;
+    let group = env
+        .desk
+        .group_create(env.acme, "support")
+        .await
+        .expect("group");
+    let it = env
+        .desk
+        .ticket_type_create(
+            env.acme,
+            "it-problem",
+            &["new".to_string(), "solving".to_string()],
+            &[],
+        )
+        .await
+        .expect("type");
+    let route = env
+        .create(
+            env.acme,
+            parse(json!({
+                "name": "Route", "trigger": {"type": "event", "event": CREATED},
+                "steps": [{"name": "c", "type": "condition",
+                           "rules": [{"field": "ticket.type", "operator": "eq", "value": "it-problem"}],
+                           "then": [
+                               {"name": "assign", "op": "ticket/assign-least-busy",
+                                "input": {"ticket": "{{ticket.id}}", "group": "support"}},
+                               {"name": "status", "op": "ticket/set-status",
+                                "input": {"ticket": "{{ticket.id}}", "status": "solving"}}]}]
+            })),
+        )
+        .await;
+    let first = env
+        .automations
+        .automation_version(env.acme, route.id, 1)
+        .await
+        .expect("version 1");
+    assert!(
+        first
+            .refs
+            .iter()
+            .any(|r| r.id == Some(group.id.0) && r.name == "support"),
+        "the group is bound by id: {:?}",
+        first.refs
+    );
+    env.desk
+        .ticket_type_update(env.acme, it.id, Some("itp"), None, None)
+        .await
+        .expect("type renamed");
+    env.desk
+        .group_rename(env.acme, group.id, "helpdesk")
+        .await
+        .expect("group renamed");
+    let renamed = env.get(env.acme, route.id).await;
+    let text = serde_json::to_string(&renamed.automation).expect("serializes");
+    assert!(
+        text.contains("\"itp\"") && text.contains("\"helpdesk\""),
+        "the current definition shows the new names: {text}"
+    );
+    assert!(
+        !text.contains("it-problem") && !text.contains("\"support\""),
+        "and not the old ones: {text}"
+    );
+    assert_eq!(renamed.current_version, 1, "a rename makes no version");
+    let saved_back = env
+        .update(env.acme, route.id, renamed.automation.clone())
+        .await;
+    assert_eq!(
+        saved_back.current_version, 1,
+        "saving back what a rename shows makes no version"
+    );
+
+    let in_use = |result: Result<(), DeskError>, what: &str| match result {
+        Err(DeskError::InUse { message, used_by }) => {
+            assert!(message.contains("Route"), "{what}: names it: {message}");
+            used_by
+        }
+        other => panic!("{what}: expected InUse, got {other:?}"),
+    };
+    let by_group = in_use(
+        env.desk.group_delete(env.acme, group.id).await,
+        "deleting the group",
+    );
+    assert_eq!(
+        by_group,
+        vec![UsedBy::Automation {
+            id: route.id.to_string(),
+            name: "Route".into(),
+            steps: vec!["assign".into()],
+        }],
+        "the automation and its step"
+    );
+    let by_status = in_use(
+        env.desk
+            .ticket_type_update(env.acme, it.id, None, Some(&["new".to_string()]), None)
+            .await
+            .map(|_| ()),
+        "removing the status",
+    );
+    assert!(
+        matches!(&by_status[0], UsedBy::Automation { steps, .. } if steps == &vec!["status".to_string()]),
+        "{by_status:?}"
+    );
+    in_use(
+        env.desk.ticket_type_delete(env.acme, it.id).await,
+        "deleting the type",
+    );
+    assert!(
+        env.desk.ticket_type_get(env.acme, it.id).await.is_ok()
+            && env.desk.group_get(env.acme, group.id).await.is_ok(),
+        "refused removals removed nothing"
+    );
+
+    env.automations
+        .automation_delete(env.acme, route.id)
+        .await
+        .expect("automation deleted");
+    env.desk
+        .ticket_type_delete(env.acme, it.id)
+        .await
+        .expect("nothing uses the type now");
+    env.desk
+        .group_delete(env.acme, group.id)
+        .await
+        .expect("nothing uses the group now");
+    assert!(
+        env.desk.ticket_type_get(env.acme, it.id).await.is_err(),
+        "the type is gone"
     );
 }

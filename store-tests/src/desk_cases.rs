@@ -1964,24 +1964,33 @@ pub async fn ticket_type_update_keeps_names_unique_within_a_tenant(factory: &dyn
     );
 }
 
-/// A status that an open ticket of the type holds cannot be removed (`Invalid`, naming
-/// it); once the ticket is closed, it can.
+/// A status that an open ticket of the type holds cannot be removed (`InUse`, naming it
+/// and counting the tickets); once the ticket is closed, it can.
 pub async fn ticket_type_update_keeps_statuses_open_tickets_hold(factory: &dyn DeskStoreFactory) {
     let desk = Desk::open(factory).await;
     let (order_type, error) = desk.types(desk.acme).await;
     let ticket = desk.upsert(desk.acme, order("o-1")).await.ticket;
-    let message = assert_invalid(
-        desk.store
-            .ticket_type_update(
-                desk.acme,
-                order_type.id,
-                None,
-                Some(&[SHIPPED.into()]),
-                None,
-            )
-            .await,
-        "removing the status an open ticket holds",
-    );
+    let refused = desk
+        .store
+        .ticket_type_update(
+            desk.acme,
+            order_type.id,
+            None,
+            Some(&[SHIPPED.into()]),
+            None,
+        )
+        .await;
+    let message = match refused {
+        Err(DeskError::InUse { message, used_by }) => {
+            assert_eq!(
+                used_by,
+                vec![fronta_desk::UsedBy::Tickets { open: 1 }],
+                "counts the open ticket"
+            );
+            message
+        }
+        other => panic!("removing the status an open ticket holds: {other:?}"),
+    };
     assert!(
         message.contains(WAITING),
         "the message names the held status: {message}"
@@ -2852,8 +2861,9 @@ pub async fn deleting_a_member_unassigns_its_open_tickets_and_keeps_closed_ones(
     );
 }
 
-/// Deleting a group deletes its members (their ids answer `NotFound`); its tickets keep
-/// their history and their group name.
+/// Deleting a group that open tickets carry is refused (`InUse`, with their count);
+/// once they are closed, it deletes its members (their ids answer `NotFound`) and its
+/// closed tickets keep their history, their group name and who handled them.
 pub async fn deleting_a_group_removes_its_members_and_keeps_its_tickets(
     factory: &dyn DeskStoreFactory,
 ) {
@@ -2868,10 +2878,34 @@ pub async fn deleting_a_group_removes_its_members_and_keeps_its_tickets(
         .expect("the group reads");
     let ticket = desk.ticket(desk.acme, "x-1").await;
     desk.least_busy(desk.acme, ticket.id, "warehouse").await;
+    match desk.store.group_delete(desk.acme, group.id).await {
+        Err(DeskError::InUse { message, used_by }) => {
+            assert_eq!(
+                used_by,
+                vec![fronta_desk::UsedBy::Tickets { open: 1 }],
+                "the open ticket is counted"
+            );
+            assert!(
+                message.contains("group \"warehouse\"") && message.contains("1 open ticket"),
+                "says what and why: {message}"
+            );
+        }
+        other => panic!("a group an open ticket carries is kept: {other:?}"),
+    }
+    let assignee = desk.get(desk.acme, ticket.id).await.assignee;
+    desk.change(
+        desk.acme,
+        ticket.id,
+        TicketChange {
+            closed: Some(true),
+            ..TicketChange::default()
+        },
+    )
+    .await;
     desk.store
         .group_delete(desk.acme, group.id)
         .await
-        .expect("delete succeeds");
+        .expect("with its tickets closed, the delete succeeds");
     for member in &team {
         assert_not_found(
             desk.store
@@ -2886,8 +2920,8 @@ pub async fn deleting_a_group_removes_its_members_and_keeps_its_tickets(
     );
     let after = desk.get(desk.acme, ticket.id).await;
     assert_eq!(
-        after.assignee, None,
-        "the open ticket lost its deleted assignee"
+        after.assignee, assignee,
+        "the closed ticket keeps who handled it"
     );
     assert_eq!(
         after.group.as_deref(),
@@ -2897,7 +2931,7 @@ pub async fn deleting_a_group_removes_its_members_and_keeps_its_tickets(
     assert_eq!(
         desk.log(desk.acme, ticket.id).await.len(),
         3,
-        "created, assigned, unassigned"
+        "created, assigned, closed"
     );
     desk.group(desk.acme, "warehouse").await;
 }

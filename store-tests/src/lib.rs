@@ -331,6 +331,7 @@ macro_rules! automation_conformance_suite {
             automation_save_checks_the_name_first_and_quotes_a_taken_one,
             automation_list_is_ordered_by_name,
             a_setup_is_written_whole_or_not_at_all,
+            renames_keep_automations_working_and_what_they_use_stays,
             // Tenant isolation.
             another_tenants_automation_answers_exactly_like_an_unknown_one,
             lists_never_show_another_tenants_automations,
@@ -407,6 +408,7 @@ macro_rules! runtime_scenarios {
             an_edit_during_a_pause_finishes_the_version_the_run_started_with,
             a_pause_lets_runs_finish_or_holds_them_and_never_fails_one,
             a_mistyped_field_fails_the_step_at_once_naming_it,
+            a_renamed_group_is_found_by_every_version_that_names_it,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

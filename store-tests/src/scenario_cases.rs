@@ -1260,3 +1260,84 @@ pub async fn a_mistyped_field_fails_the_step_at_once_naming_it(factory: &dyn Run
         "the error names the field and both types: {error}"
     );
 }
+
+/// A rename never breaks a run: a run asleep on version 1 while the automation is edited
+/// (version 2) and its group renamed finds the group by id under its new name; a run of
+/// the current version, started after the rename, does too.
+pub async fn a_renamed_group_is_found_by_every_version_that_names_it(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let tree = |note: &str| {
+        json!({"name": "Route", "trigger": {"type": "manual"}, "steps": [
+            {"name": "ticket", "op": "ticket/upsert",
+             "input": {"externalId": "r-{{n}}", "type": "order", "status": "waiting-to-pack"}},
+            pause_step(20),
+            log_step("note", note),
+            {"name": "assign", "op": "ticket/assign-least-busy",
+             "input": {"ticket": "{{ticket.id}}", "group": "warehouse"}}]})
+    };
+    let stored = firm.automation(tree("v1")).await;
+    let start = |stored: StoredAutomation, n: &str| {
+        let dispatcher = firm.dispatcher.clone();
+        let n = n.to_owned();
+        async move {
+            let mut context = serde_json::Map::new();
+            context.insert("n".into(), json!(n));
+            dispatcher
+                .enqueue(executor::run_request(&stored, RunTrigger::Manual, context))
+                .await
+                .expect("enqueue")
+                .id()
+        }
+    };
+    let old = start(stored.clone(), "1").await;
+    firm.drain().await;
+    let edited = firm
+        .stores
+        .automations
+        .automation_update(
+            firm.tenant,
+            stored.id,
+            Automation::from_value(&tree("v2")).expect("parses"),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("edited");
+    assert_eq!(edited.current_version, 2, "the edit is version 2");
+    let warehouse = firm
+        .stores
+        .desk
+        .group_by_name(firm.tenant, "warehouse")
+        .await
+        .expect("group");
+    firm.stores
+        .desk
+        .group_rename(firm.tenant, warehouse.id, "sklad")
+        .await
+        .expect("renamed");
+    let current = firm
+        .stores
+        .automations
+        .automation_get(firm.tenant, stored.id)
+        .await
+        .expect("reads");
+    let new = start(current, "2").await;
+    firm.clock.advance(Duration::from_secs(21));
+    firm.drain().await;
+    firm.clock.advance(Duration::from_secs(21));
+    firm.drain().await;
+    for (id, version) in [(old, 1), (new, 2)] {
+        let run = firm.run(id).await;
+        assert_eq!(
+            run.status,
+            RunStatus::Completed,
+            "version {version} finds the renamed group: {:?}",
+            run.last_error
+        );
+        assert_eq!(pinned_version(&run), version);
+        let assign = step_lines(&run).last().cloned().unwrap_or_default();
+        assert!(
+            assign.0 == "assign" && assign.1.contains("(sklad)"),
+            "assigned within the group under its new name: {assign:?}"
+        );
+    }
+}

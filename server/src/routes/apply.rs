@@ -267,12 +267,17 @@ pub async fn apply(
 }
 
 /// A refused setup as the API answers it: a refusal of one item is a problem at its path
-/// (422 `invalid_setup`); what no item is to blame for answers as any store error.
+/// (422 `invalid_setup`), or 409 `in_use` whose message starts with the path (removing a
+/// status something still uses); what no item is to blame for answers as any store error.
 fn refusal(failure: SetupFailure) -> ApiError {
     match (failure.at, failure.error) {
         (Some(at), DeskError::Invalid(message) | DeskError::Conflict(message)) => {
             ApiError::InvalidSetup(vec![Problem::new(at, message)])
         }
+        (Some(at), DeskError::InUse { message, used_by }) => ApiError::InUse {
+            message: format!("{at}: {message}"),
+            used_by,
+        },
         (Some(at), DeskError::NotFound(what)) => ApiError::InvalidSetup(vec![Problem::new(
             at,
             format!("the {what} changed while the setup was applied; apply it again"),

@@ -35,6 +35,7 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use fronta_automation::executor;
+use fronta_automation::refs;
 use fronta_automation::store::{AutomationId, StoredAutomation};
 use fronta_automation::validate::validate;
 use fronta_automation::{Automation, Problem, Trigger, ValidationContext, contract};
@@ -361,10 +362,37 @@ async fn version_of(
     stored: &StoredAutomation,
     number: u32,
 ) -> Result<versions::Version, ApiError> {
-    app.automations()
+    let mut version = app
+        .automations()
         .automation_version(stored.tenant, stored.id, number)
         .await
-        .map_err(|err| ApiError::desk(err, "automation version"))
+        .map_err(|err| ApiError::desk(err, "automation version"))?;
+    let names = CurrentNames::read(app, stored.tenant).await?;
+    names.apply(&mut version);
+    Ok(version)
+}
+
+/// The tenant's groups and ticket types by id, to show a saved version under the names
+/// what it names has now ([`fronta_automation::refs::resolve`]).
+struct CurrentNames(std::collections::HashMap<(refs::Kind, uuid::Uuid), String>);
+
+impl CurrentNames {
+    async fn read(app: &App, tenant: fronta_desk::TenantId) -> Result<Self, ApiError> {
+        let mut names = std::collections::HashMap::new();
+        for group in app.desk().group_list(tenant).await? {
+            names.insert((refs::Kind::Group, group.id.0), group.name);
+        }
+        for found in app.desk().ticket_type_list(tenant).await? {
+            names.insert((refs::Kind::TicketType, found.id.0), found.name);
+        }
+        Ok(CurrentNames(names))
+    }
+
+    fn apply(&self, version: &mut versions::Version) {
+        version.definition = refs::resolve(&version.definition, &version.refs, |kind, id| {
+            self.0.get(&(kind, id)).cloned()
+        });
+    }
 }
 
 pub async fn versions_list(
@@ -390,6 +418,10 @@ pub async fn versions_list(
         .map_err(|err| ApiError::desk(err, "automation"))?;
     let more = found.len() > size;
     found.truncate(size);
+    let names = CurrentNames::read(&app, tenant.id).await?;
+    for version in &mut found {
+        names.apply(version);
+    }
     let next_cursor = more
         .then(|| found.last().map(|last| last.version.to_string()))
         .flatten();

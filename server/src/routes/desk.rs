@@ -322,6 +322,21 @@ pub async fn ticket_type_update(
     Ok(Json(ticket_type_view(&updated)))
 }
 
+/// `DELETE /api/ticket-types/{id}`: 204, or 409 `in_use` while a current automation
+/// version or an open ticket uses the type or one of its statuses.
+pub async fn ticket_type_delete(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id: TicketTypeId = parse_id(&id, "ticket type")?;
+    app.desk()
+        .ticket_type_delete(tenant.id, id)
+        .await
+        .map_err(|err| ApiError::desk(err, "ticket type"))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 // ---- tickets ----
 
 #[derive(Debug, Deserialize)]

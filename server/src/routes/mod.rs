@@ -161,7 +161,9 @@ fn table() -> Routes {
         )
         .add(
             "/api/ticket-types/{id}",
-            get(desk::ticket_type).patch(desk::ticket_type_update),
+            get(desk::ticket_type)
+                .patch(desk::ticket_type_update)
+                .delete(desk::ticket_type_delete),
             [
                 op(get_, "A ticket type").answers(200, "TicketType"),
                 op(
@@ -170,6 +172,11 @@ fn table() -> Routes {
                 )
                 .body("TicketType")
                 .answers(200, "TicketType"),
+                op(
+                    delete_,
+                    "Delete a ticket type no automation or open ticket uses",
+                )
+                .answers(204, ""),
             ],
         )
         .add(

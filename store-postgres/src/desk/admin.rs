@@ -2,7 +2,10 @@
 //! transaction: a route's own (one write), or a whole setup's
 //! ([`fronta_automation::setup`], one transaction for all of it).
 
+use fronta_automation::refs::{Kind, Target};
+
 use super::*;
+use crate::automations::{carry_rename, users_of};
 
 /// Creates the group `name` (planned by `plan::group_new`); a taken name is refused.
 pub(crate) async fn group_insert(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<Group> {
@@ -156,20 +159,36 @@ pub(crate) async fn type_rewrite(
     if renamed && taken(type_by_name(db, tenant, &new.name, Lock::None).await)? {
         return Err(plan::type_name_taken(&new.name));
     }
-    for removed in &removed {
-        let held: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM desk_tickets \
-             WHERE tenant = $1 AND type_name = $2 AND status = $3 AND NOT closed",
-        )
-        .bind(tenant.0)
-        .bind(&old.name)
-        .bind(removed)
-        .fetch_one(db.c())
-        .await
-        .map_err(sql_err)?;
-        if held > 0 {
-            return Err(plan::status_still_held(&old.name, removed, held));
+    if !removed.is_empty() {
+        let others = types_of_tenant(db, tenant, Lock::None).await?;
+        for status in &removed {
+            let open: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM desk_tickets \
+                 WHERE tenant = $1 AND type_name = $2 AND status = $3 AND NOT closed",
+            )
+            .bind(tenant.0)
+            .bind(&old.name)
+            .bind(status)
+            .fetch_one(db.c())
+            .await
+            .map_err(sql_err)?;
+            let elsewhere = others
+                .iter()
+                .any(|other| other.id != id && other.statuses.contains(status));
+            let target = Target::Status {
+                ticket_type: id.0,
+                name: status,
+                elsewhere,
+            };
+            plan::removable(
+                &format!("status {status:?} of ticket type {:?}", old.name),
+                users_of(db, tenant, target).await?,
+                open,
+            )?;
         }
+    }
+    if renamed {
+        carry_rename(db, tenant, Kind::TicketType, id.0, &new.name).await?;
     }
     let updated = sqlx::query(
         "UPDATE desk_ticket_types SET name = $3, statuses = $4, fields = $5 \
@@ -201,4 +220,56 @@ pub(crate) async fn type_rewrite(
             .map_err(sql_err)?;
     }
     Ok(new)
+}
+
+/// Deletes the ticket type `id`, unless a current automation version or an open ticket
+/// uses it (`InUse`); closed tickets keep its name.
+pub(crate) async fn type_remove(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: TicketTypeId,
+) -> DeskSql<()> {
+    let found = type_get(db, tenant, id, Lock::Update).await?;
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM desk_tickets WHERE tenant = $1 AND type_name = $2 AND NOT closed",
+    )
+    .bind(tenant.0)
+    .bind(&found.name)
+    .fetch_one(db.c())
+    .await
+    .map_err(sql_err)?;
+    plan::removable(
+        &format!("ticket type {:?}", found.name),
+        users_of(db, tenant, Target::TicketType(id.0)).await?,
+        open,
+    )?;
+    sqlx::query("DELETE FROM desk_ticket_types WHERE tenant = $1 AND id = $2")
+        .bind(tenant.0)
+        .bind(id.0)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Refuses deleting the group `group` (locked by the caller) while a current automation
+/// version or an open ticket uses it (`InUse`).
+pub(crate) async fn group_removable(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    group: &Group,
+) -> DeskSql<()> {
+    let open: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM desk_tickets WHERE tenant = $1 AND group_name = $2 AND NOT closed",
+    )
+    .bind(tenant.0)
+    .bind(&group.name)
+    .fetch_one(db.c())
+    .await
+    .map_err(sql_err)?;
+    plan::removable(
+        &format!("group {:?}", group.name),
+        users_of(db, tenant, Target::Group(group.id.0)).await?,
+        open,
+    )
 }

@@ -169,6 +169,49 @@ async fn one<'q, T>(
         .ok_or(DeskError::NotFound(what))
 }
 
+/// The tenant's groups, by name (`lock`: `FOR SHARE` when a save binds names to them,
+/// so a rename or a delete waits for it, or it for them).
+pub(crate) async fn groups_of_tenant(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    lock: Lock,
+) -> DeskSql<Vec<Group>> {
+    let rows = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            group_columns!(),
+            " FROM desk_groups WHERE tenant = $1 ORDER BY name, id"
+        )
+    ))
+    .bind(tenant.0)
+    .fetch_all(db.c())
+    .await
+    .map_err(sql_err)?;
+    rows.iter().map(group_of).collect()
+}
+
+/// The tenant's ticket types, by name (`lock` as for [`groups_of_tenant`]).
+pub(crate) async fn types_of_tenant(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    lock: Lock,
+) -> DeskSql<Vec<TicketType>> {
+    let rows = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            type_columns!(),
+            " FROM desk_ticket_types WHERE tenant = $1 ORDER BY name, id"
+        )
+    ))
+    .bind(tenant.0)
+    .fetch_all(db.c())
+    .await
+    .map_err(sql_err)?;
+    rows.iter().map(type_of).collect()
+}
+
 pub(crate) async fn group_get(
     db: &mut Db<'_>,
     tenant: TenantId,

@@ -2,7 +2,10 @@
 //! writer job: a route's own (one write), or a whole setup's
 //! ([`fronta_automation::setup`], one job for all of it).
 
+use fronta_automation::refs::{Kind, Target};
+
 use super::*;
+use crate::automations::{carry_rename, users_of};
 
 /// Creates the group `name` (planned by `plan::group_new`); a taken name is refused.
 pub(crate) fn group_insert(
@@ -143,19 +146,35 @@ pub(crate) fn type_rewrite(
     if renamed && taken(type_by_name(conn, tenant, &new.name))? {
         return Err(plan::type_name_taken(&new.name));
     }
-    for removed in &removed {
-        let held: i64 = conn
-            .prepare_cached(
-                "SELECT count(*) FROM desk_tickets \
-                 WHERE tenant = ?1 AND type_name = ?2 AND status = ?3 AND closed = 0",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_row(params![key(&tenant.0), old.name, removed], |row| row.get(0))
-            })
-            .map_err(sql_err)?;
-        if held > 0 {
-            return Err(plan::status_still_held(&old.name, removed, held));
+    if !removed.is_empty() {
+        let others = types_of_tenant(conn, tenant)?;
+        for status in &removed {
+            let open: i64 = conn
+                .prepare_cached(
+                    "SELECT count(*) FROM desk_tickets \
+                     WHERE tenant = ?1 AND type_name = ?2 AND status = ?3 AND closed = 0",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_row(params![key(&tenant.0), old.name, status], |row| row.get(0))
+                })
+                .map_err(sql_err)?;
+            let elsewhere = others
+                .iter()
+                .any(|other| other.id != id && other.statuses.contains(status));
+            let target = Target::Status {
+                ticket_type: id.0,
+                name: status,
+                elsewhere,
+            };
+            plan::removable(
+                &format!("status {status:?} of ticket type {:?}", old.name),
+                users_of(conn, tenant, target)?,
+                open,
+            )?;
         }
+    }
+    if renamed {
+        carry_rename(conn, tenant, Kind::TicketType, id.0, &new.name)?;
     }
     let (statuses_json, fields_json) = (to_json(&new.statuses)?, to_json(&new.fields)?);
     conn.prepare_cached(
@@ -180,4 +199,41 @@ pub(crate) fn type_rewrite(
         .map_err(sql_err)?;
     }
     Ok(new)
+}
+
+/// Deletes the ticket type `id`, unless a current automation version or an open ticket
+/// uses it (`InUse`); closed tickets keep its name.
+pub(crate) fn type_remove(conn: &Connection, tenant: TenantId, id: TicketTypeId) -> DeskSql<()> {
+    let found = type_get(conn, tenant, id)?;
+    let open: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM desk_tickets WHERE tenant = ?1 AND type_name = ?2 AND closed = 0",
+        )
+        .and_then(|mut stmt| stmt.query_row(params![key(&tenant.0), found.name], |row| row.get(0)))
+        .map_err(sql_err)?;
+    plan::removable(
+        &format!("ticket type {:?}", found.name),
+        users_of(conn, tenant, Target::TicketType(id.0))?,
+        open,
+    )?;
+    conn.prepare_cached("DELETE FROM desk_ticket_types WHERE tenant = ?1 AND id = ?2")
+        .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), key(&id.0)]))
+        .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Refuses deleting the group `group` while a current automation version or an open
+/// ticket uses it (`InUse`).
+pub(crate) fn group_removable(conn: &Connection, tenant: TenantId, group: &Group) -> DeskSql<()> {
+    let open: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM desk_tickets WHERE tenant = ?1 AND group_name = ?2 AND closed = 0",
+        )
+        .and_then(|mut stmt| stmt.query_row(params![key(&tenant.0), group.name], |row| row.get(0)))
+        .map_err(sql_err)?;
+    plan::removable(
+        &format!("group {:?}", group.name),
+        users_of(conn, tenant, Target::Group(group.id.0))?,
+        open,
+    )
 }

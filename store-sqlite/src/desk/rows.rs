@@ -141,6 +141,28 @@ pub(crate) fn many<T>(
         .map_err(sql_err)
 }
 
+/// The tenant's groups, by name.
+pub(crate) fn groups_of_tenant(conn: &Connection, tenant: TenantId) -> DeskSql<Vec<Group>> {
+    many(
+        conn,
+        &format!("SELECT {GROUP_COLUMNS} FROM desk_groups WHERE tenant = ?1 ORDER BY name, id"),
+        [key(&tenant.0)],
+        group_of,
+    )
+}
+
+/// The tenant's ticket types, by name.
+pub(crate) fn types_of_tenant(conn: &Connection, tenant: TenantId) -> DeskSql<Vec<TicketType>> {
+    many(
+        conn,
+        &format!(
+            "SELECT {TYPE_COLUMNS} FROM desk_ticket_types WHERE tenant = ?1 ORDER BY name, id"
+        ),
+        [key(&tenant.0)],
+        type_of,
+    )
+}
+
 pub(crate) fn group_get(conn: &Connection, tenant: TenantId, id: GroupId) -> DeskSql<Group> {
     one(
         conn,
