@@ -210,6 +210,23 @@ async fn member_open_counts_equal_a_recount_after_every_kind_of_write() {
         .ticket_assign_least_busy(tenant, tickets[4], "shipping", Origin::Person)
         .await
         .expect("least busy across groups");
+    // A group open tickets carry is kept (409 in_use): they leave the group first, and
+    // keep their assignees for the delete to unassign.
+    for ticket in &tickets {
+        store
+            .ticket_change(
+                tenant,
+                *ticket,
+                TicketChange {
+                    group: Some(None),
+                    ..TicketChange::default()
+                },
+                Origin::Person,
+            )
+            .await
+            .expect("out of the group");
+    }
+    assert_counts_match(&mut conn, "out of the group").await;
     store
         .group_delete(tenant, warehouse.id)
         .await

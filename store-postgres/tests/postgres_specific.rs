@@ -1530,3 +1530,113 @@ async fn unreachable_server_is_unavailable_and_a_bad_url_invalid() {
         "the password never reaches an error: {err}"
     );
 }
+
+/// A database as it was before automation versions and references (migrations 1–12),
+/// holding an automation that names a group: opened, the automation is version 1 with
+/// its hash, saving it unchanged makes no version, a rename of the group reaches its
+/// definition, and the group cannot be deleted while the automation names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() {
+    use fronta_automation::store::{AutomationId, AutomationStore};
+    use fronta_desk::{DeskError, DeskStore};
+    let db = TestDb::create().await;
+    let mut conn = db.connection().await;
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (
+            version    bigint      PRIMARY KEY,
+            name       text        NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("create schema_migrations");
+    for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v < 13) {
+        sqlx::raw_sql(*sql)
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|err| panic!("migration {version}: {err}"));
+        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(version)
+            .bind(*name)
+            .execute(&mut conn)
+            .await
+            .expect("record the migration");
+    }
+    let (tenant, group, automation) = (
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+    );
+    let definition = serde_json::json!({
+        "name": "Route", "enabled": true, "trigger": {"type": "manual"},
+        "steps": [{"name": "assign", "op": "ticket/assign-least-busy",
+                   "input": {"ticket": "{{_body.ticket}}", "group": "support"}}]
+    });
+    for (sql, step) in [
+        (
+            "INSERT INTO desk_tenants (id, name, created_at) VALUES ($1, 'Acme', now())",
+            "tenant",
+        ),
+        (
+            "INSERT INTO desk_groups (id, tenant, name, created_at) \
+             VALUES ($2, $1, 'support', now())",
+            "group",
+        ),
+        (
+            "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
+             created_at, updated_at) VALUES ($3, $1, 'Route', $4, true, 'manual', now(), now())",
+            "automation",
+        ),
+    ] {
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(tenant)
+            .bind(group)
+            .bind(automation)
+            .bind(sqlx::types::Json(&definition))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|err| panic!("{step}: {err}"));
+    }
+    let store = db.store(None).await;
+    let tenant = fronta_desk::TenantId(tenant);
+    let id = AutomationId(automation);
+    let stored = store.automation_get(tenant, id).await.expect("reads");
+    assert_eq!(stored.current_version, 1, "an old automation is version 1");
+    let first = store
+        .automation_version(tenant, id, 1)
+        .await
+        .expect("version 1 exists");
+    assert!(
+        first.hash.starts_with("sha256:"),
+        "with its hash: {}",
+        first.hash
+    );
+    let saved = store
+        .automation_update(tenant, id, stored.automation.clone(), "tenant")
+        .await
+        .expect("saved unchanged");
+    assert_eq!(
+        saved.current_version, 1,
+        "saving it unchanged makes no version"
+    );
+    let renamed = fronta_desk::GroupId(group);
+    store
+        .group_rename(tenant, renamed, "helpdesk")
+        .await
+        .expect("renamed");
+    let after = store.automation_get(tenant, id).await.expect("reads");
+    assert!(
+        serde_json::to_string(&after.automation)
+            .expect("json")
+            .contains("\"helpdesk\""),
+        "the rename reached the old automation: {:?}",
+        after.automation
+    );
+    assert!(
+        matches!(
+            store.group_delete(tenant, renamed).await,
+            Err(DeskError::InUse { .. })
+        ),
+        "the group it names is kept"
+    );
+}

@@ -164,3 +164,107 @@ async fn desk_migration_upgrades_a_database_that_holds_runs() {
         "every migration was applied on open"
     );
 }
+
+/// A database as it was before automation versions and references (migrations 1–10),
+/// holding an automation that names a group: opened, the automation is version 1 with
+/// its hash, saving it unchanged makes no version, a rename of the group reaches its
+/// definition (bound by name on the way), and the group cannot be deleted while the
+/// automation names it.
+#[tokio::test]
+async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() {
+    use fronta_automation::store::{AutomationId, AutomationStore};
+    use fronta_desk::{DeskError, DeskStore};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("before-versions.db");
+    let (tenant, group, automation) = (
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+    );
+    let definition = serde_json::json!({
+        "name": "Route", "enabled": true, "trigger": {"type": "manual"},
+        "steps": [{"name": "assign", "op": "ticket/assign-least-busy",
+                   "input": {"ticket": "{{_body.ticket}}", "group": "support"}}]
+    });
+    {
+        let mut conn = rusqlite::Connection::open(&path).expect("open");
+        conn.execute_batch(
+            "CREATE TABLE schema_migrations (
+                version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)",
+        )
+        .expect("migrations table");
+        let tx = conn.transaction().expect("tx");
+        for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v <= 10) {
+            tx.execute_batch(sql).expect("an old migration");
+            tx.execute(
+                "INSERT INTO schema_migrations (version, name, applied_at) VALUES (?1, ?2, 0)",
+                rusqlite::params![version, name],
+            )
+            .expect("recorded");
+        }
+        tx.execute(
+            "INSERT INTO desk_tenants (id, name, created_at) VALUES (?1, 'Acme', 0)",
+            [tenant.as_bytes().as_slice()],
+        )
+        .expect("tenant");
+        tx.execute(
+            "INSERT INTO desk_groups (id, tenant, name, created_at) VALUES (?1, ?2, 'support', 0)",
+            [group.as_bytes().as_slice(), tenant.as_bytes().as_slice()],
+        )
+        .expect("group");
+        tx.execute(
+            "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \
+             created_at, updated_at) VALUES (?1, ?2, 'Route', ?3, 1, 'manual', 0, 0)",
+            rusqlite::params![
+                automation.as_bytes().as_slice(),
+                tenant.as_bytes().as_slice(),
+                definition.to_string()
+            ],
+        )
+        .expect("automation");
+        tx.commit().expect("commit");
+    }
+    let store = SqliteStore::open(SqliteConfig::new(&path)).expect("open and migrate");
+    let tenant = fronta_desk::TenantId(tenant);
+    let id = AutomationId(automation);
+    let stored = store.automation_get(tenant, id).await.expect("reads");
+    assert_eq!(stored.current_version, 1, "an old automation is version 1");
+    let first = store
+        .automation_version(tenant, id, 1)
+        .await
+        .expect("version 1 exists");
+    assert!(
+        first.hash.starts_with("sha256:"),
+        "with its hash: {}",
+        first.hash
+    );
+    assert_eq!(first.created_by, "migration");
+    let saved = store
+        .automation_update(tenant, id, stored.automation.clone(), "tenant")
+        .await
+        .expect("saved unchanged");
+    assert_eq!(
+        saved.current_version, 1,
+        "saving it unchanged makes no version"
+    );
+    let renamed_group = fronta_desk::GroupId(group);
+    store
+        .group_rename(tenant, renamed_group, "helpdesk")
+        .await
+        .expect("renamed");
+    let after = store.automation_get(tenant, id).await.expect("reads");
+    assert!(
+        serde_json::to_string(&after.automation)
+            .expect("json")
+            .contains("\"helpdesk\""),
+        "the rename reached the old automation: {:?}",
+        after.automation
+    );
+    assert!(
+        matches!(
+            store.group_delete(tenant, renamed_group).await,
+            Err(DeskError::InUse { .. })
+        ),
+        "the group it names is kept"
+    );
+}
