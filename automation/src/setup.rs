@@ -19,10 +19,13 @@
 //! The order inside the transaction: ticket types, then groups and members, then
 //! automations (they may name both).
 
-use fronta_desk::{DeskError, FieldDef, Group, Member, MemberId, TicketType, TicketTypeId};
+use fronta_desk::plan as desk_plan;
+use fronta_desk::{
+    DeskError, FieldDef, Group, GroupId, Member, MemberId, TenantId, TicketType, TicketTypeId,
+};
 
 use crate::model::Automation;
-use crate::store::StoredAutomation;
+use crate::store::{AutomationId, StoredAutomation};
 
 /// What happened to an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,7 +86,8 @@ pub struct Existing<'a> {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum TypeWrite {
-    Create(WantedType),
+    /// The new type, as `fronta_desk::plan::type_new` made it (its id included).
+    Create(TicketType),
     Update {
         id: TicketTypeId,
         statuses: Vec<String>,
@@ -94,8 +98,18 @@ pub enum TypeWrite {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum GroupWrite {
-    Create(String),
+    /// The new group, as `fronta_desk::plan::group_new` made it (its id included, so its
+    /// members can be added by it).
+    Create(Group),
     Keep(Group),
+}
+
+impl GroupWrite {
+    pub fn group(&self) -> &Group {
+        match self {
+            GroupWrite::Create(group) | GroupWrite::Keep(group) => group,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -124,7 +138,7 @@ pub struct GroupPlan {
 pub enum AutomationWrite {
     Create(WantedAutomation),
     Update {
-        id: crate::store::AutomationId,
+        id: AutomationId,
         automation: Automation,
     },
     Keep(Box<StoredAutomation>),
@@ -196,52 +210,56 @@ pub fn path_of_automation(index: usize) -> String {
     format!("automations[{index}]")
 }
 
-/// The plan of a setup: each wanted item matched by name with what exists. A new member
-/// without a capacity gets `default_capacity`.
+/// The plan of a setup for `tenant`: each wanted item matched by name with what exists;
+/// new types and groups are made (and checked) here, ids included. A new member without
+/// a capacity gets `default_capacity`. A new type or group whose definition is refused
+/// fails the plan at its path.
 pub fn plan(
+    tenant: TenantId,
     ticket_types: Vec<WantedType>,
     groups: Vec<WantedGroup>,
     automations: Vec<WantedAutomation>,
     existing: Existing<'_>,
     default_capacity: u32,
-) -> SetupPlan {
-    let ticket_types = ticket_types
-        .into_iter()
-        .map(
-            |wanted| match existing.ticket_types.iter().find(|t| t.name == wanted.name) {
-                Some(found)
-                    if found.statuses == wanted.statuses && found.fields == wanted.fields =>
-                {
-                    TypeWrite::Keep(found.clone())
-                }
-                Some(found) => TypeWrite::Update {
-                    id: found.id,
-                    statuses: wanted.statuses,
-                    fields: wanted.fields,
-                },
-                None => TypeWrite::Create(wanted),
-            },
-        )
-        .collect();
-    let groups = groups
-        .into_iter()
-        .map(|wanted| {
-            let found = existing.groups.iter().find(|(g, _)| g.name == wanted.name);
-            let current: &[Member] = found.map_or(&[], |(_, members)| members.as_slice());
-            let members = wanted
-                .members
-                .into_iter()
-                .map(|person| member_write(person, current, default_capacity))
-                .collect();
-            GroupPlan {
-                group: match found {
-                    Some((group, _)) => GroupWrite::Keep(group.clone()),
-                    None => GroupWrite::Create(wanted.name),
-                },
-                members,
+) -> Result<SetupPlan, SetupFailure> {
+    let mut planned_types = Vec::with_capacity(ticket_types.len());
+    for (index, wanted) in ticket_types.into_iter().enumerate() {
+        let found = existing.ticket_types.iter().find(|t| t.name == wanted.name);
+        planned_types.push(match found {
+            Some(found) if found.statuses == wanted.statuses && found.fields == wanted.fields => {
+                TypeWrite::Keep(found.clone())
             }
-        })
-        .collect();
+            Some(found) => TypeWrite::Update {
+                id: found.id,
+                statuses: wanted.statuses,
+                fields: wanted.fields,
+            },
+            None => TypeWrite::Create(
+                desk_plan::type_new(tenant, &wanted.name, &wanted.statuses, &wanted.fields)
+                    .map_err(SetupFailure::at(path_of_type(index)))?,
+            ),
+        });
+    }
+    let mut planned_groups = Vec::with_capacity(groups.len());
+    for (index, wanted) in groups.into_iter().enumerate() {
+        let found = existing.groups.iter().find(|(g, _)| g.name == wanted.name);
+        let current: &[Member] = found.map_or(&[], |(_, members)| members.as_slice());
+        let members = wanted
+            .members
+            .into_iter()
+            .map(|person| member_write(person, current, default_capacity))
+            .collect();
+        planned_groups.push(GroupPlan {
+            group: match found {
+                Some((group, _)) => GroupWrite::Keep(group.clone()),
+                None => GroupWrite::Create(
+                    desk_plan::group_new(tenant, &wanted.name)
+                        .map_err(SetupFailure::at(path_of_group(index)))?,
+                ),
+            },
+            members,
+        });
+    }
     let automations = automations
         .into_iter()
         .map(|wanted| {
@@ -261,11 +279,194 @@ pub fn plan(
             }
         })
         .collect();
-    SetupPlan {
-        ticket_types,
-        groups,
+    Ok(SetupPlan {
+        ticket_types: planned_types,
+        groups: planned_groups,
         automations,
+    })
+}
+
+/// One write of a setup, as a store carries it out: each is the write a single route
+/// makes (`Keep` items are not writes).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    CreateType(TicketType),
+    UpdateType {
+        id: TicketTypeId,
+        statuses: Vec<String>,
+        fields: Vec<FieldDef>,
+    },
+    CreateGroup(Group),
+    AddMember {
+        group: GroupId,
+        name: String,
+        email: Option<String>,
+        capacity: u32,
+    },
+    /// `email`, `capacity`: `None` keeps the current value.
+    UpdateMember {
+        id: MemberId,
+        email: Option<String>,
+        capacity: Option<u32>,
+    },
+    CreateAutomation(WantedAutomation),
+    UpdateAutomation {
+        id: AutomationId,
+        automation: Automation,
+    },
+}
+
+/// What a [`Write`] gave back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written {
+    Type(TicketType),
+    Group(Group),
+    Member(Member),
+    Automation(StoredAutomation),
+}
+
+impl SetupPlan {
+    /// Every write of the plan, in order, each with the path of its item: the one list a
+    /// store walks inside its transaction.
+    pub fn writes(&self) -> Vec<(String, Write)> {
+        let mut writes = Vec::new();
+        for (index, write) in self.ticket_types.iter().enumerate() {
+            let write = match write {
+                TypeWrite::Keep(_) => continue,
+                TypeWrite::Create(new) => Write::CreateType(new.clone()),
+                TypeWrite::Update {
+                    id,
+                    statuses,
+                    fields,
+                } => Write::UpdateType {
+                    id: *id,
+                    statuses: statuses.clone(),
+                    fields: fields.clone(),
+                },
+            };
+            writes.push((path_of_type(index), write));
+        }
+        for (index, group) in self.groups.iter().enumerate() {
+            if let GroupWrite::Create(new) = &group.group {
+                writes.push((path_of_group(index), Write::CreateGroup(new.clone())));
+            }
+            for (member_index, member) in group.members.iter().enumerate() {
+                let write = match member {
+                    MemberWrite::Keep(_) => continue,
+                    MemberWrite::Add {
+                        name,
+                        email,
+                        capacity,
+                    } => Write::AddMember {
+                        group: group.group.group().id,
+                        name: name.clone(),
+                        email: email.clone(),
+                        capacity: *capacity,
+                    },
+                    MemberWrite::Update {
+                        id,
+                        email,
+                        capacity,
+                    } => Write::UpdateMember {
+                        id: *id,
+                        email: email.clone(),
+                        capacity: *capacity,
+                    },
+                };
+                writes.push((path_of_member(index, member_index), write));
+            }
+        }
+        for (index, write) in self.automations.iter().enumerate() {
+            let write = match write {
+                AutomationWrite::Keep(_) => continue,
+                AutomationWrite::Create(wanted) => Write::CreateAutomation(wanted.clone()),
+                AutomationWrite::Update { id, automation } => Write::UpdateAutomation {
+                    id: *id,
+                    automation: automation.clone(),
+                },
+            };
+            writes.push((path_of_automation(index), write));
+        }
+        writes
     }
+
+    /// The answer of the carried-out plan: `written` holds what each of [`Self::writes`]
+    /// gave, in order.
+    pub fn applied(self, written: Vec<Written>) -> SetupApplied {
+        let mut written = written.into_iter();
+        let mut next = || written.next();
+        let mut applied = SetupApplied {
+            ticket_types: Vec::with_capacity(self.ticket_types.len()),
+            groups: Vec::with_capacity(self.groups.len()),
+            automations: Vec::with_capacity(self.automations.len()),
+        };
+        for write in self.ticket_types {
+            applied.ticket_types.push(match write {
+                TypeWrite::Keep(found) => (found, Action::Unchanged),
+                TypeWrite::Create(new) => match next() {
+                    Some(Written::Type(found)) => (found, Action::Created),
+                    _ => (new, Action::Created),
+                },
+                TypeWrite::Update { .. } => match next() {
+                    Some(Written::Type(found)) => (found, Action::Updated),
+                    other => unreachable_written("a ticket type", other),
+                },
+            });
+        }
+        for plan in self.groups {
+            let (group, action) = match plan.group {
+                GroupWrite::Keep(group) => (group, Action::Unchanged),
+                GroupWrite::Create(new) => match next() {
+                    Some(Written::Group(found)) => (found, Action::Created),
+                    _ => (new, Action::Created),
+                },
+            };
+            let members = plan
+                .members
+                .into_iter()
+                .map(|member| {
+                    let action = match member {
+                        MemberWrite::Keep(found) => {
+                            return (found.id, found.name, Action::Unchanged);
+                        }
+                        MemberWrite::Add { .. } => Action::Created,
+                        MemberWrite::Update { .. } => Action::Updated,
+                    };
+                    match next() {
+                        Some(Written::Member(found)) => (found.id, found.name, action),
+                        other => unreachable_written("a member", other),
+                    }
+                })
+                .collect();
+            applied.groups.push(AppliedGroup {
+                group,
+                action,
+                members,
+            });
+        }
+        for write in self.automations {
+            let action = match write {
+                AutomationWrite::Keep(stored) => {
+                    applied.automations.push((*stored, Action::Unchanged));
+                    continue;
+                }
+                AutomationWrite::Create(_) => Action::Created,
+                AutomationWrite::Update { .. } => Action::Updated,
+            };
+            match next() {
+                Some(Written::Automation(stored)) => applied.automations.push((stored, action)),
+                other => unreachable_written("an automation", other),
+            }
+        }
+        applied
+    }
+}
+
+/// A store answered a write with the wrong kind of row: a bug in the store's walk.
+fn unreachable_written(what: &str, got: Option<Written>) -> ! {
+    panic!(
+        "the setup's write of {what} answered {got:?}: the store must answer each write in order"
+    )
 }
 
 fn member_write(person: WantedMember, current: &[Member], default_capacity: u32) -> MemberWrite {
@@ -292,7 +493,7 @@ fn member_write(person: WantedMember, current: &[Member], default_capacity: u32)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fronta_desk::{FieldType, GroupId, TenantId};
+    use fronta_desk::FieldType;
 
     fn member(group: GroupId, name: &str, capacity: u32) -> Member {
         Member {
@@ -378,7 +579,8 @@ mod tests {
                 members: vec![],
             },
         ];
-        let plan = plan(wanted_types, wanted_groups, vec![], existing, 10);
+        let plan =
+            plan(tenant, wanted_types, wanted_groups, vec![], existing, 10).expect("a sound setup");
         assert_eq!(plan.ticket_types[0], TypeWrite::Keep(order), "same: kept");
         assert!(
             matches!(&plan.ticket_types[1], TypeWrite::Update { id, statuses, .. }
@@ -387,7 +589,7 @@ mod tests {
             plan.ticket_types[1]
         );
         assert!(
-            matches!(&plan.ticket_types[2], TypeWrite::Create(t) if t.name == "return"),
+            matches!(&plan.ticket_types[2], TypeWrite::Create(t) if t.name == "return" && t.tenant == tenant),
             "missing: created"
         );
         assert_eq!(plan.groups[0].group, GroupWrite::Keep(warehouse));
@@ -410,6 +612,51 @@ mod tests {
             },
             "a new member gets the default capacity"
         );
-        assert_eq!(plan.groups[1].group, GroupWrite::Create("IT".into()));
+        assert!(
+            matches!(&plan.groups[1].group, GroupWrite::Create(g) if g.name == "IT"),
+            "a new group"
+        );
+        let paths: Vec<String> = plan.writes().into_iter().map(|(at, _)| at).collect();
+        assert_eq!(
+            paths,
+            [
+                "ticketTypes[1]",
+                "ticketTypes[2]",
+                "groups[0].members[1]",
+                "groups[0].members[2]",
+                "groups[1]"
+            ],
+            "keeps are not writes; each write names its item"
+        );
+        let it = plan.groups[1].group.group().id;
+        assert!(
+            plan.writes()
+                .iter()
+                .all(|(_, write)| !matches!(write, Write::AddMember { group, .. } if *group == it)),
+            "IT has no members to add"
+        );
+    }
+
+    #[test]
+    fn a_new_group_with_a_blank_name_fails_the_plan_at_its_path() {
+        let tenant = TenantId::new();
+        let existing = Existing {
+            ticket_types: &[],
+            groups: &[],
+            automations: &[],
+        };
+        let refused = plan(
+            tenant,
+            vec![],
+            vec![WantedGroup {
+                name: "  ".into(),
+                members: vec![],
+            }],
+            vec![],
+            existing,
+            10,
+        )
+        .expect_err("a blank name");
+        assert_eq!(refused.at.as_deref(), Some("groups[0]"));
     }
 }

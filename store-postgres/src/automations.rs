@@ -24,10 +24,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::Automation;
 use fronta_automation::refs::{self, Kind, Ref, Target};
-use fronta_automation::setup::{
-    self, Action, AppliedGroup, AutomationWrite, GroupWrite, MemberWrite, SetupApplied,
-    SetupFailure, SetupPlan, TypeWrite,
-};
+use fronta_automation::setup::{SetupApplied, SetupFailure, SetupPlan, Write, Written};
 use fronta_automation::store::{
     AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
     GuardAdmission, InFlight, Listener, Save, StoreResult, StoredAutomation, mint_webhook_token,
@@ -498,116 +495,58 @@ async fn update(
     Ok(stored)
 }
 
-/// A whole setup in the caller's transaction ([`fronta_automation::setup`]): an `Err`
-/// anywhere, and the caller rolls back every write before it.
+/// A whole setup in the caller's transaction ([`fronta_automation::setup`]): each of the
+/// plan's writes in order, by the writes the single routes make; an `Err` anywhere, and
+/// the caller rolls back every write before it.
 async fn setup_apply(
     db: &mut Db<'_>,
     tenant: TenantId,
     plan: SetupPlan,
     by: &str,
 ) -> Result<SetupApplied, SetupFailure> {
-    let mut applied = SetupApplied {
-        ticket_types: Vec::with_capacity(plan.ticket_types.len()),
-        groups: Vec::with_capacity(plan.groups.len()),
-        automations: Vec::with_capacity(plan.automations.len()),
-    };
-    for (index, write) in plan.ticket_types.into_iter().enumerate() {
-        let at = || SetupFailure::at(setup::path_of_type(index));
-        applied.ticket_types.push(match write {
-            TypeWrite::Keep(found) => (found, Action::Unchanged),
-            TypeWrite::Update {
+    let mut written = Vec::new();
+    for (at, write) in plan.writes() {
+        let done = match write {
+            Write::CreateType(new) => type_insert(db, tenant, new).await.map(Written::Type),
+            Write::UpdateType {
                 id,
                 statuses,
                 fields,
-            } => (
-                type_rewrite(db, tenant, id, None, Some(&statuses), Some(&fields))
+            } => type_rewrite(db, tenant, id, None, Some(&statuses), Some(&fields))
+                .await
+                .map(Written::Type),
+            Write::CreateGroup(new) => group_insert(db, tenant, new).await.map(Written::Group),
+            Write::AddMember {
+                group,
+                name,
+                email,
+                capacity,
+            } => member_insert(db, tenant, group, &name, email.as_deref(), capacity)
+                .await
+                .map(Written::Member),
+            Write::UpdateMember {
+                id,
+                email,
+                capacity,
+            } => member_rewrite(db, tenant, id, None, email.as_deref().map(Some), capacity)
+                .await
+                .map(Written::Member),
+            Write::CreateAutomation(wanted) => match Save::check(wanted.automation) {
+                Ok(save) => insert(db, tenant, save, wanted.signing_secret, by)
                     .await
-                    .map_err(at())?,
-                Action::Updated,
-            ),
-            TypeWrite::Create(wanted) => {
-                let new = fronta_desk::plan::type_new(
-                    tenant,
-                    &wanted.name,
-                    &wanted.statuses,
-                    &wanted.fields,
-                )
-                .map_err(at())?;
-                (
-                    type_insert(db, tenant, new).await.map_err(at())?,
-                    Action::Created,
-                )
-            }
-        });
-    }
-    for (index, group_plan) in plan.groups.into_iter().enumerate() {
-        let (group, action) = match group_plan.group {
-            GroupWrite::Keep(group) => (group, Action::Unchanged),
-            GroupWrite::Create(name) => (
-                group_insert(db, tenant, &name)
+                    .map(Written::Automation),
+                Err(err) => Err(err),
+            },
+            Write::UpdateAutomation { id, automation } => match Save::check(automation) {
+                Ok(save) => update(db, tenant, id, save, by)
                     .await
-                    .map_err(SetupFailure::at(setup::path_of_group(index)))?,
-                Action::Created,
-            ),
+                    .map(Written::Automation),
+                Err(err) => Err(err),
+            },
         };
-        let mut members = Vec::with_capacity(group_plan.members.len());
-        for (member_index, write) in group_plan.members.into_iter().enumerate() {
-            let at = || SetupFailure::at(setup::path_of_member(index, member_index));
-            members.push(match write {
-                MemberWrite::Keep(member) => (member.id, member.name, Action::Unchanged),
-                MemberWrite::Update {
-                    id,
-                    email,
-                    capacity,
-                } => {
-                    let member =
-                        member_rewrite(db, tenant, id, None, email.as_deref().map(Some), capacity)
-                            .await
-                            .map_err(at())?;
-                    (member.id, member.name, Action::Updated)
-                }
-                MemberWrite::Add {
-                    name,
-                    email,
-                    capacity,
-                } => {
-                    let member =
-                        member_insert(db, tenant, group.id, &name, email.as_deref(), capacity)
-                            .await
-                            .map_err(at())?;
-                    (member.id, member.name, Action::Created)
-                }
-            });
-        }
-        applied.groups.push(AppliedGroup {
-            group,
-            action,
-            members,
-        });
+        written.push(done.map_err(SetupFailure::at(at))?);
     }
-    for (index, write) in plan.automations.into_iter().enumerate() {
-        let at = || SetupFailure::at(setup::path_of_automation(index));
-        applied.automations.push(match write {
-            AutomationWrite::Keep(stored) => (*stored, Action::Unchanged),
-            AutomationWrite::Update { id, automation } => {
-                let save = Save::check(automation).map_err(at())?;
-                (
-                    update(db, tenant, id, save, by).await.map_err(at())?,
-                    Action::Updated,
-                )
-            }
-            AutomationWrite::Create(wanted) => {
-                let save = Save::check(wanted.automation).map_err(at())?;
-                (
-                    insert(db, tenant, save, wanted.signing_secret, by)
-                        .await
-                        .map_err(at())?,
-                    Action::Created,
-                )
-            }
-        });
-    }
-    Ok(applied)
+    Ok(plan.applied(written))
 }
 
 #[async_trait]

@@ -350,10 +350,10 @@ impl DeskStore for PgStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        plan::group_new(tenant, name)?;
+        let group = plan::group_new(tenant, name)?;
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let done = group_insert(&mut db, tenant, name).await?;
+        let done = group_insert(&mut db, tenant, group).await?;
         self.desk_commit(tx).await?;
         Ok(done)
     }

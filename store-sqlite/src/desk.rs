@@ -205,8 +205,8 @@ impl DeskStore for SqliteStore {
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {
-        let name = name.to_owned();
-        self.desk_write(move |conn, now| group_insert(conn, tenant, &name, now))
+        let group = plan::group_new(tenant, name)?;
+        self.desk_write(move |conn, now| group_insert(conn, tenant, group, now))
             .await
     }
 

@@ -2163,7 +2163,7 @@ async fn setup_snapshot(env: &Env, tenant: TenantId) -> Value {
 pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStoreFactory) {
     use fronta_automation::setup::{
         Action, AutomationWrite, GroupPlan, GroupWrite, MemberWrite, SetupPlan, TypeWrite,
-        WantedAutomation, WantedType,
+        WantedAutomation,
     };
     let env = Env::open(factory).await;
     let order = env
@@ -2195,7 +2195,9 @@ pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStor
     let writes = |last: AutomationWrite, types: Vec<TypeWrite>| SetupPlan {
         ticket_types: types,
         groups: vec![GroupPlan {
-            group: GroupWrite::Create("warehouse".into()),
+            group: GroupWrite::Create(
+                fronta_desk::plan::group_new(env.acme, "warehouse").expect("a group"),
+            ),
             members: vec![MemberWrite::Add {
                 name: "Eva".into(),
                 email: None,
@@ -2215,11 +2217,10 @@ pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStor
         ],
     };
     let new_type = || {
-        TypeWrite::Create(WantedType {
-            name: "return".into(),
-            statuses: vec!["new".into()],
-            fields: vec![],
-        })
+        TypeWrite::Create(
+            fronta_desk::plan::type_new(env.acme, "return", &["new".to_string()], &[])
+                .expect("a type"),
+        )
     };
     let before = setup_snapshot(&env, env.acme).await;
 

@@ -168,6 +168,7 @@ pub async fn apply(
         }
     }
     let plan = setup::plan(
+        tenant.id,
         setup
             .ticket_types
             .into_iter()
@@ -200,7 +201,8 @@ pub async fn apply(
             automations: &existing_automations,
         },
         DEFAULT_MEMBER_CAPACITY,
-    );
+    )
+    .map_err(refusal)?;
     // Every write in one transaction: a refusal anywhere leaves the tenant as it was.
     let applied = app
         .automations()

@@ -7,9 +7,13 @@ use fronta_automation::refs::{Kind, Target};
 use super::*;
 use crate::automations::{carry_rename, users_of};
 
-/// Creates the group `name` (planned by `plan::group_new`); a taken name is refused.
-pub(crate) async fn group_insert(db: &mut Db<'_>, tenant: TenantId, name: &str) -> DeskSql<Group> {
-    let group = plan::group_new(tenant, name)?;
+/// Creates `group` (planned by `plan::group_new`); a taken name is refused.
+pub(crate) async fn group_insert(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    group: Group,
+) -> DeskSql<Group> {
+    let name = group.name.as_str();
     tenant_exists(db, tenant).await?;
     if taken(group_by_name(db, tenant, name, Lock::None).await)? {
         return Err(plan::group_name_taken(name));

@@ -7,14 +7,13 @@ use fronta_automation::refs::{Kind, Target};
 use super::*;
 use crate::automations::{carry_rename, users_of};
 
-/// Creates the group `name` (planned by `plan::group_new`); a taken name is refused.
+/// Creates `group` (planned by `plan::group_new`); a taken name is refused.
 pub(crate) fn group_insert(
     conn: &Connection,
     tenant: TenantId,
-    name: &str,
+    group: Group,
     now: i64,
 ) -> DeskSql<Group> {
-    let group = plan::group_new(tenant, name)?;
     tenant_exists(conn, tenant)?;
     if taken(group_by_name(conn, tenant, &group.name))? {
         return Err(plan::group_name_taken(&group.name));
