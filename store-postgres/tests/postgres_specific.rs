@@ -794,6 +794,32 @@ async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan()
 // Migrations
 // ---------------------------------------------------------------------------------------
 
+/// A database as a release before migration `below` left it: the migrations before it,
+/// applied and recorded as `migrate` does.
+async fn old_schema(conn: &mut PgConnection, below: i64) {
+    sqlx::raw_sql(
+        "CREATE TABLE schema_migrations (
+            version    bigint      PRIMARY KEY,
+            name       text        NOT NULL,
+            applied_at timestamptz NOT NULL DEFAULT now())",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("create schema_migrations");
+    for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v < below) {
+        sqlx::raw_sql(*sql)
+            .execute(&mut *conn)
+            .await
+            .unwrap_or_else(|err| panic!("migration {version}: {err}"));
+        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
+            .bind(version)
+            .bind(*name)
+            .execute(&mut *conn)
+            .await
+            .expect("record the migration");
+    }
+}
+
 /// Migration 12 adds `runs_owner_iff_running` to databases that may hold rows an older
 /// cancel wrote in a race (`cancelled` with the claim's token kept): it repairs them
 /// first instead of failing the start-up, and leaves sound rows alone.
@@ -801,27 +827,7 @@ async fn batched_writes_are_planned_per_batch_never_from_a_cached_generic_plan()
 async fn owner_constraint_migration_repairs_rows_written_before_it() {
     let db = TestDb::create().await;
     let mut conn = db.connection().await;
-    sqlx::raw_sql(
-        "CREATE TABLE schema_migrations (
-            version    bigint      PRIMARY KEY,
-            name       text        NOT NULL,
-            applied_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .execute(&mut conn)
-    .await
-    .expect("create schema_migrations");
-    for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v < 12) {
-        sqlx::raw_sql(*sql)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|err| panic!("migration {version}: {err}"));
-        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
-            .bind(version)
-            .bind(*name)
-            .execute(&mut conn)
-            .await
-            .expect("record the migration");
-    }
+    old_schema(&mut conn, 12).await;
     let held = uuid::Uuid::new_v4();
     let (stale, orphan, sound) = (
         uuid::Uuid::new_v4(),
@@ -1537,31 +1543,9 @@ async fn unreachable_server_is_unavailable_and_a_bad_url_invalid() {
 /// definition, and the group cannot be deleted while the automation names it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() {
-    use fronta_automation::store::{AutomationId, AutomationStore};
-    use fronta_desk::{DeskError, DeskStore};
     let db = TestDb::create().await;
     let mut conn = db.connection().await;
-    sqlx::raw_sql(
-        "CREATE TABLE schema_migrations (
-            version    bigint      PRIMARY KEY,
-            name       text        NOT NULL,
-            applied_at timestamptz NOT NULL DEFAULT now())",
-    )
-    .execute(&mut conn)
-    .await
-    .expect("create schema_migrations");
-    for (version, name, sql) in schema::MIGRATIONS.iter().filter(|(v, _, _)| *v < 13) {
-        sqlx::raw_sql(*sql)
-            .execute(&mut conn)
-            .await
-            .unwrap_or_else(|err| panic!("migration {version}: {err}"));
-        sqlx::query("INSERT INTO schema_migrations (version, name) VALUES ($1, $2)")
-            .bind(version)
-            .bind(*name)
-            .execute(&mut conn)
-            .await
-            .expect("record the migration");
-    }
+    old_schema(&mut conn, 13).await;
     let (tenant, group, automation) = (
         uuid::Uuid::now_v7(),
         uuid::Uuid::now_v7(),
@@ -1598,45 +1582,12 @@ async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() 
             .unwrap_or_else(|err| panic!("{step}: {err}"));
     }
     let store = db.store(None).await;
-    let tenant = fronta_desk::TenantId(tenant);
-    let id = AutomationId(automation);
-    let stored = store.automation_get(tenant, id).await.expect("reads");
-    assert_eq!(stored.current_version, 1, "an old automation is version 1");
-    let first = store
-        .automation_version(tenant, id, 1)
-        .await
-        .expect("version 1 exists");
-    assert!(
-        first.hash.starts_with("sha256:"),
-        "with its hash: {}",
-        first.hash
-    );
-    let saved = store
-        .automation_update(tenant, id, stored.automation.clone(), "tenant")
-        .await
-        .expect("saved unchanged");
-    assert_eq!(
-        saved.current_version, 1,
-        "saving it unchanged makes no version"
-    );
-    let renamed = fronta_desk::GroupId(group);
-    store
-        .group_rename(tenant, renamed, "helpdesk")
-        .await
-        .expect("renamed");
-    let after = store.automation_get(tenant, id).await.expect("reads");
-    assert!(
-        serde_json::to_string(&after.automation)
-            .expect("json")
-            .contains("\"helpdesk\""),
-        "the rename reached the old automation: {:?}",
-        after.automation
-    );
-    assert!(
-        matches!(
-            store.group_delete(tenant, renamed).await,
-            Err(DeskError::InUse { .. })
-        ),
-        "the group it names is kept"
-    );
+    fronta_store_tests::automation_cases::an_automation_saved_before_versions_is_version_1_and_follows_renames(
+        &store,
+        &store,
+        fronta_desk::TenantId(tenant),
+        fronta_automation::store::AutomationId(automation),
+        fronta_desk::GroupId(group),
+    )
+    .await;
 }

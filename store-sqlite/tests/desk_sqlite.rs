@@ -172,8 +172,6 @@ async fn desk_migration_upgrades_a_database_that_holds_runs() {
 /// automation names it.
 #[tokio::test]
 async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() {
-    use fronta_automation::store::{AutomationId, AutomationStore};
-    use fronta_desk::{DeskError, DeskStore};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("before-versions.db");
     let (tenant, group, automation) = (
@@ -225,46 +223,12 @@ async fn an_automation_saved_before_versions_is_version_1_and_follows_renames() 
         tx.commit().expect("commit");
     }
     let store = SqliteStore::open(SqliteConfig::new(&path)).expect("open and migrate");
-    let tenant = fronta_desk::TenantId(tenant);
-    let id = AutomationId(automation);
-    let stored = store.automation_get(tenant, id).await.expect("reads");
-    assert_eq!(stored.current_version, 1, "an old automation is version 1");
-    let first = store
-        .automation_version(tenant, id, 1)
-        .await
-        .expect("version 1 exists");
-    assert!(
-        first.hash.starts_with("sha256:"),
-        "with its hash: {}",
-        first.hash
-    );
-    assert_eq!(first.created_by, "migration");
-    let saved = store
-        .automation_update(tenant, id, stored.automation.clone(), "tenant")
-        .await
-        .expect("saved unchanged");
-    assert_eq!(
-        saved.current_version, 1,
-        "saving it unchanged makes no version"
-    );
-    let renamed_group = fronta_desk::GroupId(group);
-    store
-        .group_rename(tenant, renamed_group, "helpdesk")
-        .await
-        .expect("renamed");
-    let after = store.automation_get(tenant, id).await.expect("reads");
-    assert!(
-        serde_json::to_string(&after.automation)
-            .expect("json")
-            .contains("\"helpdesk\""),
-        "the rename reached the old automation: {:?}",
-        after.automation
-    );
-    assert!(
-        matches!(
-            store.group_delete(tenant, renamed_group).await,
-            Err(DeskError::InUse { .. })
-        ),
-        "the group it names is kept"
-    );
+    fronta_store_tests::automation_cases::an_automation_saved_before_versions_is_version_1_and_follows_renames(
+        &store,
+        &store,
+        fronta_desk::TenantId(tenant),
+        fronta_automation::store::AutomationId(automation),
+        fronta_desk::GroupId(group),
+    )
+    .await;
 }

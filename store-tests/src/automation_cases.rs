@@ -2472,3 +2472,60 @@ pub async fn renames_keep_automations_working_and_what_they_use_stays(
         "the type is gone"
     );
 }
+
+/// What a store opened on a database saved before automation versions and references
+/// must show of the automation `id` of `tenant`, which names the group `group`
+/// ("support") in a `ticket/assign-least-busy` step: version 1 with its hash, no version
+/// for an unchanged save, a rename of the group carried to its definition, and the group
+/// kept while it names it. Called by each store's migration test after it built the old
+/// database by hand.
+pub async fn an_automation_saved_before_versions_is_version_1_and_follows_renames(
+    automations: &dyn AutomationStore,
+    desk: &dyn DeskStore,
+    tenant: TenantId,
+    id: AutomationId,
+    group: fronta_desk::GroupId,
+) {
+    let stored = automations.automation_get(tenant, id).await.expect("reads");
+    assert_eq!(stored.current_version, 1, "an old automation is version 1");
+    let first = automations
+        .automation_version(tenant, id, 1)
+        .await
+        .expect("version 1 exists");
+    assert!(
+        first.hash.starts_with("sha256:"),
+        "with its hash: {}",
+        first.hash
+    );
+    let saved = automations
+        .automation_update(
+            tenant,
+            id,
+            stored.automation.clone(),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("saved unchanged");
+    assert_eq!(
+        saved.current_version, 1,
+        "saving it unchanged makes no version"
+    );
+    desk.group_rename(tenant, group, "helpdesk")
+        .await
+        .expect("renamed");
+    let after = automations.automation_get(tenant, id).await.expect("reads");
+    assert!(
+        serde_json::to_string(&after.automation)
+            .expect("json")
+            .contains("\"helpdesk\""),
+        "the rename reached the old automation: {:?}",
+        after.automation
+    );
+    assert!(
+        matches!(
+            desk.group_delete(tenant, group).await,
+            Err(DeskError::InUse { .. })
+        ),
+        "the group it names is kept"
+    );
+}
