@@ -134,7 +134,7 @@ impl ApiError {
             ApiError::NotFound(what) => ("not_found", format!("{what} not found")),
             ApiError::AutomationPaused => (
                 "automation_paused",
-                "the automation is paused; resume it to accept webhooks".into(),
+                "the automation is paused: it starts no runs until it is resumed".into(),
             ),
             ApiError::Conflict { code, message } | ApiError::BadRequest { code, message } => {
                 (code, message.clone())
