@@ -36,6 +36,12 @@
 //! assigns on the very ticket the delete unassigns can still meet a deadlock, which
 //! Postgres breaks by failing one side (`Unavailable`: the call may be repeated).
 //!
+//! References (`fronta_automation::refs`): a rename, a delete or a status removal of a
+//! group or type locks its row first, then the tenant's automation rows (`FOR UPDATE`)
+//! to read and rewrite their refs; an automation save locks its own row, then reads the
+//! tenant's groups and types `FOR SHARE` to bind its names. The two orders differ, so an
+//! edit of an automation racing a rename can meet a deadlock (`Unavailable`, repeatable).
+//!
 //! Ticket events: `ticket_upsert`, `ticket_change` and `ticket_assign_least_busy` build a
 //! `TicketEvent` when they created the ticket or changed something, and, when at least
 //! one enabled automation of the tenant listens to it, hand it to the store's event sink
