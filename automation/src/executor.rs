@@ -173,6 +173,36 @@ impl ExecState {
     }
 }
 
+/// The op (or the kind: `condition`, `forEach`) of the step called `name` in `tree`, for
+/// the log line of a failure the step did not write itself; `run` when no step is named.
+fn op_of<'a>(tree: &'a [Step], name: &str) -> &'a str {
+    fn find<'a>(steps: &'a [Step], name: &str) -> Option<&'a str> {
+        steps.iter().find_map(|step| match step {
+            Step::Action(action) if action.name == name => Some(action.op.as_str()),
+            Step::Condition(condition) if condition.name == name => Some("condition"),
+            Step::ForEach(each) if each.name == name => Some("forEach"),
+            Step::Condition(condition) => {
+                find(&condition.then_steps, name).or_else(|| find(&condition.else_steps, name))
+            }
+            Step::ForEach(each) => find(&each.steps, name),
+            Step::Action(_) => None,
+        })
+    }
+    find(tree, name).unwrap_or("run")
+}
+
+/// What a failed step's line says of what comes next: `attempts` retries were spent of
+/// `max_retries` before this attempt.
+fn retry_note(retryable: bool, attempts: u32, max_retries: u32) -> String {
+    let attempt = attempts.saturating_add(1);
+    let of = max_retries.saturating_add(1);
+    match (retryable, attempts < max_retries) {
+        (false, _) => "not retryable".to_owned(),
+        (true, true) => format!("attempt {attempt} of {of}; will be retried"),
+        (true, false) => format!("attempt {attempt} of {of}, the last; not retried"),
+    }
+}
+
 /// The steps of the block at `path` (empty when the tree changed under a checkpoint).
 fn block<'a>(steps: &'a [Step], path: &[(usize, Branch)]) -> Option<&'a [Step]> {
     let mut current = steps;
@@ -597,6 +627,30 @@ impl Runtime {
             }
             Ok(Some(snooze)) => Outcome::Snooze(snooze),
             Err(Failure::Fatal { step, message }) => {
+                // The step log is the run's record also when it fails: the failing step
+                // ends it (a step error wrote its line already), and it is saved with the
+                // failure, not left at the last checkpoint.
+                if state
+                    .steps
+                    .last()
+                    .is_none_or(|last| last.name != step || last.status != "failed")
+                {
+                    let now = Utc::now();
+                    state.steps.push(StepLog {
+                        name: if step.is_empty() {
+                            "run".into()
+                        } else {
+                            step.clone()
+                        },
+                        op: op_of(&stored.automation.steps, &step).into(),
+                        status: "failed".into(),
+                        started_at: now,
+                        finished_at: now,
+                        message: message.clone(),
+                        outputs: None,
+                    });
+                }
+                let _ = ctx.checkpointer.save(state.encode()).await;
                 self.report(&ctx, &payload, Some(&stored), Some(&state), &step, &message)
                     .await;
                 Outcome::Fail(format!("step {step:?}: {message}"))
@@ -881,11 +935,7 @@ impl Runtime {
                                 finished_at: Utc::now(),
                                 message: format!(
                                     "{message} ({})",
-                                    if retryable {
-                                        "will be retried"
-                                    } else {
-                                        "not retryable"
-                                    }
+                                    retry_note(retryable, ctx.run.attempts, ctx.run.max_retries)
                                 ),
                                 outputs: None,
                             });
@@ -1030,11 +1080,7 @@ impl Runtime {
                         finished_at: Utc::now(),
                         message: format!(
                             "{message} ({})",
-                            if retryable {
-                                "will be retried"
-                            } else {
-                                "not retryable"
-                            }
+                            retry_note(retryable, ctx.run.attempts, ctx.run.max_retries)
                         ),
                         outputs: None,
                     });
@@ -1414,4 +1460,19 @@ impl Runtime {
 /// Whether `automation` listens to webhooks (for the server).
 pub fn is_webhook(automation: &Automation) -> bool {
     matches!(automation.trigger, Trigger::Webhook { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_steps_line_says_which_attempt_and_never_promises_a_retry_on_the_last() {
+        assert_eq!(retry_note(true, 0, 4), "attempt 1 of 5; will be retried");
+        assert_eq!(
+            retry_note(true, 4, 4),
+            "attempt 5 of 5, the last; not retried"
+        );
+        assert_eq!(retry_note(false, 0, 4), "not retryable");
+    }
 }

@@ -16,6 +16,34 @@ use crate::retry::Cause;
 /// Pauses up to this long happen inside the run; longer ones snooze it (no worker held).
 pub const INLINE_PAUSE_LIMIT: Duration = Duration::from_secs(5);
 
+/// The longest `flow/pause`: 366 days. Checked on save for a literal and when the step
+/// runs for a templated value, so no pause can overflow a clock.
+pub const MAX_PAUSE: Duration = Duration::from_secs(366 * 24 * 3600);
+
+/// The pause a `flow/pause` input `seconds` asks for, or why it is refused: a number from
+/// 0 to [`MAX_PAUSE`] (a string holding one, as a template renders it, too).
+pub fn pause_of(seconds: Option<&Value>) -> Result<Duration, String> {
+    let number = match seconds {
+        Some(Value::Number(number)) => number.as_f64(),
+        Some(Value::String(text)) => text.trim().parse::<f64>().ok(),
+        _ => None,
+    };
+    match number {
+        Some(value) if value.is_finite() && (0.0..=MAX_PAUSE.as_secs_f64()).contains(&value) => {
+            Ok(Duration::from_secs_f64(value))
+        }
+        Some(value) => Err(format!(
+            "input \"seconds\" is {value}, outside 0 … {} (MAX_PAUSE, 366 days)",
+            MAX_PAUSE.as_secs()
+        )),
+        None => Err(format!(
+            "input \"seconds\" must be a number from 0 to {} (MAX_PAUSE, 366 days), found {}",
+            MAX_PAUSE.as_secs(),
+            seconds.map_or_else(|| "nothing".to_owned(), Value::to_string)
+        )),
+    }
+}
+
 /// Why a step did not succeed, as data: retry or not.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepError {
@@ -345,12 +373,8 @@ pub async fn perform(
             })
         }
         Op::FlowPause => {
-            let seconds = input
-                .get("seconds")
-                .and_then(Value::as_f64)
-                .filter(|seconds| seconds.is_finite() && *seconds >= 0.0)
-                .ok_or_else(|| StepError::fatal("input \"seconds\" must be a number ≥ 0"))?;
-            let pause = Duration::from_secs_f64(seconds);
+            let pause = pause_of(input.get("seconds")).map_err(StepError::fatal)?;
+            let seconds = pause.as_secs_f64();
             if pause <= INLINE_PAUSE_LIMIT {
                 tokio::time::sleep(pause).await;
                 Ok(StepDone {

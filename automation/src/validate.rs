@@ -590,17 +590,15 @@ impl<'a> Validator<'a> {
             Op::TicketAddTags => self.tags(input.get("tags"), &at("tags")),
             Op::FlowPause => {
                 if let Some(seconds) = input.get("seconds") {
-                    let fine = match seconds {
-                        Value::Number(number) => number.as_f64().is_some_and(|s| s >= 0.0),
-                        Value::String(text) => template::single_name(text).is_some(),
-                        _ => false,
-                    };
-                    if !fine && !seconds.is_null() {
+                    let templated = matches!(seconds, Value::String(text)
+                        if template::single_name(text).is_some());
+                    if !templated
+                        && !seconds.is_null()
+                        && let Err(why) = crate::steps::pause_of(Some(seconds))
+                    {
                         self.report(
                             &at("seconds"),
-                            format!(
-                                "seconds must be a non-negative number (or one {{{{name}}}}), found {seconds}"
-                            ),
+                            format!("{why}; or one {{{{name}}}} to take it from the run"),
                         );
                     }
                 }
@@ -1144,6 +1142,24 @@ mod tests {
             .iter()
             .map(Problem::to_string)
             .collect()
+    }
+
+    #[test]
+    fn a_pause_is_bounded_by_max_pause_on_save() {
+        let problems = problems_of(
+            json!({"name": "p", "trigger": {"type": "manual"}, "steps": [
+            {"name": "huge", "op": "flow/pause", "input": {"seconds": 1e30}},
+            {"name": "year", "op": "flow/pause", "input": {"seconds": 31_622_400}},
+            {"name": "late", "op": "flow/pause", "input": {"seconds": "{{_body.wait}}"}}]}),
+        );
+        assert_eq!(
+            problems,
+            vec![
+                "steps[0].input.seconds: input \"seconds\" is 1000000000000000000000000000000, \
+                 outside 0 … 31622400 (MAX_PAUSE, 366 days); or one {{name}} to take it from the run"
+            ],
+            "366 days is the longest; a template is checked when the step runs"
+        );
     }
 
     fn webhook(steps: Value) -> Value {

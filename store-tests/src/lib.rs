@@ -409,6 +409,7 @@ macro_rules! runtime_scenarios {
             a_pause_lets_runs_finish_or_holds_them_and_never_fails_one,
             a_mistyped_field_fails_the_step_at_once_naming_it,
             a_renamed_group_is_found_by_every_version_that_names_it,
+            a_failing_run_keeps_every_step_it_ran,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -1341,3 +1341,93 @@ pub async fn a_renamed_group_is_found_by_every_version_that_names_it(factory: &d
         );
     }
 }
+
+/// A failing run keeps its step log: `a` (a log line), the condition with its compared
+/// values, and the failing `forEach` with its error, though no action checkpointed them;
+/// a templated `flow/pause` beyond MAX_PAUSE fails its step cleanly (no panic), with an
+/// incident and the step's line.
+pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Lists", "trigger": {"type": "webhook", "params": [
+                {"name": "n", "path": "n", "type": "string", "required": true}]},
+            "steps": [
+                log_step("a", "started"),
+                {"name": "c", "type": "condition",
+                 "rules": [{"field": "_body.n", "operator": "gt", "value": 5}],
+                 "then": [log_step("big", "a big one")]},
+                {"name": "each", "type": "forEach", "items": "{{_body.list}}", "as": "item",
+                 "steps": [log_step("say", "{{item}}")]}
+            ]
+        }))
+        .await;
+    let id = firm
+        .webhook(&stored, json!({"n": "7", "list": "nope"}))
+        .await;
+    let pausing = firm
+        .automation(json!({
+            "name": "Pausing", "trigger": {"type": "webhook", "params": [
+                {"name": "wait", "path": "wait", "type": "number", "required": true}]},
+            "steps": [log_step("before", "before"),
+                      {"name": "p", "op": "flow/pause", "input": {"seconds": "{{wait}}"}}]
+        }))
+        .await;
+    let paused = firm.webhook(&pausing, json!({"wait": 1e30})).await;
+    firm.drain().await;
+
+    let run = firm.run(id).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
+    let state = ExecState::decode(
+        run.state
+            .as_deref()
+            .expect("the log is saved with the failure"),
+    )
+    .expect("decodes");
+    let lines: Vec<(&str, &str)> = state
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.status.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [("a", "ok"), ("c", "met"), ("big", "ok"), ("each", "failed")],
+        "every step that ran, the failing one last: {:?}",
+        state.steps
+    );
+    assert!(
+        state.steps[1].message.contains('7') && state.steps[1].message.contains('5'),
+        "the condition says what it compared: {}",
+        state.steps[1].message
+    );
+    assert!(
+        state.steps[3].message.contains("items must be a list"),
+        "the failing step carries its error: {}",
+        state.steps[3].message
+    );
+
+    let run = firm.run(paused).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
+    let error = run.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("outside 0") && error.contains("MAX_PAUSE") && !error.contains("panick"),
+        "the step names the value and the bound: {error}"
+    );
+    let state = ExecState::decode(run.state.as_deref().expect("saved")).expect("decodes");
+    assert_eq!(
+        state
+            .steps
+            .last()
+            .map(|step| (step.name.as_str(), step.status.as_str())),
+        Some(("p", "failed")),
+        "{:?}",
+        state.steps
+    );
+    let incidents = firm
+        .stores
+        .desk
+        .incident_list(Some(firm.tenant))
+        .await
+        .expect("incidents");
+    assert_eq!(incidents.len(), 2, "each failed run opened an incident");
+}
