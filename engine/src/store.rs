@@ -338,7 +338,8 @@ impl RunStats {
 /// - heartbeat sets `locked_until = now + lease`, `heartbeat_at = now`, and answers the
 ///   run's `cancel_requested`; checkpoint stores the state and renews the lease the same way;
 /// - finish clears the owner token and writes the action: `Complete` → completed with
-///   `completed_at` and result; `Fail` → failed with `failed_at` and `last_error`;
+///   `completed_at` and result, `last_error` cleared (an error of an earlier attempt is
+///   history, not the state of a completed run); `Fail` → failed with `failed_at` and `last_error`;
 ///   `Retry` → pending at now + delay, `attempts += 1`, `last_error`; `Snooze` → pending
 ///   at now + delay; `Park` → pending at now + delay, `parks += 1`, `last_error`;
 ///   `Cancel` → cancelled with `cancelled_at`; `Release` → pending, due now;

@@ -497,6 +497,7 @@ impl RunStore for MemoryStore {
                         run.status = RunStatus::Completed;
                         run.completed_at = Some(now);
                         run.result = result;
+                        run.last_error = None;
                     }
                     FinishAction::Fail { error } => {
                         run.status = RunStatus::Failed;

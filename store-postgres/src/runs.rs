@@ -438,6 +438,7 @@ pub const FINISH: &str = concat!(
     " ELSE runs.cancelled_at END,
             result = CASE WHEN finish.action = 0 THEN finish.result ELSE runs.result END,
             last_error = CASE WHEN finish.action IN (1, 2, 4) THEN finish.error
+                WHEN finish.action = 0 THEN NULL
                 ELSE runs.last_error END,
             run_at = CASE
                 WHEN finish.action IN (2, 3, 4)

@@ -550,7 +550,7 @@ pub fn finish(
             FinishAction::Complete { result } => (
                 format!(
                     "UPDATE runs SET status = 2, completed_at = ?1, updated_at = ?1, locked_by = NULL, \
-                         locked_until = NULL, result = ?4 {OWNED}"
+                         locked_until = NULL, result = ?4, last_error = NULL {OWNED}"
                 ),
                 vec![result.as_ref().map(|value| value.to_string()).into()],
             ),

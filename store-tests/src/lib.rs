@@ -187,6 +187,7 @@ macro_rules! conformance_suite {
             store_cases::claim_takes_one_run_per_tenant_before_a_second,
             store_cases::expired_lease_is_reclaimed_with_a_fresh_owner_token,
             store_cases::expired_lease_is_reclaimed_with_reclaims_not_attempts,
+            store_cases::completion_clears_the_error_of_an_earlier_attempt,
             store_cases::reclaim_over_max_reclaims_fails_the_run_as_a_crash_loop,
             // Owner-checked writes.
             store_cases::fenced_owner_writes_are_lease_lost_and_change_nothing,

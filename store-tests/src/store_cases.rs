@@ -2550,3 +2550,37 @@ pub async fn hand_off_queues_a_run_that_would_overtake_a_due_one(factory: &dyn S
         .expect("run_list succeeds");
     assert_eq!(keyed.len(), 1, "one run holds the key: {keyed:?}");
 }
+
+/// A completion clears the error an earlier attempt left: a completed run has no
+/// `last_error` (the failed attempt is history, counted in `attempts`).
+pub async fn completion_clears_the_error_of_an_earlier_attempt(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let (id, owner) = env.running_run().await;
+    env.finish(
+        id,
+        owner,
+        FinishAction::Retry {
+            delay: Duration::ZERO,
+            error: "first try failed".into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        env.get(id).await.last_error.as_deref(),
+        Some("first try failed"),
+        "a retry keeps its reason"
+    );
+    let claimed = env.claim_one().await;
+    assert!(
+        matches!(
+            env.finish(id, claimed.owner, FinishAction::Complete { result: None })
+                .await,
+            FinishReply::Applied { .. }
+        ),
+        "the second attempt completes"
+    );
+    let stored = env.get(id).await;
+    assert_eq!(stored.status, RunStatus::Completed);
+    assert_eq!(stored.last_error, None, "no error left on a completed run");
+    assert_eq!(stored.attempts, 1, "the failed attempt is still counted");
+}
