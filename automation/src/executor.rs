@@ -300,7 +300,7 @@ pub fn register(
         }),
         move |ctx: RunContext| {
             let runtime = executor.clone();
-            async move { runtime.execute(ctx).await }
+            async move { runtime.execute_guarded(ctx).await }
         },
     )?;
     Ok(())
@@ -502,6 +502,71 @@ impl Runtime {
             .automation_get(stored.tenant, stored.id)
             .await
             .is_ok_and(|now| now.holds_runs())
+    }
+
+    /// [`Self::execute`], with a panic anywhere in it (a bug) turned into what any other
+    /// failure gives: a `failed` line ending the step log as last checkpointed, an
+    /// incident whose admin detail carries the panic message, and the run failed.
+    async fn execute_guarded(&self, ctx: RunContext) -> Outcome {
+        use futures_util::FutureExt;
+        let outcome = std::panic::AssertUnwindSafe(self.execute(ctx.clone()))
+            .catch_unwind()
+            .await;
+        let panic = match outcome {
+            Ok(outcome) => return outcome,
+            Err(panic) => panic,
+        };
+        let message = match panic.downcast_ref::<&str>() {
+            Some(text) => (*text).to_owned(),
+            None => panic
+                .downcast_ref::<String>()
+                .cloned()
+                .unwrap_or_else(|| "a panic without a message".to_owned()),
+        };
+        let message = format!("the automation's handler panicked (a bug of fronta): {message}");
+        tracing::error!(run = %ctx.run.id, %message, "automation handler panicked");
+        let Ok(payload) = serde_json::from_value::<RunPayload>(ctx.run.payload.clone()) else {
+            return Outcome::Fail(message);
+        };
+        // The log as the last checkpoint of this attempt left it.
+        let saved = ctx
+            .dispatcher
+            .store()
+            .run_get(ctx.run.id)
+            .await
+            .ok()
+            .flatten();
+        let mut state = saved
+            .and_then(|run| run.state)
+            .or_else(|| ctx.run.state.clone())
+            .and_then(|bytes| ExecState::decode(&bytes).ok())
+            .unwrap_or_else(|| ExecState::new(Context::from_params(Map::new())));
+        let now = Utc::now();
+        state.steps.push(StepLog {
+            name: "run".into(),
+            op: "run".into(),
+            status: "failed".into(),
+            started_at: now,
+            finished_at: now,
+            message: message.clone(),
+            outputs: None,
+        });
+        let _ = ctx.checkpointer.save(state.encode()).await;
+        let stored = self
+            .automations
+            .automation_get(payload.tenant, payload.automation_id)
+            .await
+            .ok();
+        self.report(
+            &ctx,
+            &payload,
+            stored.as_ref(),
+            Some(&state),
+            "run",
+            &message,
+        )
+        .await;
+        Outcome::Fail(message)
     }
 
     async fn execute(&self, ctx: RunContext) -> Outcome {

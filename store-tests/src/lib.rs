@@ -411,6 +411,7 @@ macro_rules! runtime_scenarios {
             a_mistyped_field_fails_the_step_at_once_naming_it,
             a_renamed_group_is_found_by_every_version_that_names_it,
             a_failing_run_keeps_every_step_it_ran,
+            a_panicking_step_fails_the_run_with_its_log_and_an_incident,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

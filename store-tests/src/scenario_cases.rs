@@ -50,6 +50,12 @@ impl fronta_automation::connector::Connector for EmptyInbox {
                     message: "200 OK".into(),
                 })
             }
+            // A bug inside a step, on purpose: the executor must survive it.
+            fronta_automation::Op::McpCallTool
+                if call.input.get("tool").and_then(Value::as_str) == Some("panic") =>
+            {
+                panic!("the test connector panics")
+            }
             other => Err(fronta_automation::connector::not_installed(other)),
         }
     }
@@ -1430,4 +1436,67 @@ pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory)
         .await
         .expect("incidents");
     assert_eq!(incidents.len(), 2, "each failed run opened an incident");
+}
+
+/// A panic inside a step (a bug) fails the run like any other failure: the step log ends
+/// with a `failed` line carrying the panic message, after the steps that ran, and an
+/// incident opens whose admin detail names the panic.
+pub async fn a_panicking_step_fails_the_run_with_its_log_and_an_incident(
+    factory: &dyn RuntimeFactory,
+) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Buggy", "trigger": {"type": "manual"},
+            "steps": [
+                {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "bug-1"}},
+                {"name": "tool", "op": "mcp/call-tool", "input": {"server": "x", "tool": "panic"}}
+            ]
+        }))
+        .await;
+    let id = firm
+        .dispatcher
+        .enqueue(executor::run_request(
+            &stored,
+            RunTrigger::Manual,
+            serde_json::Map::new(),
+        ))
+        .await
+        .expect("enqueue")
+        .id();
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
+    let error = run.last_error.clone().unwrap_or_default();
+    assert!(
+        error.contains("panicked") && error.contains("the test connector panics"),
+        "{error}"
+    );
+    let state = ExecState::decode(run.state.as_deref().expect("saved")).expect("decodes");
+    let lines: Vec<(&str, &str)> = state
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.status.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [("ticket", "ok"), ("run", "failed")],
+        "the checkpointed step, then the panic: {:?}",
+        state.steps
+    );
+    let incidents = firm
+        .stores
+        .desk
+        .incident_list(Some(firm.tenant))
+        .await
+        .expect("incidents");
+    assert_eq!(incidents.len(), 1, "the panic opened an incident");
+    assert!(
+        incidents[0]
+            .detail
+            .to_string()
+            .contains("the test connector panics"),
+        "the admin detail carries the panic: {}",
+        incidents[0].detail
+    );
 }
