@@ -269,7 +269,8 @@ fn schemas() -> Value {
             "runAt": time, "createdAt": time, "startedAt": optional_time, "finishedAt": optional_time,
             "lastError": {"type": ["string", "null"]}, "cancelRequested": {"type": "boolean"},
             "automationVersion": {"type": "integer"}, "retryOf": text,
-            "steps": {"type": "array", "items": {"type": "object"}}})),
+            "steps": {"type": "array", "items": {"type": "object"}},
+            "input": {"type": "object"}})),
         "CancelAnswer": object(&["runId", "cancel", "status"], json!({
             "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
         "Incident": object(&["id", "title", "impact", "status", "count"], json!({

@@ -50,6 +50,11 @@ pub struct RunView {
     pub retry_of: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<StepLog>>,
+    /// What the run started from (one run's view only): the trigger's parameters and
+    /// `_body`, or `ticket` and `change` for events. Secrets never enter it: steps reveal
+    /// them at call time only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub input: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// The automation a run belongs to, read from its payload.
@@ -94,8 +99,13 @@ impl RunView {
             last_error: run.last_error.clone(),
             cancel_requested: run.cancel_requested,
             automation_version: payload.as_ref().map(|payload| payload.automation_version),
-            retry_of: payload.and_then(|payload| payload.retry_of),
+            retry_of: payload
+                .as_ref()
+                .and_then(|payload| payload.retry_of.clone()),
             steps: with_steps.then(|| run_steps(run)),
+            input: payload
+                .filter(|_| with_steps)
+                .map(|payload| payload.context),
         }
     }
 }

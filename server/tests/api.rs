@@ -1185,6 +1185,19 @@ async fn manual_runs_take_an_optional_json_body() {
         json!({"note": "from the API"}),
         "the body is _body"
     );
+    let shown = harness.get(&format!("/api/runs/{run}"), &token).await;
+    assert_eq!(
+        shown.json["input"]["_body"],
+        json!({"note": "from the API"}),
+        "the run shows what it started from: {}",
+        shown.json
+    );
+    let listed = harness.get("/api/runs", &token).await;
+    assert!(
+        items(&listed).iter().all(|run| run.get("input").is_none()),
+        "lists stay small: {}",
+        listed.json
+    );
     assert_eq!(
         stored.trigger,
         fronta_engine::Trigger::Manual,
