@@ -327,6 +327,7 @@ fn met_words(met: bool) -> &'static str {
 fn describe_left(label: &str, found: &Found<'_>) -> String {
     match found.value {
         None => format!("{label} = has not arrived"),
+        Some(Value::Null) if found.name == label => format!("{label} = null (has not arrived)"),
         Some(value) if found.name == label => format!("{label} = {}", show(value)),
         Some(value) => format!("{} = {} (read instead of {label})", found.name, show(value)),
     }

@@ -9,7 +9,8 @@
 //!
 //! Decisions:
 //! - A `null` at the path counts as not sent: a required parameter is missing, an
-//!   optional one is left out of the context (so conditions see "has not arrived").
+//!   optional one is `null` in the context — a template of it alone stays `null`, inside
+//!   text it renders as nothing, and a condition shows it as not arrived.
 //! - Types are strict: `"5001"` is not a number and `5001` is not a string. Coercing
 //!   would hide a sender's change of shape; the 400 names what was expected and found.
 //! - The first failing parameter (in declaration order) is reported, as one 400 names
@@ -70,7 +71,9 @@ pub fn extract(params: &[WebhookParam], body: &Value) -> Result<Map<String, Valu
                     path: param.path.clone(),
                 });
             }
-            None => {}
+            None => {
+                values.insert(param.name.clone(), Value::Null);
+            }
             Some(value) => {
                 if let Some(found) = type_mismatch(param.param_type, value) {
                     return Err(ContractError::InvalidParameter {
@@ -268,13 +271,16 @@ mod tests {
     }
 
     #[test]
-    fn optional_parameter_absent_or_null_is_left_out() {
+    fn optional_parameter_absent_or_null_is_null_in_the_context() {
         let params = [param("note", "note", ParamType::String, false)];
-        let values = extract(&params, &json!({"note": null})).expect("optional may be null");
-        assert!(
-            !values.contains_key("note"),
-            "null is not sent: the context will say it has not arrived"
-        );
+        for body in [json!({"note": null}), json!({})] {
+            let values = extract(&params, &body).expect("optional may be absent");
+            assert_eq!(
+                values.get("note"),
+                Some(&Value::Null),
+                "not sent is null, so {{{{note}}}} has a value: {body}"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! - A string that is exactly one `{{…}}` keeps the JSON type of its value — an array
 //!   for `forEach`, a number, an object.
 //! - Text with several parts becomes a string; non-string values are written as compact
-//!   JSON (`null` as `null`).
+//!   JSON, and `null` (an optional parameter that was not sent) as nothing.
 //! - A name that resolves to nothing is an error ([`TemplateError::Missing`]), never an
 //!   empty string: "has not arrived" must not pass for "empty".
 //! - `{{a.b.0.c}}` walks objects by key and arrays by index, like contract paths.
@@ -157,10 +157,12 @@ pub(crate) fn parse_index(segment: &str) -> Option<usize> {
     segment.parse().ok()
 }
 
-/// A value as text inside a longer string: strings as they are, the rest compact JSON.
+/// A value as text inside a longer string: strings as they are, `null` as nothing, the
+/// rest compact JSON.
 pub fn to_text(value: &Value) -> String {
     match value {
         Value::String(text) => text.clone(),
+        Value::Null => String::new(),
         other => other.to_string(),
     }
 }
@@ -296,8 +298,8 @@ mod tests {
         );
         assert_eq!(
             render_str("{{count}} items, {{flag}}, {{none}}, {{tags}}", &context),
-            Ok(json!("3 items, true, null, [\"a\",\"b\"]")),
-            "non-strings are written as compact JSON"
+            Ok(json!("3 items, true, , [\"a\",\"b\"]")),
+            "non-strings are written as compact JSON, null as nothing"
         );
         assert_eq!(
             render_str(" {{count}}", &context),

@@ -1500,3 +1500,40 @@ pub async fn a_panicking_step_fails_the_run_with_its_log_and_an_incident(
         incidents[0].detail
     );
 }
+
+/// An optional webhook parameter that was not sent is `null` in the run: inside text it
+/// renders as nothing, alone it stays `null`, and a condition says it has not arrived —
+/// the run completes instead of failing "has no value".
+pub async fn an_optional_parameter_not_sent_is_null_and_the_run_completes(
+    factory: &dyn RuntimeFactory,
+) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Optional", "trigger": {"type": "webhook", "params": [
+                {"name": "order", "path": "id", "type": "string", "required": true},
+                {"name": "first", "path": "items.0.sku", "type": "string"}]},
+            "steps": [
+                log_step("say", "order {{order}}, first [{{first}}]"),
+                {"name": "c", "type": "condition",
+                 "rules": [{"field": "first", "operator": "isNotEmpty"}],
+                 "then": [log_step("sku", "{{first}}")]}
+            ]
+        }))
+        .await;
+    let id = firm.webhook(&stored, json!({"id": "5001"})).await;
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
+    let lines = step_lines(&run);
+    assert_eq!(
+        lines[0].1, "order 5001, first []",
+        "null renders as nothing"
+    );
+    assert_eq!(lines.len(), 2, "the condition was not met: {lines:?}");
+    assert!(
+        lines[1].1.contains("first = null (has not arrived)"),
+        "{}",
+        lines[1].1
+    );
+}
