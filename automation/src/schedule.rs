@@ -45,6 +45,9 @@ use serde_json::{Map, Value, json};
 use crate::model::{PollSource, Trigger};
 use crate::store::AutomationId;
 
+/// How many consecutive ticks [`CronSchedule::check_fires`] measures the gaps of.
+pub const GAPS_CHECKED: usize = 64;
+
 /// Missed ticks are counted up to this many (the count is for the log and the context;
 /// the run happens once either way).
 pub const MAX_MISSED_COUNTED: u32 = 10_000;
@@ -96,6 +99,35 @@ impl CronSchedule {
             .find_next_occurrence(&local, false)
             .ok()
             .map(|next| next.with_timezone(&Utc))
+    }
+
+    /// Whether the pattern is one a schedule may have: it fires at all after `from`, and
+    /// no two of its next [`GAPS_CHECKED`] ticks are closer than `min_gap`. Else what is
+    /// wrong, naming the limit.
+    pub fn check_fires(&self, from: DateTime<Utc>, min_gap: Duration) -> Result<(), String> {
+        let Some(mut tick) = self.next_after(from) else {
+            return Err(format!(
+                "cron never fires ({}): no date matches it",
+                self.describe()
+            ));
+        };
+        for _ in 0..GAPS_CHECKED {
+            let Some(next) = self.next_after(tick) else {
+                return Ok(());
+            };
+            let gap = (next - tick).to_std().unwrap_or_default();
+            if gap < min_gap {
+                return Err(format!(
+                    "cron fires {} s apart ({}); a schedule runs at most every {} s \
+                     (MIN_SCHEDULE_INTERVAL)",
+                    gap.as_secs(),
+                    self.describe(),
+                    min_gap.as_secs()
+                ));
+            }
+            tick = next;
+        }
+        Ok(())
     }
 
     /// A person's reading of the pattern ("At 07:00 on Monday through Friday").

@@ -46,11 +46,27 @@ pub const MAX_ACTIONS: usize = 1000;
 /// The shortest poll interval: shorter is not polling but an attack on the service.
 pub const MIN_POLL_INTERVAL_SEC: u64 = 10;
 
-/// What validation needs to know about the tenant.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// The shortest time between two ticks of a schedule by default: a cron that fires more
+/// often (with seconds) is refused on save, like a poll under [`MIN_POLL_INTERVAL_SEC`].
+pub const MIN_SCHEDULE_INTERVAL_SEC: u64 = 10;
+
+/// What validation needs to know about the tenant, and the operator's limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationContext {
     /// Ticket type name → its statuses.
     pub ticket_types: HashMap<String, Vec<String>>,
+    /// The shortest time between two ticks of a schedule (`--min-schedule-interval`,
+    /// [`MIN_SCHEDULE_INTERVAL_SEC`] by default).
+    pub min_schedule_interval: std::time::Duration,
+}
+
+impl Default for ValidationContext {
+    fn default() -> Self {
+        ValidationContext {
+            ticket_types: HashMap::new(),
+            min_schedule_interval: std::time::Duration::from_secs(MIN_SCHEDULE_INTERVAL_SEC),
+        }
+    }
 }
 
 impl ValidationContext {
@@ -68,6 +84,7 @@ impl ValidationContext {
                     (name.into(), statuses.into_iter().map(Into::into).collect())
                 })
                 .collect(),
+            ..ValidationContext::default()
         }
     }
 }
@@ -249,10 +266,13 @@ impl<'a> Validator<'a> {
                 } else if let Err(problem) = CronSchedule::parse("* * * * *", timezone.as_deref()) {
                     self.report("trigger.timezone", problem);
                 }
-                if (5..=7).contains(&fields)
-                    && let Err(problem) = CronSchedule::parse(cron, None)
-                {
-                    self.report("trigger.cron", problem);
+                if (5..=7).contains(&fields) {
+                    let checked = CronSchedule::parse(cron, None).and_then(|schedule| {
+                        schedule.check_fires(chrono::Utc::now(), self.context.min_schedule_interval)
+                    });
+                    if let Err(problem) = checked {
+                        self.report("trigger.cron", problem);
+                    }
                 }
             }
             _ => {}
@@ -1228,6 +1248,22 @@ mod tests {
             )
             .is_empty(),
             "a poll provides _poll and its step's outputs"
+        );
+        let never = timed(json!({"type": "schedule", "cron": "0 0 30 2 *"}), "x");
+        assert!(
+            never.len() == 1 && never[0].contains("never fires"),
+            "the 30th of February: {never:#?}"
+        );
+        let often = timed(json!({"type": "schedule", "cron": "*/5 * * * * *"}), "x");
+        assert!(
+            often.len() == 1
+                && often[0].contains("5 s apart")
+                && often[0].contains("MIN_SCHEDULE_INTERVAL"),
+            "every 5 s is under the limit: {often:#?}"
+        );
+        assert!(
+            timed(json!({"type": "schedule", "cron": "*/15 * * * * *"}), "x").is_empty(),
+            "every 15 s is allowed"
         );
         let found = timed(json!({"type": "schedule", "cron": "61 * * * *"}), "x");
         assert_eq!(found.len(), 1, "{found:#?}");

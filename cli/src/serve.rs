@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// enqueue and its commit) before it answers 503.
     #[arg(long, env = "FRONTA_WEBHOOK_STORE_DEADLINE", default_value = "10s", value_parser = duration::parse)]
     webhook_store_deadline: Duration,
+    /// The shortest time between two ticks of a schedule: a cron firing more often is
+    /// refused on save.
+    #[arg(long, env = "FRONTA_MIN_SCHEDULE_INTERVAL", default_value = "10s", value_parser = duration::parse)]
+    min_schedule_interval: Duration,
     #[command(flatten)]
     lead: LeadArgs,
     #[command(flatten)]
@@ -162,6 +166,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         },
         unavailable_retry_after: args.unavailable_retry_after,
         webhook_store_deadline: args.webhook_store_deadline,
+        min_schedule_interval: args.min_schedule_interval,
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");

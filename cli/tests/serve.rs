@@ -344,8 +344,28 @@ fn timed_automations_run_on_their_own_and_stop_when_paused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("timed.db");
     let admin = "fa_timed_admin_token";
-    let server = start(&db, Some(admin));
+    // Every two seconds is under the default MIN_SCHEDULE_INTERVAL (10 s): this server
+    // allows it, as an operator may.
+    let server = start_with(&db, Some(admin), &[("FRONTA_MIN_SCHEDULE_INTERVAL", "1s")]);
     let token = server.tenant(admin, "Acme");
+    let (status, refused) = {
+        let strict = start(&dir.path().join("strict.db"), Some(admin));
+        let strict_token = strict.tenant(admin, "Strict");
+        let answer = strict.call(
+            "POST",
+            "/api/automations",
+            Some(&strict_token),
+            Some(json!({"name": "Too often", "trigger": {"type": "schedule", "cron": "*/2 * * * * *"},
+                "steps": [{"name": "note", "op": "flow/log", "input": {"message": "x"}}]})),
+        );
+        strict.stop();
+        answer
+    };
+    assert_eq!(status, 422, "every 2 s is refused by default: {refused}");
+    assert!(
+        refused.to_string().contains("MIN_SCHEDULE_INTERVAL"),
+        "names the limit: {refused}"
+    );
     let create = |name: &str, trigger: Value| {
         let (status, created) = server.call(
             "POST",

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     /// stops answering without closing its connections (a partition), where only the
     /// pool's acquire timeout would not.
     pub webhook_store_deadline: Duration,
+    /// The shortest time between two ticks of a schedule an automation may have
+    /// (`--min-schedule-interval`): a cron firing more often is refused on save.
+    pub min_schedule_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -92,6 +95,9 @@ impl Default for ServerConfig {
             widgets: fronta_automation::widget::WidgetLimits::default(),
             unavailable_retry_after: Duration::from_secs(5),
             webhook_store_deadline: Duration::from_secs(10),
+            min_schedule_interval: Duration::from_secs(
+                fronta_automation::validate::MIN_SCHEDULE_INTERVAL_SEC,
+            ),
         }
     }
 }

@@ -118,6 +118,7 @@ pub async fn apply(
     }
     let context = ValidationContext {
         ticket_types: statuses,
+        min_schedule_interval: app.config().min_schedule_interval,
     };
 
     // Automations: checked, and matched by name with what exists (for the secret and

@@ -70,9 +70,10 @@ pub(crate) async fn validation_context(
     tenant: TenantId,
 ) -> Result<ValidationContext, ApiError> {
     let types = app.desk().ticket_type_list(tenant).await?;
-    Ok(ValidationContext::with_ticket_types(
-        types.into_iter().map(|t| (t.name, t.statuses)),
-    ))
+    let mut context =
+        ValidationContext::with_ticket_types(types.into_iter().map(|t| (t.name, t.statuses)));
+    context.min_schedule_interval = app.config().min_schedule_interval;
+    Ok(context)
 }
 
 /// Strip the read-only fields and take out `signingSecret`; problems are prefixed with
