@@ -33,12 +33,17 @@ pub struct SchedulerConfig {
     /// bounds how late the *next* run is planned after one finished, not how late a
     /// planned one starts.
     pub tick: Duration,
+    /// Wakes the scheduler before its tick: the API of this process notifies it when it
+    /// saved or resumed a timed automation, so a poll runs at once and a schedule's
+    /// first run is enqueued at once (other processes' saves wait for the tick).
+    pub nudge: Option<Arc<tokio::sync::Notify>>,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         Self {
             tick: Duration::from_secs(30),
+            nudge: None,
         }
     }
 }
@@ -201,9 +206,16 @@ impl Scheduler {
         loop {
             if *leading.borrow_and_update() {
                 self.tick().await;
+                let nudged = async {
+                    match &self.config.nudge {
+                        Some(nudge) => nudge.notified().await,
+                        None => std::future::pending().await,
+                    }
+                };
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(self.config.tick) => {}
+                    () = nudged => tracing::debug!("scheduler: nudged by a save"),
                     changed = leading.changed() => if changed.is_err() { break },
                 }
             } else {

@@ -128,6 +128,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         &crate::connector_settings::ConnectorArgs::from_environment()?,
     )?;
     app.observe_worker(worker.metrics());
+    let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
+    app.wake_scheduler_with(nudge.clone());
     let listener = Listener::bind(args.listen)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;
@@ -144,6 +146,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         "fronta-demo",
         worker.dispatcher().clone(),
         &crate::leadership::LeadArgs::default(),
+        Some(nudge),
         shutdown.clone(),
     )?;
     let worker = tokio::spawn(worker.run(shutdown.clone()));

@@ -55,6 +55,7 @@ impl Leadership {
         name: &str,
         dispatcher: Dispatcher,
         args: &LeadArgs,
+        nudge: Option<Arc<tokio::sync::Notify>>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Self> {
         if args.scheduler_tick < Duration::from_secs(1) {
@@ -96,6 +97,7 @@ impl Leadership {
             Arc::new(SystemClock),
             SchedulerConfig {
                 tick: args.scheduler_tick,
+                nudge,
             },
         );
         tasks.push(tokio::spawn(scheduler.run(shutdown, leading_rx)));

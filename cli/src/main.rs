@@ -677,6 +677,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         &name,
         dispatcher,
         &args.lead,
+        None,
         shutdown.clone(),
     )?;
     let report = worker.run(shutdown.clone()).await?;

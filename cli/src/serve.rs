@@ -180,8 +180,11 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     });
     let (app, worker) = server_parts(&opened, config, worker_config, &args.outside)?;
     let worker = if args.no_worker { None } else { Some(worker) };
+    // The API wakes this process's scheduler when it saves a timed automation.
+    let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
     if let Some(worker) = &worker {
         app.observe_worker(worker.metrics());
+        app.wake_scheduler_with(nudge.clone());
     }
     if let Some(counters) = opened.counters() {
         app.observe_store(counters);
@@ -219,6 +222,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
             &name,
             worker.dispatcher().clone(),
             &args.lead,
+            Some(nudge.clone()),
             shutdown.clone(),
         )?),
         None => None,

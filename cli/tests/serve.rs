@@ -29,10 +29,9 @@ fn start(db: &Path, admin_token: Option<&str>) -> Server {
     start_with(db, admin_token, &[])
 }
 
-/// [`start`] with more environment for the server.
+/// [`start`] with more environment for the server (over the defaults set here).
 fn start_with(db: &Path, admin_token: Option<&str>, env: &[(&str, &str)]) -> Server {
     let mut command = Command::new(FRONTA);
-    command.envs(env.iter().copied());
     command
         .arg("--database")
         .arg(db)
@@ -47,6 +46,8 @@ fn start_with(db: &Path, admin_token: Option<&str>, env: &[(&str, &str)]) -> Ser
     if let Some(token) = admin_token {
         command.env("FRONTA_ADMIN_TOKEN", token);
     }
+    // The caller's environment last: it may change what is set above.
+    command.envs(env.iter().copied());
     let mut child = command.spawn().expect("fronta serve starts");
     let address = support::listening_address(&mut child);
     let stdout_lines = Vec::new();
@@ -699,5 +700,56 @@ fn on_postgres_metrics_count_the_commits_of_group_enqueue() {
         Some(0.0),
         "no group failed"
     );
+    server.stop();
+}
+
+/// A save wakes the scheduler of its process: with a scheduler tick of an hour, a
+/// schedule saved after the scheduler's first look still gets its first run within
+/// seconds, not at the next tick.
+#[test]
+fn a_saved_schedule_is_planned_at_once_not_at_the_next_scheduler_tick() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("nudge.db");
+    let admin = "fa_nudge_admin_token";
+    let server = start_with(
+        &db,
+        Some(admin),
+        &[
+            ("FRONTA_SCHEDULER_TICK", "1h"),
+            ("FRONTA_MIN_SCHEDULE_INTERVAL", "1s"),
+        ],
+    );
+    let token = server.tenant(admin, "Acme");
+    let (status, created) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(
+            json!({"name": "Soon", "trigger": {"type": "schedule", "cron": "*/2 * * * * *"},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "tick"}}]}),
+        ),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id").to_owned();
+    let started = std::time::Instant::now();
+    loop {
+        let (_, page) = server.call(
+            "GET",
+            &format!("/api/runs?automation={id}&status=completed"),
+            Some(&token),
+            None,
+        );
+        if page["items"]
+            .as_array()
+            .is_some_and(|runs| !runs.is_empty())
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "no run of the new schedule, though the scheduler looks only hourly: {page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     server.stop();
 }

@@ -76,6 +76,9 @@ pub(crate) struct Inner {
     /// What `GET /metrics` tells of the worker in this process, when there is one.
     pub worker_metrics: OnceLock<Arc<WorkerMetrics>>,
     pub store_counters: OnceLock<StoreCounters>,
+    /// Wakes this process's scheduler after a save of a timed automation
+    /// ([`App::schedule_now`]); unset when no scheduler runs here.
+    pub scheduler_nudge: OnceLock<Arc<tokio::sync::Notify>>,
     /// Serves widgets from their cache and refreshes them.
     pub widgets: WidgetService,
 }
@@ -114,6 +117,7 @@ impl App {
             hub: Hub::default(),
             webhook_metrics: WebhookMetrics::default(),
             worker_metrics: OnceLock::new(),
+            scheduler_nudge: OnceLock::new(),
             store_counters: OnceLock::new(),
             config,
             ports,
@@ -135,6 +139,24 @@ impl App {
 
     /// Report the latencies of the worker running in this process at `GET /metrics`
     /// (the first worker given wins; a server without one reports none).
+    /// The scheduler of this process, to wake after a save ([`App::schedule_now`]).
+    pub fn wake_scheduler_with(&self, nudge: Arc<tokio::sync::Notify>) {
+        let _ = self.inner.scheduler_nudge.set(nudge);
+    }
+
+    /// After a save, resume or rollback of `automation`: a timed one (poll, schedule)
+    /// is planned now by this process's scheduler — a poll runs at once, a schedule's next
+    /// run is enqueued — instead of at the scheduler's next tick.
+    pub fn schedule_now(&self, automation: &fronta_automation::Automation) {
+        let timed = matches!(
+            automation.trigger,
+            fronta_automation::Trigger::Poll { .. } | fronta_automation::Trigger::Schedule { .. }
+        );
+        if timed && let Some(nudge) = self.inner.scheduler_nudge.get() {
+            nudge.notify_one();
+        }
+    }
+
     pub fn observe_worker(&self, metrics: Arc<WorkerMetrics>) {
         if self.inner.worker_metrics.set(metrics).is_err() {
             tracing::warn!("a second worker's metrics were offered; /metrics keeps the first");

@@ -240,6 +240,9 @@ pub async fn apply(
     let base = base_url(app.config(), &headers);
     let mut automations = Vec::with_capacity(applied.automations.len());
     for ((stored, action), generated) in applied.automations.into_iter().zip(generated) {
+        if action != Action::Unchanged {
+            app.schedule_now(&stored.automation);
+        }
         let mut item = serde_json::Map::new();
         item.insert("id".into(), json!(stored.id.to_string()));
         item.insert("name".into(), json!(stored.automation.name));

@@ -200,6 +200,7 @@ pub async fn create(
         .automations()
         .automation_create(tenant.id, automation, secret_value.clone(), BY_TENANT)
         .await?;
+    app.schedule_now(&stored.automation);
     let mut view = automation_view(&stored, &base_url(app.config(), &headers));
     if secret == SecretRequest::Generate
         && let (Value::Object(map), Some(secret)) = (&mut view, secret_value)
@@ -271,6 +272,7 @@ pub async fn replace(
         .automation_update(tenant.id, existing.id, automation, BY_TENANT)
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
+    app.schedule_now(&stored.automation);
     Ok(Json(automation_view(
         &stored,
         &base_url(app.config(), &headers),
@@ -304,6 +306,8 @@ async fn set_enabled(
         .automation_set_enabled(tenant, id, enabled, in_flight)
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
+    // A resume plans the next tick now; a pause cancels the pending one now.
+    app.schedule_now(&stored.automation);
     tracing::info!(automation = %stored.id, enabled, in_flight = stored.in_flight.as_str(), "automation switched");
     Ok(Json(automation_view(
         &stored,
@@ -505,6 +509,7 @@ pub async fn rollback(
         .automation_update(tenant.id, stored.id, automation, BY_TENANT)
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
+    app.schedule_now(&saved.automation);
     tracing::info!(automation = %saved.id, to = body.version, current = saved.current_version, "automation rolled back");
     Ok(Json(automation_view(
         &saved,
