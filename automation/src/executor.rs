@@ -144,7 +144,24 @@ pub struct ExecState {
     /// poll ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll: Option<PendingCursor>,
+    /// The run's counters when this checkpoint's attempt began, to say on the log what
+    /// happened between two attempts ([`ExecState::note_lifecycle`]).
+    #[serde(default)]
+    pub seen: Seen,
 }
+
+/// The run's counters an attempt began with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Seen {
+    pub attempts: u32,
+    pub reclaims: u32,
+    pub parks: u32,
+}
+
+/// The `op` of the step log's lifecycle lines (`retried`, `reclaimed`, `parked`,
+/// `retried by hand`): what happened to the run between two attempts.
+pub const LIFECYCLE_OP: &str = "run/lifecycle";
 
 impl ExecState {
     fn new(context: Context) -> Self {
@@ -160,7 +177,69 @@ impl ExecState {
             ticket: None,
             pause_until: None,
             poll: None,
+            seen: Seen::default(),
         }
+    }
+
+    /// At the start of an attempt: one line for each thing that happened to the run since
+    /// the attempt that wrote this checkpoint — a retry (with the error it followed and
+    /// which attempt this is), a reclaim (the previous worker's lease expired), a park, a
+    /// retry by hand (the counters began again) — then remembers the counters.
+    pub fn note_lifecycle(&mut self, run: &fronta_engine::Run, now: DateTime<Utc>) {
+        let now_seen = Seen {
+            attempts: run.attempts,
+            reclaims: run.reclaims,
+            parks: run.parks,
+        };
+        let before = self.seen;
+        let after_error = run
+            .last_error
+            .as_deref()
+            .map(|error| format!(" after: {error}"))
+            .unwrap_or_default();
+        let mut line = |status: &str, message: String| {
+            self.steps.push(StepLog {
+                name: "run".into(),
+                op: LIFECYCLE_OP.into(),
+                status: status.into(),
+                started_at: now,
+                finished_at: now,
+                message,
+                outputs: None,
+            });
+        };
+        if now_seen.attempts < before.attempts {
+            line(
+                "retried by hand",
+                format!(
+                    "started again by hand with a fresh budget of {} retries",
+                    run.max_retries
+                ),
+            );
+        } else if now_seen.attempts > before.attempts {
+            line(
+                "retried",
+                format!(
+                    "attempt {} of {}{after_error}",
+                    now_seen.attempts.saturating_add(1),
+                    run.max_retries.saturating_add(1)
+                ),
+            );
+        }
+        if now_seen.reclaims > before.reclaims {
+            line(
+                "reclaimed",
+                format!(
+                    "the previous worker's lease expired (it stopped or lost the database); \
+                     reclaim {} — the run goes on from its last checkpoint",
+                    now_seen.reclaims
+                ),
+            );
+        }
+        if now_seen.parks > before.parks {
+            line("parked", format!("park {}{after_error}", now_seen.parks));
+        }
+        self.seen = now_seen;
     }
 
     /// Decode a checkpoint.
@@ -652,6 +731,7 @@ impl Runtime {
             },
             None => ExecState::new(Context::from_params(payload.context.clone())),
         };
+        state.note_lifecycle(&ctx.run, Utc::now());
         if let Some(until) = state.pause_until {
             let now = self.clock.now();
             if until > now {

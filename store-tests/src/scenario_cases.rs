@@ -31,6 +31,10 @@ use tokio_util::sync::CancellationToken;
 /// and the server's poll tests).
 struct EmptyInbox;
 
+/// The `/flaky/` URLs [`EmptyInbox`] failed once already (each test uses its own URL).
+static FAILED_ONCE: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 #[async_trait::async_trait]
 impl fronta_automation::connector::Connector for EmptyInbox {
     async fn call(
@@ -41,6 +45,23 @@ impl fronta_automation::connector::Connector for EmptyInbox {
         fronta_automation::connector::ConnectorFailure,
     > {
         match call.op {
+            // A service that fails a URL with `/flaky/` once (503), then answers.
+            fronta_automation::Op::HttpRequest
+                if call
+                    .input
+                    .get("url")
+                    .and_then(Value::as_str)
+                    .is_some_and(|url| url.contains("/flaky/"))
+                    && FAILED_ONCE
+                        .lock()
+                        .expect("the set")
+                        .insert(call.input["url"].to_string()) =>
+            {
+                Err(fronta_automation::connector::ConnectorFailure::new(
+                    fronta_automation::retry::Cause::HttpStatus(503),
+                    "503 Service Unavailable",
+                ))
+            }
             fronta_automation::Op::HttpRequest => {
                 Ok(fronta_automation::connector::ConnectorReply {
                     outputs: json!({"status": 200, "headers": {}, "body": {"items": []}})
@@ -563,10 +584,15 @@ pub async fn crashed_automation_run_resumes_at_the_next_step(factory: &dyn Runti
     let steps = run.result.expect("a result")["steps"].clone();
     assert_eq!(
         steps.as_array().map(Vec::len),
-        Some(1),
-        "only the second step ran after the reclaim: {steps}"
+        Some(2),
+        "the reclaim's line, then only the second step: {steps}"
     );
-    assert_eq!(steps[0]["name"], "second", "{steps}");
+    assert_eq!(
+        (&steps[0]["op"], &steps[0]["status"]),
+        (&json!(executor::LIFECYCLE_OP), &json!("reclaimed")),
+        "the log says the run was reclaimed: {steps}"
+    );
+    assert_eq!(steps[1]["name"], "second", "{steps}");
 }
 
 /// A loop of 2 steps over 26 items is 52 executed steps: fine (the tree has 3 steps);
@@ -1535,5 +1561,56 @@ pub async fn an_optional_parameter_not_sent_is_null_and_the_run_completes(
         lines[1].1.contains("first = null (has not arrived)"),
         "{}",
         lines[1].1
+    );
+}
+
+/// What happens between attempts is on the run's log: a step that failed retryably says
+/// which attempt it was, and the next attempt begins with a `retried` line naming the
+/// attempt and the error it follows; the completed run has no `lastError`.
+pub async fn a_retry_is_a_line_on_the_run(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let stored = firm
+        .automation(json!({
+            "name": "Flaky", "trigger": {"type": "manual"},
+            "steps": [{"name": "call", "op": "http/request", "service": "shop",
+                       "input": {"url": "https://shop.test/flaky/retry-line"}}]
+        }))
+        .await;
+    let id = firm
+        .dispatcher
+        .enqueue(executor::run_request(
+            &stored,
+            RunTrigger::Manual,
+            serde_json::Map::new(),
+        ))
+        .await
+        .expect("enqueue")
+        .id();
+    firm.drain().await;
+    let first = firm.run(id).await;
+    assert_eq!(first.attempts, 1, "one retry spent: {:?}", first.last_error);
+    firm.clock.advance(Duration::from_secs(3600));
+    firm.drain().await;
+    let run = firm.run(id).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
+    assert_eq!(run.last_error, None, "a completed run keeps no error");
+    let lines = step_lines(&run);
+    let statuses: Vec<String> = run.result.as_ref().expect("result")["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|step| step["status"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(statuses, ["failed", "retried", "ok"], "{lines:?}");
+    assert!(
+        lines[0].1.contains("503") && lines[0].1.contains("will be retried"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].1.starts_with("attempt 2 of") && lines[1].1.contains("503"),
+        "the retry says which attempt and after what: {lines:?}"
     );
 }
