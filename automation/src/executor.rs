@@ -192,6 +192,10 @@ impl ExecState {
             parks: run.parks,
         };
         let before = self.seen;
+        let ended_failed = self
+            .steps
+            .last()
+            .is_some_and(|last| last.status == "failed");
         let after_error = run
             .last_error
             .as_deref()
@@ -208,7 +212,14 @@ impl ExecState {
                 outputs: None,
             });
         };
-        if now_seen.attempts < before.attempts {
+        // A failed run comes back only by hand, with its counters at 0 again: fewer
+        // attempts than before, or (a first attempt that failed for good) as many, with
+        // the failure still the last line and no reclaim in between.
+        let by_hand = now_seen.attempts < before.attempts
+            || (now_seen.attempts == before.attempts
+                && now_seen.reclaims <= before.reclaims
+                && ended_failed);
+        if by_hand {
             line(
                 "retried by hand",
                 format!(
@@ -268,6 +279,15 @@ fn op_of<'a>(tree: &'a [Step], name: &str) -> &'a str {
         })
     }
     find(tree, name).unwrap_or("run")
+}
+
+/// Puts the cursor back on the step just taken, so a run failed there (and retried by
+/// hand) runs that step again instead of skipping it.
+fn back_up(state: &mut ExecState) {
+    state.executed = state.executed.saturating_sub(1);
+    if let Some(frame) = state.stack.last_mut() {
+        frame.index = frame.index.saturating_sub(1);
+    }
 }
 
 /// What a failed step's line says of what comes next: `attempts` retries were spent of
@@ -877,6 +897,7 @@ impl Runtime {
             let block_path = frame.block.clone();
             frame.index += 1;
             if state.executed > MAX_ACTIONS {
+                back_up(state);
                 return Err(Failure::Fatal {
                     step: step.name().to_owned(),
                     message: format!(
@@ -915,12 +936,14 @@ impl Runtime {
                     let items = match template::render(&each.items, &state.context) {
                         Ok(Value::Array(items)) => items,
                         Ok(other) => {
+                            back_up(state);
                             return Err(Failure::Fatal {
                                 step: each.name.clone(),
                                 message: format!("items must be a list, got {other}"),
                             });
                         }
                         Err(err) => {
+                            back_up(state);
                             return Err(Failure::Fatal {
                                 step: each.name.clone(),
                                 message: err.to_string(),
@@ -968,6 +991,7 @@ impl Runtime {
                     let result = match self.act(action, &state.context, &env).await {
                         Ok(done) => Ok(done),
                         Err(ActionError::Template(message)) => {
+                            back_up(state);
                             return Err(Failure::Fatal {
                                 step: action.name.clone(),
                                 message,

@@ -1437,6 +1437,35 @@ pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory)
         "the failing step carries its error: {}",
         state.steps[3].message
     );
+    // Retried by hand, the run goes on from where it failed: the failing step runs
+    // again (it is not skipped), after a line that says the run was started by hand.
+    firm.stores
+        .runs
+        .run_retry(id)
+        .await
+        .expect("retried by hand");
+    firm.drain().await;
+    let again = firm.run(id).await;
+    assert_eq!(again.status, RunStatus::Failed, "{:?}", again.last_error);
+    let state = ExecState::decode(again.state.as_deref().expect("saved")).expect("decodes");
+    let lines: Vec<(&str, &str)> = state
+        .steps
+        .iter()
+        .map(|step| (step.name.as_str(), step.status.as_str()))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            ("a", "ok"),
+            ("c", "met"),
+            ("big", "ok"),
+            ("each", "failed"),
+            ("run", "retried by hand"),
+            ("each", "failed")
+        ],
+        "{:?}",
+        state.steps
+    );
 
     let run = firm.run(paused).await;
     assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
