@@ -211,6 +211,29 @@ impl Firm {
             .id()
     }
 
+    /// What a manual run does (`POST /api/automations/{id}/runs` with `context` as the
+    /// run's start): a durable enqueue.
+    async fn manual(
+        &self,
+        stored: &StoredAutomation,
+        context: serde_json::Map<String, Value>,
+    ) -> fronta_engine::RunId {
+        self.dispatcher
+            .enqueue(executor::run_request(stored, RunTrigger::Manual, context))
+            .await
+            .expect("manual run enqueued")
+            .id()
+    }
+
+    /// The tenant's incidents.
+    async fn incidents(&self) -> Vec<fronta_desk::Incident> {
+        self.stores
+            .desk
+            .incident_list(Some(self.tenant))
+            .await
+            .expect("incidents")
+    }
+
     fn worker_config(&self) -> WorkerConfig {
         WorkerConfig {
             name: "scenario".into(),
@@ -392,12 +415,7 @@ pub async fn seed_scenario_orders_and_converter_error(factory: &dyn RuntimeFacto
     assert_eq!(doc.group.as_deref(), Some("IT"), "IT got the error");
     assert!(doc.assignee.is_some(), "an IT person has it");
 
-    let incidents = firm
-        .stores
-        .desk
-        .incident_list(Some(firm.tenant))
-        .await
-        .expect("incidents");
+    let incidents = firm.incidents().await;
     assert_eq!(incidents.len(), 1, "one incident: {incidents:?}");
     assert_eq!(
         incidents[0].title, "Document D-99 could not be read",
@@ -495,16 +513,7 @@ pub async fn crashed_automation_run_resumes_at_the_next_step(factory: &dyn Runti
             ]
         }))
         .await;
-    let id = firm
-        .dispatcher
-        .enqueue(executor::run_request(
-            &stored,
-            RunTrigger::Manual,
-            serde_json::Map::new(),
-        ))
-        .await
-        .expect("enqueue")
-        .id();
+    let id = firm.manual(&stored, serde_json::Map::new()).await;
     // A worker that "dies" right after the first step's checkpoint: run it with a claim
     // we own, let the executor do one step, then abandon it by never finishing.
     let claimed = firm
@@ -638,12 +647,7 @@ pub async fn loops_count_against_max_actions_not_the_step_cap(factory: &dyn Runt
         error.contains("MAX_ACTIONS = 1000"),
         "the run says which cap stopped it: {error}"
     );
-    let incidents = firm
-        .stores
-        .desk
-        .incident_list(Some(firm.tenant))
-        .await
-        .expect("incidents");
+    let incidents = firm.incidents().await;
     assert_eq!(incidents.len(), 1, "the stopped run opened an incident");
     assert!(
         incidents[0].detail["message"]
@@ -672,16 +676,7 @@ pub async fn long_pause_snoozes_and_resumes_at_the_next_step(factory: &dyn Runti
             ]
         }))
         .await;
-    let id = firm
-        .dispatcher
-        .enqueue(executor::run_request(
-            &stored,
-            RunTrigger::Manual,
-            serde_json::Map::new(),
-        ))
-        .await
-        .expect("enqueue")
-        .id();
+    let id = firm.manual(&stored, serde_json::Map::new()).await;
     firm.drain().await;
     let run = firm.run(id).await;
     assert_eq!(
@@ -1122,16 +1117,7 @@ pub async fn an_edit_during_a_pause_finishes_the_version_the_run_started_with(
         Some("after (v1)".to_owned()),
         "version 1's text"
     );
-    let after = firm
-        .dispatcher
-        .enqueue(executor::run_request(
-            &flat_v2,
-            RunTrigger::Manual,
-            serde_json::Map::new(),
-        ))
-        .await
-        .expect("enqueue")
-        .id();
+    let after = firm.manual(&flat_v2, serde_json::Map::new()).await;
     firm.drain().await;
     let run = firm.run(after).await;
     assert_eq!(pinned_version(&run), 2, "a new run is pinned to version 2");
@@ -1250,12 +1236,7 @@ pub async fn a_pause_lets_runs_finish_or_holds_them_and_never_fails_one(
         vec!["s1", "p", "held", "s2"],
         "held once between p and s2"
     );
-    let incidents = firm
-        .stores
-        .desk
-        .incident_list(Some(firm.tenant))
-        .await
-        .expect("incidents");
+    let incidents = firm.incidents().await;
     assert!(incidents.is_empty(), "no incident: {incidents:?}");
 }
 
@@ -1484,12 +1465,7 @@ pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory)
         "{:?}",
         state.steps
     );
-    let incidents = firm
-        .stores
-        .desk
-        .incident_list(Some(firm.tenant))
-        .await
-        .expect("incidents");
+    let incidents = firm.incidents().await;
     assert_eq!(incidents.len(), 2, "each failed run opened an incident");
 }
 
@@ -1509,16 +1485,7 @@ pub async fn a_panicking_step_fails_the_run_with_its_log_and_an_incident(
             ]
         }))
         .await;
-    let id = firm
-        .dispatcher
-        .enqueue(executor::run_request(
-            &stored,
-            RunTrigger::Manual,
-            serde_json::Map::new(),
-        ))
-        .await
-        .expect("enqueue")
-        .id();
+    let id = firm.manual(&stored, serde_json::Map::new()).await;
     firm.drain().await;
     let run = firm.run(id).await;
     assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
@@ -1539,12 +1506,7 @@ pub async fn a_panicking_step_fails_the_run_with_its_log_and_an_incident(
         "the checkpointed step, then the panic: {:?}",
         state.steps
     );
-    let incidents = firm
-        .stores
-        .desk
-        .incident_list(Some(firm.tenant))
-        .await
-        .expect("incidents");
+    let incidents = firm.incidents().await;
     assert_eq!(incidents.len(), 1, "the panic opened an incident");
     assert!(
         incidents[0]
@@ -1605,16 +1567,7 @@ pub async fn a_retry_is_a_line_on_the_run(factory: &dyn RuntimeFactory) {
                        "input": {"url": "https://shop.test/flaky/retry-line"}}]
         }))
         .await;
-    let id = firm
-        .dispatcher
-        .enqueue(executor::run_request(
-            &stored,
-            RunTrigger::Manual,
-            serde_json::Map::new(),
-        ))
-        .await
-        .expect("enqueue")
-        .id();
+    let id = firm.manual(&stored, serde_json::Map::new()).await;
     firm.drain().await;
     let first = firm.run(id).await;
     assert_eq!(first.attempts, 1, "one retry spent: {:?}", first.last_error);
