@@ -281,6 +281,24 @@ fn op_of<'a>(tree: &'a [Step], name: &str) -> &'a str {
     find(tree, name).unwrap_or("run")
 }
 
+/// Resolves when the run is cancelled; a shutdown or a lost lease does not abandon a call
+/// (a shutdown lets it finish within its grace; a lost lease aborts the whole handler).
+async fn cancelled(stop: &fronta_engine::registry::StopSignal) {
+    stop.stopped().await;
+    if stop.reason() != Some(fronta_engine::registry::StopReason::Cancel) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// The status of a step whose call was abandoned: `cancelled`, or `stopped` (a shutdown
+/// or a lost lease: the run goes on elsewhere or later, from this step).
+fn stopped_status(signal: &fronta_engine::registry::StopSignal) -> &'static str {
+    match signal.reason() {
+        Some(fronta_engine::registry::StopReason::Cancel) => "cancelled",
+        _ => "stopped",
+    }
+}
+
 /// Puts the cursor back on the step just taken, so a run failed there (and retried by
 /// hand) runs that step again instead of skipping it.
 fn back_up(state: &mut ExecState) {
@@ -375,6 +393,9 @@ enum ActionError {
     /// The connector did not make the call now (a full cap, an open circuit): snooze
     /// the run this long; no attempt is spent and the cursor stays on the step.
     NotNow { wait: Duration, message: String },
+    /// The run was cancelled while the call was in flight: the call was abandoned; it
+    /// may have happened.
+    Stopped { message: String },
 }
 
 impl std::fmt::Debug for Runtime {
@@ -987,6 +1008,7 @@ impl Runtime {
                         automation_name: stored.automation.name.clone(),
                         run_id: ctx.run.id.to_string(),
                         step_name: action.name.clone(),
+                        stop: ctx.signal.clone(),
                     };
                     let result = match self.act(action, &state.context, &env).await {
                         Ok(done) => Ok(done),
@@ -998,6 +1020,25 @@ impl Runtime {
                             });
                         }
                         Err(ActionError::Step(err)) => Err(err),
+                        Err(ActionError::Stopped { message }) => {
+                            back_up(state);
+                            state.steps.push(StepLog {
+                                name: action.name.clone(),
+                                op: action.op.as_str().into(),
+                                status: stopped_status(&ctx.signal).into(),
+                                started_at: started,
+                                finished_at: Utc::now(),
+                                message: message.clone(),
+                                outputs: None,
+                            });
+                            tracing::info!(run = %ctx.run.id, step = %action.name, %message, "connector call abandoned");
+                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            return Err(Failure::Retry {
+                                step: action.name.clone(),
+                                message,
+                                after: None,
+                            });
+                        }
                         Err(ActionError::NotNow { wait, message }) => {
                             // Back up so the snoozed run resumes at this step.
                             state.executed -= 1;
@@ -1210,6 +1251,23 @@ impl Runtime {
             };
             let batch = match fetched {
                 Ok(batch) => batch,
+                Err(ActionError::Stopped { message }) => {
+                    state.steps.push(StepLog {
+                        name: POLL_STEP.into(),
+                        op: op.into(),
+                        status: stopped_status(&ctx.signal).into(),
+                        started_at: started,
+                        finished_at: Utc::now(),
+                        message: message.clone(),
+                        outputs: None,
+                    });
+                    let _ = ctx.checkpointer.save(state.encode()).await;
+                    return Err(Failure::Retry {
+                        step: POLL_STEP.into(),
+                        message,
+                        after: None,
+                    });
+                }
                 Err(ActionError::NotNow { wait, message }) => {
                     if state
                         .steps
@@ -1239,7 +1297,9 @@ impl Runtime {
                             retry_after,
                             message,
                         }) => (retryable, retry_after, message),
-                        ActionError::NotNow { .. } => unreachable!("handled above"),
+                        ActionError::NotNow { .. } | ActionError::Stopped { .. } => {
+                            unreachable!("handled above")
+                        }
                     };
                     state.steps.push(StepLog {
                         name: POLL_STEP.into(),
@@ -1352,6 +1412,7 @@ impl Runtime {
             automation_name: stored.automation.name.clone(),
             run_id: ctx.run.id.to_string(),
             step_name: POLL_STEP.into(),
+            stop: ctx.signal.clone(),
         }
     }
 
@@ -1498,17 +1559,27 @@ impl Runtime {
         let reply = match &self.connectors {
             None => Err(connector::not_installed(&action.op)),
             Some(connectors) => {
-                connectors
-                    .call(ConnectorCall {
-                        op: &action.op,
-                        tenant: env.tenant,
-                        service: action.service.as_deref(),
-                        input,
-                        secrets: &revealed,
-                        run_id: &env.run_id,
-                        step_name: &action.name,
-                    })
-                    .await
+                let call = connectors.call(ConnectorCall {
+                    op: &action.op,
+                    tenant: env.tenant,
+                    service: action.service.as_deref(),
+                    input,
+                    secrets: &revealed,
+                    run_id: &env.run_id,
+                    step_name: &action.name,
+                });
+                tokio::select! {
+                    reply = call => reply,
+                    () = cancelled(&env.stop) => {
+                        return Err(ActionError::Stopped {
+                            message: format!(
+                                "{} abandoned: the run was cancelled while the call was in flight; the request may have been sent, so it may have happened{}",
+                                action.op.as_str(),
+                                action.service.as_deref().map(|service| format!(" at {service}")).unwrap_or_default()
+                            ),
+                        });
+                    }
+                }
             }
         };
         match reply {

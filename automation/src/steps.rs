@@ -191,6 +191,9 @@ pub struct StepEnv<'a> {
     pub automation_name: String,
     pub run_id: String,
     pub step_name: String,
+    /// The run's stop signal: a connector call still in flight when the run is cancelled
+    /// is abandoned.
+    pub stop: fronta_engine::registry::StopSignal,
 }
 
 /// Run one built-in op with its rendered input.

@@ -128,6 +128,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         &crate::connector_settings::ConnectorArgs::from_environment()?,
     )?;
     app.observe_worker(worker.metrics());
+    app.run_here(worker.local_runs());
     let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
     app.wake_scheduler_with(nudge.clone());
     let listener = Listener::bind(args.listen)

@@ -185,6 +185,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(worker) = &worker {
         app.observe_worker(worker.metrics());
         app.wake_scheduler_with(nudge.clone());
+        app.run_here(worker.local_runs());
     }
     if let Some(counters) = opened.counters() {
         app.observe_store(counters);

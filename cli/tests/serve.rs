@@ -753,3 +753,83 @@ fn a_saved_schedule_is_planned_at_once_not_at_the_next_scheduler_tick() {
     }
     server.stop();
 }
+
+/// A cancel reaches a step in flight: an `http/request` to a service that answers after
+/// 40 s is abandoned when the run is cancelled through the API of the process running it,
+/// and the run is `cancelled` long before the answer would have come, its log saying the
+/// call may have happened.
+#[test]
+fn a_cancel_abandons_a_call_in_flight() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cancel.db");
+    let admin = "fa_cancel_admin_token";
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let slow = runtime.block_on(wiremock::MockServer::start());
+    runtime.block_on(
+        wiremock::Mock::given(wiremock::matchers::path("/slow"))
+            .respond_with(
+                wiremock::ResponseTemplate::new(200)
+                    .set_delay(Duration::from_secs(40))
+                    .set_body_json(json!({"ok": true})),
+            )
+            .mount(&slow),
+    );
+    let server = start(&db, Some(admin));
+    let token = server.tenant(admin, "Acme");
+    let (status, created) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({"name": "Slow call", "trigger": {"type": "manual"},
+            "steps": [{"name": "call", "op": "http/request", "service": "slow",
+                       "input": {"url": format!("{}/slow", slow.uri()), "timeoutSec": 60}}]})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id");
+    let (status, started) = server.call(
+        "POST",
+        &format!("/api/automations/{id}/runs"),
+        Some(&token),
+        Some(json!({})),
+    );
+    assert_eq!(status, 202, "{started}");
+    let run = started["runId"].as_str().expect("a run id").to_owned();
+    let path = format!("/api/runs/{run}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The call is in flight once the service has the request.
+    while runtime
+        .block_on(slow.received_requests())
+        .is_none_or(|requests| requests.is_empty())
+    {
+        assert!(Instant::now() < deadline, "the call never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let cancel_sent = Instant::now();
+    let (status, answer) = server.call("POST", &format!("{path}/cancel"), Some(&token), None);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["cancel"], "requested", "it was running: {answer}");
+    let shown = loop {
+        let (_, shown) = server.call("GET", &path, Some(&token), None);
+        if shown["status"] == "cancelled" {
+            break shown;
+        }
+        assert!(
+            cancel_sent.elapsed() < Duration::from_secs(20),
+            "still not cancelled, though the call would answer only after 40 s: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let last = shown["steps"]
+        .as_array()
+        .and_then(|steps| steps.last())
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(last["status"], "cancelled", "{shown}");
+    assert!(
+        last["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("may have happened")),
+        "{shown}"
+    );
+    server.stop();
+}

@@ -247,6 +247,38 @@ pub struct Worker {
     intake: Arc<Intake>,
     /// Runs handed over by the intake; taken by [`Worker::run`].
     handed: Option<mpsc::UnboundedReceiver<ClaimedRun>>,
+    /// The runs in flight here, by id (shared with [`LocalRuns`]).
+    active: ActiveMap,
+}
+
+/// The runs a worker has in flight in this process, for the code beside it: a cancel
+/// requested through this process's API reaches its handler at once, instead of at the
+/// next heartbeat (which is how every other process learns of it).
+#[derive(Clone)]
+pub struct LocalRuns {
+    active: ActiveMap,
+}
+
+impl std::fmt::Debug for LocalRuns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LocalRuns")
+    }
+}
+
+impl LocalRuns {
+    /// Fires the cancel signal of `run` when it is in flight here (after the store
+    /// recorded the request); `false` when it is not. The handler's answer becomes the
+    /// cancel, as when the heartbeat hears it.
+    pub fn cancel(&self, run: RunId) -> bool {
+        match lock(&self.active).get(&run) {
+            Some(entry) if !entry.signal.is_stopped() => {
+                tracing::info!(run = %run, kind = %entry.run.kind, "cancel requested here; signalling the handler");
+                entry.signal.stop(StopReason::Cancel);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl std::fmt::Debug for Worker {
@@ -277,7 +309,15 @@ impl Worker {
             metrics: Arc::new(WorkerMetrics::default()),
             intake,
             handed: Some(handed),
+            active: Arc::new(Mutex::new(HashMap::new())),
         })
+    }
+
+    /// The runs this worker has in flight, shared: take it before [`Worker::run`].
+    pub fn local_runs(&self) -> LocalRuns {
+        LocalRuns {
+            active: self.active.clone(),
+        }
     }
 
     /// This worker's dispatcher: its single enqueues are handed straight to the worker
@@ -326,7 +366,7 @@ impl Worker {
             lease = ?self.config.default_lease, heartbeat = ?self.heartbeat_every(),
             kinds = ?self.registry.kinds().collect::<Vec<_>>(), "worker started");
 
-        let active: ActiveMap = Arc::new(Mutex::new(HashMap::new()));
+        let active: ActiveMap = self.active.clone();
         let pending_finishes = Arc::new(AtomicUsize::new(0));
         let (finish_tx, finish_rx) = mpsc::unbounded_channel::<(Finish, Arc<Run>)>();
         // Both helpers die with this future: a dropped worker must not keep renewing leases.

@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     /// Wakes this process's scheduler after a save of a timed automation
     /// ([`App::schedule_now`]); unset when no scheduler runs here.
     pub scheduler_nudge: OnceLock<Arc<tokio::sync::Notify>>,
+    /// The runs this process's worker has in flight ([`App::cancel_here`]).
+    pub local_runs: OnceLock<fronta_engine::LocalRuns>,
     /// Serves widgets from their cache and refreshes them.
     pub widgets: WidgetService,
 }
@@ -118,6 +120,7 @@ impl App {
             webhook_metrics: WebhookMetrics::default(),
             worker_metrics: OnceLock::new(),
             scheduler_nudge: OnceLock::new(),
+            local_runs: OnceLock::new(),
             store_counters: OnceLock::new(),
             config,
             ports,
@@ -139,6 +142,21 @@ impl App {
 
     /// Report the latencies of the worker running in this process at `GET /metrics`
     /// (the first worker given wins; a server without one reports none).
+    /// The runs of this process's worker, so a cancel reaches them at once.
+    pub fn run_here(&self, runs: fronta_engine::LocalRuns) {
+        let _ = self.inner.local_runs.set(runs);
+    }
+
+    /// After the store recorded a cancel request of `run`: when it is in flight in this
+    /// process, its handler is signalled now (an in-flight call is abandoned); elsewhere
+    /// the worker hears it at its next heartbeat.
+    pub fn cancel_here(&self, run: fronta_engine::RunId) -> bool {
+        self.inner
+            .local_runs
+            .get()
+            .is_some_and(|runs| runs.cancel(run))
+    }
+
     /// The scheduler of this process, to wake after a save ([`App::schedule_now`]).
     pub fn wake_scheduler_with(&self, nudge: Arc<tokio::sync::Notify>) {
         let _ = self.inner.scheduler_nudge.set(nudge);

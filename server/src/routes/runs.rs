@@ -161,7 +161,11 @@ pub async fn cancel(
         .map_err(|err| ApiError::store(err, "run"))?;
     let (cancel, status) = match reply {
         CancelReply::Cancelled => ("cancelled", RunStatus::Cancelled),
-        CancelReply::Requested => ("requested", run.status),
+        CancelReply::Requested => {
+            // Running here: its handler hears it now, not at the next heartbeat.
+            app.cancel_here(run.id);
+            ("requested", run.status)
+        }
         CancelReply::AlreadyFinished(status) => {
             return Err(ApiError::Conflict {
                 code: "run_finished",
