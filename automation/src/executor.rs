@@ -878,6 +878,21 @@ impl Runtime {
         let tree = &stored.automation.steps;
         loop {
             if ctx.signal.is_stopped() {
+                // A cancel between two steps ends the log with its line (a shutdown or a
+                // lost lease gives the run back: it goes on from here, nothing to say).
+                if ctx.signal.reason() == Some(fronta_engine::registry::StopReason::Cancel) {
+                    let now = Utc::now();
+                    state.steps.push(StepLog {
+                        name: "run".into(),
+                        op: LIFECYCLE_OP.into(),
+                        status: "cancelled".into(),
+                        started_at: now,
+                        finished_at: now,
+                        message: "cancelled between two steps: nothing after this line ran".into(),
+                        outputs: None,
+                    });
+                    let _ = ctx.checkpointer.save(state.encode()).await;
+                }
                 return Err(Failure::Retry {
                     step: String::new(),
                     message: "stopped".into(),

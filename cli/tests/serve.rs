@@ -833,3 +833,63 @@ fn a_cancel_abandons_a_call_in_flight() {
     );
     server.stop();
 }
+
+/// A cancel between two steps ends the run's log with a `cancelled` line: the run sits
+/// in a short `flow/pause` when it is cancelled through the API of the process running it.
+#[test]
+fn a_cancel_between_steps_ends_the_log_with_its_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("cancel-between.db");
+    let admin = "fa_cancel_between_admin";
+    let server = start(&db, Some(admin));
+    let token = server.tenant(admin, "Acme");
+    let (status, created) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(json!({"name": "Short pause", "trigger": {"type": "manual"},
+            "steps": [{"name": "a", "op": "flow/log", "input": {"message": "before"}},
+                      {"name": "p", "op": "flow/pause", "input": {"seconds": 3}},
+                      {"name": "b", "op": "flow/log", "input": {"message": "after"}}]})),
+    );
+    assert_eq!(status, 201, "{created}");
+    let id = created["id"].as_str().expect("an id");
+    let (_, started) = server.call(
+        "POST",
+        &format!("/api/automations/{id}/runs"),
+        Some(&token),
+        Some(json!({})),
+    );
+    let path = format!("/api/runs/{}", started["runId"].as_str().expect("a run id"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, shown) = server.call("GET", &path, Some(&token), None);
+        if shown["status"] == "running" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never running: {shown}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (status, answer) = server.call("POST", &format!("{path}/cancel"), Some(&token), None);
+    assert_eq!(status, 200, "{answer}");
+    let shown = loop {
+        let (_, shown) = server.call("GET", &path, Some(&token), None);
+        if shown["status"] == "cancelled" {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "never cancelled: {shown}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let steps = shown["steps"].as_array().cloned().unwrap_or_default();
+    let last = steps.last().cloned().unwrap_or_default();
+    assert_eq!(
+        (&last["op"], &last["status"]),
+        (&json!("run/lifecycle"), &json!("cancelled")),
+        "the log ends with the cancel: {shown}"
+    );
+    assert!(
+        steps.iter().all(|step| step["name"] != "b"),
+        "nothing after the cancel ran: {shown}"
+    );
+    server.stop();
+}
