@@ -279,6 +279,20 @@ pub enum Target<'a> {
     },
 }
 
+impl<'a> Target<'a> {
+    /// The status `name` of `ticket_type`, with whether another of the tenant's `types`
+    /// has a status of that name too.
+    pub fn status(ticket_type: &TicketType, name: &'a str, types: &[TicketType]) -> Self {
+        Target::Status {
+            ticket_type: ticket_type.id.0,
+            name,
+            elsewhere: types.iter().any(|other| {
+                other.id != ticket_type.id && other.statuses.iter().any(|s| s == name)
+            }),
+        }
+    }
+}
+
 /// The automations (`(id, name, refs of the current version)`) that use `target`, each
 /// with the steps that name it, in the order given.
 pub fn users(automations: &[(String, String, Vec<Ref>)], target: Target<'_>) -> Vec<UsedBy> {

@@ -241,11 +241,40 @@ pub fn type_update(
     })
 }
 
-/// Whether `what` (`group "support"`, `status "solving" of ticket type "it-problem"`)
-/// may be removed: not while a current automation version names it (`used_by`, from
-/// `fronta_automation::refs::users`) or `open` open tickets carry it — then `InUse`,
-/// naming each automation with its steps and the count of tickets.
-pub fn removable(what: &str, mut used_by: Vec<crate::UsedBy>, open: i64) -> DeskResult<()> {
+/// What a removal takes away, for [`removable`]'s message.
+#[derive(Debug, Clone, Copy)]
+pub enum Removed<'a> {
+    Group(&'a Group),
+    TicketType(&'a TicketType),
+    /// One status of a ticket type.
+    Status {
+        ticket_type: &'a TicketType,
+        status: &'a str,
+    },
+}
+
+impl Removed<'_> {
+    /// `group "support"`, `ticket type "order"`, `status "solving" of ticket type "it"`.
+    pub fn describe(&self) -> String {
+        match self {
+            Removed::Group(group) => format!("group {:?}", group.name),
+            Removed::TicketType(found) => format!("ticket type {:?}", found.name),
+            Removed::Status {
+                ticket_type,
+                status,
+            } => format!("status {status:?} of ticket type {:?}", ticket_type.name),
+        }
+    }
+}
+
+/// Whether `removed` may be removed: not while a current automation version names it
+/// (`used_by`, from `fronta_automation::refs::users`) or `open` open tickets carry it —
+/// then `InUse`, naming each automation with its steps and the count of tickets.
+pub fn removable(
+    removed: Removed<'_>,
+    mut used_by: Vec<crate::UsedBy>,
+    open: i64,
+) -> DeskResult<()> {
     if used_by.is_empty() && open == 0 {
         return Ok(());
     }
@@ -264,7 +293,8 @@ pub fn removable(what: &str, mut used_by: Vec<crate::UsedBy>, open: i64) -> Desk
     }
     Err(DeskError::InUse {
         message: format!(
-            "{what} cannot be removed: it is used by {}; change those first",
+            "{} cannot be removed: it is used by {}; change those first",
+            removed.describe(),
             parts.join(", ")
         ),
         used_by,

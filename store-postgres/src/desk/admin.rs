@@ -176,17 +176,12 @@ pub(crate) async fn type_rewrite(
             .fetch_one(db.c())
             .await
             .map_err(sql_err)?;
-            let elsewhere = others
-                .iter()
-                .any(|other| other.id != id && other.statuses.contains(status));
-            let target = Target::Status {
-                ticket_type: id.0,
-                name: status,
-                elsewhere,
-            };
             plan::removable(
-                &format!("status {status:?} of ticket type {:?}", old.name),
-                users_of(db, tenant, target).await?,
+                plan::Removed::Status {
+                    ticket_type: &old,
+                    status,
+                },
+                users_of(db, tenant, Target::status(&old, status, &others)).await?,
                 open,
             )?;
         }
@@ -243,7 +238,7 @@ pub(crate) async fn type_remove(
     .await
     .map_err(sql_err)?;
     plan::removable(
-        &format!("ticket type {:?}", found.name),
+        plan::Removed::TicketType(&found),
         users_of(db, tenant, Target::TicketType(id.0)).await?,
         open,
     )?;
@@ -272,7 +267,7 @@ pub(crate) async fn group_removable(
     .await
     .map_err(sql_err)?;
     plan::removable(
-        &format!("group {:?}", group.name),
+        plan::Removed::Group(group),
         users_of(db, tenant, Target::Group(group.id.0)).await?,
         open,
     )

@@ -157,17 +157,12 @@ pub(crate) fn type_rewrite(
                     stmt.query_row(params![key(&tenant.0), old.name, status], |row| row.get(0))
                 })
                 .map_err(sql_err)?;
-            let elsewhere = others
-                .iter()
-                .any(|other| other.id != id && other.statuses.contains(status));
-            let target = Target::Status {
-                ticket_type: id.0,
-                name: status,
-                elsewhere,
-            };
             plan::removable(
-                &format!("status {status:?} of ticket type {:?}", old.name),
-                users_of(conn, tenant, target)?,
+                plan::Removed::Status {
+                    ticket_type: &old,
+                    status,
+                },
+                users_of(conn, tenant, Target::status(&old, status, &others))?,
                 open,
             )?;
         }
@@ -211,7 +206,7 @@ pub(crate) fn type_remove(conn: &Connection, tenant: TenantId, id: TicketTypeId)
         .and_then(|mut stmt| stmt.query_row(params![key(&tenant.0), found.name], |row| row.get(0)))
         .map_err(sql_err)?;
     plan::removable(
-        &format!("ticket type {:?}", found.name),
+        plan::Removed::TicketType(&found),
         users_of(conn, tenant, Target::TicketType(id.0))?,
         open,
     )?;
@@ -231,7 +226,7 @@ pub(crate) fn group_removable(conn: &Connection, tenant: TenantId, group: &Group
         .and_then(|mut stmt| stmt.query_row(params![key(&tenant.0), group.name], |row| row.get(0)))
         .map_err(sql_err)?;
     plan::removable(
-        &format!("group {:?}", group.name),
+        plan::Removed::Group(group),
         users_of(conn, tenant, Target::Group(group.id.0))?,
         open,
     )
