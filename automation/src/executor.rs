@@ -127,6 +127,28 @@ pub struct StepLog {
     pub outputs: Option<Value>,
 }
 
+impl StepLog {
+    /// A line of no duration at `at`: what the run itself did or met (a lifecycle line, a
+    /// failure no step wrote, a hold).
+    fn instant(
+        name: impl Into<String>,
+        op: impl Into<String>,
+        status: &str,
+        message: String,
+        at: DateTime<Utc>,
+    ) -> Self {
+        StepLog {
+            name: name.into(),
+            op: op.into(),
+            status: status.into(),
+            started_at: at,
+            finished_at: at,
+            message,
+            outputs: None,
+        }
+    }
+}
+
 /// The checkpoint of an automation run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -202,15 +224,8 @@ impl ExecState {
             .map(|error| format!(" after: {error}"))
             .unwrap_or_default();
         let mut line = |status: &str, message: String| {
-            self.steps.push(StepLog {
-                name: "run".into(),
-                op: LIFECYCLE_OP.into(),
-                status: status.into(),
-                started_at: now,
-                finished_at: now,
-                message,
-                outputs: None,
-            });
+            self.steps
+                .push(StepLog::instant("run", LIFECYCLE_OP, status, message, now));
         };
         // A failed run comes back only by hand, with its counters at 0 again: fewer
         // attempts than before, or (a first attempt that failed for good) as many, with
@@ -596,19 +611,16 @@ impl Runtime {
                 .last()
                 .is_none_or(|last| last.status != HELD_STATUS)
         {
-            let now = Utc::now();
-            state.steps.push(StepLog {
-                name: HELD_STATUS.into(),
-                op: "automation/pause".into(),
-                status: HELD_STATUS.into(),
-                started_at: now,
-                finished_at: now,
-                message: format!(
+            state.steps.push(StepLog::instant(
+                HELD_STATUS,
+                "automation/pause",
+                HELD_STATUS,
+                format!(
                     "held: automation \"{}\" is paused with inFlight hold; the run goes on at its next step when it is resumed",
                     stored.automation.name
                 ),
-                outputs: None,
-            });
+                Utc::now(),
+            ));
             let _ = ctx.checkpointer.save(state.encode()).await;
         }
         tracing::info!(run = %ctx.run.id, automation = %stored.id, "automation paused with its runs held: run snoozed, no attempt spent");
@@ -661,16 +673,13 @@ impl Runtime {
             .or_else(|| ctx.run.state.clone())
             .and_then(|bytes| ExecState::decode(&bytes).ok())
             .unwrap_or_else(|| ExecState::new(Context::from_params(Map::new())));
-        let now = Utc::now();
-        state.steps.push(StepLog {
-            name: "run".into(),
-            op: "run".into(),
-            status: "failed".into(),
-            started_at: now,
-            finished_at: now,
-            message: message.clone(),
-            outputs: None,
-        });
+        state.steps.push(StepLog::instant(
+            "run",
+            "run",
+            "failed",
+            message.clone(),
+            Utc::now(),
+        ));
         let _ = ctx.checkpointer.save(state.encode()).await;
         let stored = self
             .automations
@@ -821,20 +830,17 @@ impl Runtime {
                     .last()
                     .is_none_or(|last| last.name != step || last.status != "failed")
                 {
-                    let now = Utc::now();
-                    state.steps.push(StepLog {
-                        name: if step.is_empty() {
-                            "run".into()
+                    state.steps.push(StepLog::instant(
+                        if step.is_empty() {
+                            "run"
                         } else {
-                            step.clone()
+                            step.as_str()
                         },
-                        op: op_of(&stored.automation.steps, &step).into(),
-                        status: "failed".into(),
-                        started_at: now,
-                        finished_at: now,
-                        message: message.clone(),
-                        outputs: None,
-                    });
+                        op_of(&stored.automation.steps, &step),
+                        "failed",
+                        message.clone(),
+                        Utc::now(),
+                    ));
                 }
                 let _ = ctx.checkpointer.save(state.encode()).await;
                 self.report(&ctx, &payload, Some(&stored), Some(&state), &step, &message)
@@ -881,16 +887,13 @@ impl Runtime {
                 // A cancel between two steps ends the log with its line (a shutdown or a
                 // lost lease gives the run back: it goes on from here, nothing to say).
                 if ctx.signal.reason() == Some(fronta_engine::registry::StopReason::Cancel) {
-                    let now = Utc::now();
-                    state.steps.push(StepLog {
-                        name: "run".into(),
-                        op: LIFECYCLE_OP.into(),
-                        status: "cancelled".into(),
-                        started_at: now,
-                        finished_at: now,
-                        message: "cancelled between two steps: nothing after this line ran".into(),
-                        outputs: None,
-                    });
+                    state.steps.push(StepLog::instant(
+                        "run",
+                        LIFECYCLE_OP,
+                        "cancelled",
+                        "cancelled between two steps: nothing after this line ran".into(),
+                        Utc::now(),
+                    ));
                     let _ = ctx.checkpointer.save(state.encode()).await;
                 }
                 return Err(Failure::Retry {

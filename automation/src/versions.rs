@@ -113,11 +113,7 @@ pub fn content_hash(automation: &Automation) -> String {
 /// The hash of a definition whose names are bound by `refs`: taken over
 /// [`crate::refs::canonical`], so a renamed group or type is the same version.
 pub fn bound_hash(automation: &Automation, refs: &[Ref]) -> String {
-    if refs.iter().all(|r| r.id.is_none()) {
-        content_hash(automation)
-    } else {
-        content_hash(&crate::refs::canonical(automation, refs))
-    }
+    content_hash(&crate::refs::canonical(automation, refs))
 }
 
 /// The newest version a store holds for an automation: its number and hash.
