@@ -175,15 +175,18 @@ async fn write_version(
 /// whatever the trigger now is, the current version and its content); `NotFound` when
 /// the tenant has no such automation.
 async fn current(db: &mut Db<'_>, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
-    let webhook_token = stored_token(db, tenant, id).await?;
+    // The row locked, with the columns a stored automation does not show: its token
+    // whatever the trigger now is, and its refs (`None`: never bound).
+    let found: Option<TokenAndRefs> = sqlx::query_as(
+        "SELECT webhook_token, refs FROM automations WHERE tenant = $1 AND id = $2 FOR UPDATE",
+    )
+    .bind(tenant.0)
+    .bind(id.0)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    let (webhook_token, refs) = found.ok_or(DeskError::NotFound(names::AUTOMATION))?;
     let stored = get(db, tenant, id, false).await?;
-    let refs: Option<Json<Vec<Ref>>> =
-        sqlx::query_scalar("SELECT refs FROM automations WHERE tenant = $1 AND id = $2")
-            .bind(tenant.0)
-            .bind(id.0)
-            .fetch_one(db.c())
-            .await
-            .map_err(sql_err)?;
     Ok(Current {
         webhook_token,
         latest: Latest::of(
@@ -197,6 +200,9 @@ async fn current(db: &mut Db<'_>, tenant: TenantId, id: AutomationId) -> DeskSql
         bound: refs.is_some(),
     })
 }
+
+/// The `webhook_token` and `refs` columns of a row.
+type TokenAndRefs = (Option<String>, Option<Json<Vec<Ref>>>);
 
 /// A row of `id, definition, refs`.
 type RefsRow = (Uuid, Json<Automation>, Option<Json<Vec<Ref>>>);
@@ -423,6 +429,14 @@ async fn guard_admit(
     Ok(true)
 }
 
+/// `save` with its names bound to the tenant's groups and types as they are now, read
+/// `FOR SHARE` so a rename or a removal of them waits for this save, or it for them.
+async fn bound(db: &mut Db<'_>, tenant: TenantId, save: Save) -> DeskSql<Save> {
+    let groups = groups_of_tenant(db, tenant, Lock::Share).await?;
+    let types = types_of_tenant(db, tenant, Lock::Share).await?;
+    Ok(save.bind(&groups, &types))
+}
+
 /// Creates the automation `save` checked, version 1, in the caller's transaction.
 async fn insert(
     db: &mut Db<'_>,
@@ -433,10 +447,7 @@ async fn insert(
 ) -> DeskSql<StoredAutomation> {
     tenant_exists(db, tenant).await?;
     let holder = name_holder(db, tenant, save.name()).await?;
-    let save = save.bind(
-        &groups_of_tenant(db, tenant, Lock::Share).await?,
-        &types_of_tenant(db, tenant, Lock::Share).await?,
-    );
+    let save = bound(db, tenant, save).await?;
     let row = save.create(holder, mint_webhook_token)?;
     let now = db.now().await?;
     let id = AutomationId::new();
@@ -485,10 +496,7 @@ async fn update(
 ) -> DeskSql<StoredAutomation> {
     let current = current(db, tenant, id).await?;
     let holder = name_holder(db, tenant, save.name()).await?;
-    let save = save.bind(
-        &groups_of_tenant(db, tenant, Lock::Share).await?,
-        &types_of_tenant(db, tenant, Lock::Share).await?,
-    );
+    let save = bound(db, tenant, save).await?;
     let row = save.update(id, current, holder, mint_webhook_token)?;
     write_version(db, tenant, id, &row, by).await?;
     let stored = write_row(db, tenant, id, &row).await?;

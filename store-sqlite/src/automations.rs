@@ -151,9 +151,18 @@ fn name_holder(conn: &Connection, tenant: TenantId, name: &str) -> DeskSql<Optio
 /// has no such automation.
 fn current(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Current> {
     let stored = get(conn, tenant, id)?;
-    let refs = stored_refs(conn, tenant, id)?;
+    // The columns a stored automation does not show: its token whatever the trigger now
+    // is, and its refs (`None`: never bound).
+    let (webhook_token, refs): (Option<String>, Option<String>) = one(
+        conn,
+        "SELECT webhook_token, refs FROM automations WHERE tenant = ?1 AND id = ?2",
+        params![key(&tenant.0), key(&id.0)],
+        |row| Ok((row.get(0)?, row.get(1)?)),
+        names::AUTOMATION,
+    )?;
+    let refs = refs.map(|text| refs::parse(Some(&text)));
     Ok(Current {
-        webhook_token: stored_token(conn, tenant, id)?,
+        webhook_token,
         latest: Latest::of(
             stored.current_version,
             &stored.automation,
@@ -162,18 +171,6 @@ fn current(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Cur
         in_flight: stored.in_flight,
         bound: refs.is_some(),
     })
-}
-
-/// The `refs` column of the tenant's automation `id` (`None`: never bound).
-fn stored_refs(conn: &Connection, tenant: TenantId, id: AutomationId) -> DeskSql<Option<Vec<Ref>>> {
-    let text: Option<String> = one(
-        conn,
-        "SELECT refs FROM automations WHERE tenant = ?1 AND id = ?2",
-        params![key(&tenant.0), key(&id.0)],
-        |row| row.get(0),
-        names::AUTOMATION,
-    )?;
-    Ok(text.map(|text| refs::parse(Some(&text))))
 }
 
 /// Every automation of the tenant with its current refs, bound by name now where a save
@@ -386,6 +383,14 @@ fn guard_admit(
     Ok(true)
 }
 
+/// `save` with its names bound to the tenant's groups and types as they are now.
+fn bound(conn: &Connection, tenant: TenantId, save: Save) -> DeskSql<Save> {
+    Ok(save.bind(
+        &groups_of_tenant(conn, tenant)?,
+        &types_of_tenant(conn, tenant)?,
+    ))
+}
+
 /// Creates the automation `save` checked, version 1, in the caller's job.
 fn insert(
     conn: &Connection,
@@ -397,10 +402,7 @@ fn insert(
 ) -> DeskSql<StoredAutomation> {
     tenant_exists(conn, tenant)?;
     let holder = name_holder(conn, tenant, save.name())?;
-    let save = save.bind(
-        &groups_of_tenant(conn, tenant)?,
-        &types_of_tenant(conn, tenant)?,
-    );
+    let save = bound(conn, tenant, save)?;
     let row = save.create(holder, mint_webhook_token)?;
     let definition = to_json(&row.automation)?;
     let id = AutomationId::new();
@@ -447,10 +449,7 @@ fn update(
 ) -> DeskSql<StoredAutomation> {
     let current = current(conn, tenant, id)?;
     let holder = name_holder(conn, tenant, save.name())?;
-    let save = save.bind(
-        &groups_of_tenant(conn, tenant)?,
-        &types_of_tenant(conn, tenant)?,
-    );
+    let save = bound(conn, tenant, save)?;
     let row = save.update(id, current, holder, mint_webhook_token)?;
     write_version(conn, tenant, id, &row, by, now)?;
     write_row(conn, tenant, id, &row, now)
