@@ -6,24 +6,14 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 
 const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
 const ADMIN: &str = "fa_end_to_end_admin";
 
 /// `fronta serve` on `database` and the address it listens on.
 fn serve(database: &str) -> (Child, String) {
-    let mut child = Command::new(FRONTA)
-        .args(["--database", database])
-        .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
-        .env("RUST_LOG", "warn")
-        .env("FRONTA_ADMIN_TOKEN", ADMIN)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("fronta serve starts");
-    let address = support::listening_address(&mut child);
-    (child, address)
+    support::serve(database, ADMIN)
 }
 
 /// The demo's checks against `address`; panics with the report when one fails.

@@ -15,12 +15,11 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
 const ADMIN: &str = "fa_versions_admin";
 /// How long a `flow/pause` of the repros sleeps: over the inline limit, so the run is
 /// snoozed and picked up again, as in the issue.
@@ -34,16 +33,7 @@ struct Server {
 
 impl Server {
     fn start(database: &str) -> Server {
-        let mut child = Command::new(FRONTA)
-            .args(["--database", database])
-            .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
-            .env("RUST_LOG", "warn")
-            .env("FRONTA_ADMIN_TOKEN", ADMIN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("fronta serve starts");
-        let address = support::listening_address(&mut child);
+        let (child, address) = support::serve(database, ADMIN);
         Server { child, address }
     }
 

@@ -17,6 +17,22 @@ use fronta_engine::{Run, RunFilter, RunStore};
 
 pub const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
 
+/// `fronta serve` on `database` with the admin token `admin`, polling every 20 ms, on a
+/// free port: the child and the address it listens on.
+pub fn serve(database: &str, admin: &str) -> (Child, String) {
+    let mut child = Command::new(FRONTA)
+        .args(["--database", database])
+        .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_ADMIN_TOKEN", admin)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fronta serve starts");
+    let address = listening_address(&mut child);
+    (child, address)
+}
+
 /// The address a starting `fronta serve` (stderr piped) prints as "listening on
 /// http://ADDR"; stderr is drained afterwards so the server never blocks on a full pipe.
 pub fn listening_address(child: &mut Child) -> String {
