@@ -24,9 +24,20 @@
 //!   run's `run_at` (when it last ran) but never later than now; a due time in the past
 //!   means now.
 //! - **schedule**, none yet: the cron's first tick after now. After a run: the first tick
-//!   after `anchor`. **Missed ticks** (the tick is already past: every process was down,
-//!   or the run took longer than the period) run **once**, now, never one run per missed
-//!   tick; the run's context says how many were missed (`_schedule.missedTicks`).
+//!   after `anchor`. **Missed ticks** (the tick is already past) run **once**, now, never
+//!   one run per missed tick; the run's context says how many were missed
+//!   (`_schedule.missedTicks`) and how many of them came while the previous run was
+//!   still running (`_schedule.missedWhileRunning`: a run longer than the period). The
+//!   rest came after it ended while no run was planned for them: real downtime, the only
+//!   case the scheduler warns of.
+//!
+//! # When the plan is made
+//!
+//! The scheduler plans an automation when its run ended (the worker that wrote the end
+//! tells it, [`fronta_engine::Worker::keyed_ends`]), when the automation was saved,
+//! paused or resumed in this process, and at every scheduler tick as a fallback. The
+//! next run is therefore pending, due at its exact instant, from the moment the previous
+//! one ended: it starts on time whatever the scheduler's tick is.
 //!
 //! Intervals: `intervalSec`, else the source's default ([`default_interval`]); the
 //! validator refuses less than `MIN_POLL_INTERVAL_SEC`. Cron: 5 fields (6–7 with seconds
@@ -68,6 +79,15 @@ pub fn run_key(trigger: &Trigger, automation: AutomationId) -> Option<String> {
         Trigger::Schedule { .. } => Some(format!("schedule:{automation}")),
         _ => None,
     }
+}
+
+/// The automation whose timed runs carry `key` ([`run_key`]'s inverse); `None` for any
+/// other key.
+pub fn automation_of_key(key: &str) -> Option<AutomationId> {
+    let id = key
+        .strip_prefix("poll:")
+        .or_else(|| key.strip_prefix("schedule:"))?;
+    id.parse().ok()
 }
 
 /// A parsed cron expression with its zone.
@@ -187,6 +207,8 @@ pub enum Plan {
         /// Ticks that passed without a run (cron only), counted up to
         /// [`MAX_MISSED_COUNTED`].
         missed: u32,
+        /// Of `missed`, those that came while the previous run was still running.
+        while_running: u32,
         /// The tick this run stands for (cron: the last missed tick when any were missed).
         tick: DateTime<Utc>,
     },
@@ -199,6 +221,8 @@ pub struct LastRun {
     pub status: RunStatus,
     pub run_at: DateTime<Utc>,
     pub created_at: DateTime<Utc>,
+    /// When it reached its end (`None` while pending or running).
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl From<&Run> for LastRun {
@@ -208,6 +232,7 @@ impl From<&Run> for LastRun {
             status: run.status,
             run_at: run.run_at,
             created_at: run.created_at,
+            finished_at: run.finished_at(),
         }
     }
 }
@@ -251,6 +276,7 @@ pub fn plan(subject: Subject<'_>, newest: Option<LastRun>, now: DateTime<Utc>) -
             Plan::Enqueue {
                 at,
                 missed: 0,
+                while_running: 0,
                 tick: at,
             }
         }
@@ -262,16 +288,24 @@ pub fn plan(subject: Subject<'_>, newest: Option<LastRun>, now: DateTime<Utc>) -
                 return Plan::Enqueue {
                     at: next,
                     missed: 0,
+                    while_running: 0,
                     tick: next,
                 };
             }
-            // Missed ticks: count them (bounded), run once now.
-            let (mut missed, mut last) = (1, next);
+            // Missed ticks: count them (bounded), run once now. Those up to the end of
+            // the last run came while it ran.
+            let ended = newest.and_then(|run| run.finished_at);
+            let (mut missed, mut while_running, mut last) = (0, 0, next);
+            let mut tick = Some(next);
             while missed < MAX_MISSED_COUNTED {
-                match schedule.next_after(last) {
-                    Some(tick) if tick <= now => {
+                match tick {
+                    Some(at) if at <= now => {
                         missed += 1;
-                        last = tick;
+                        if ended.is_some_and(|ended| at <= ended) {
+                            while_running += 1;
+                        }
+                        last = at;
+                        tick = schedule.next_after(at);
                     }
                     _ => break,
                 }
@@ -279,6 +313,7 @@ pub fn plan(subject: Subject<'_>, newest: Option<LastRun>, now: DateTime<Utc>) -
             Plan::Enqueue {
                 at: now,
                 missed,
+                while_running,
                 tick: last,
             }
         }
@@ -286,7 +321,12 @@ pub fn plan(subject: Subject<'_>, newest: Option<LastRun>, now: DateTime<Utc>) -
 }
 
 /// The run context of a timed run: `_poll` or `_schedule` with what the tree may want.
-pub fn run_context(timing: &Timing, tick: DateTime<Utc>, missed: u32) -> Map<String, Value> {
+pub fn run_context(
+    timing: &Timing,
+    tick: DateTime<Utc>,
+    missed: u32,
+    while_running: u32,
+) -> Map<String, Value> {
     let mut context = Map::new();
     let at = tick.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     match timing {
@@ -299,7 +339,7 @@ pub fn run_context(timing: &Timing, tick: DateTime<Utc>, missed: u32) -> Map<Str
         Timing::Cron(_) => {
             context.insert(
                 "_schedule".into(),
-                json!({"scheduledFor": at, "missedTicks": missed}),
+                json!({"scheduledFor": at, "missedTicks": missed, "missedWhileRunning": while_running}),
             );
         }
     }
@@ -323,6 +363,7 @@ mod tests {
             status,
             run_at,
             created_at,
+            finished_at: status.is_terminal().then_some(run_at),
         }
     }
 
@@ -356,6 +397,7 @@ mod tests {
             Plan::Enqueue {
                 at: now,
                 missed: 0,
+                while_running: 0,
                 tick: now
             }
         );
@@ -366,6 +408,7 @@ mod tests {
             Plan::Enqueue {
                 at: next,
                 missed: 0,
+                while_running: 0,
                 tick: next
             },
             "enqueued ahead, due 60 s after the last run"
@@ -376,6 +419,7 @@ mod tests {
             Plan::Enqueue {
                 at: now,
                 missed: 0,
+                while_running: 0,
                 tick: now
             },
             "overdue means now, once"
@@ -445,6 +489,7 @@ mod tests {
             Plan::Enqueue {
                 at: next,
                 missed: 0,
+                while_running: 0,
                 tick: next
             },
             "planned again from now, not from the cancelled run's future time"
@@ -464,6 +509,7 @@ mod tests {
             Plan::Enqueue {
                 at: next,
                 missed: 0,
+                while_running: 0,
                 tick: next
             }
         );
@@ -475,6 +521,7 @@ mod tests {
             Plan::Enqueue {
                 at: next.expect("an instant"),
                 missed: 0,
+                while_running: 0,
                 tick: next.expect("an instant")
             }
         );
@@ -496,6 +543,7 @@ mod tests {
             Plan::Enqueue {
                 at: now,
                 missed: 4,
+                while_running: 0,
                 tick: at("2026-03-02T11:00:00Z")
             }
         );
@@ -507,7 +555,43 @@ mod tests {
             Plan::Enqueue {
                 at: next,
                 missed: 0,
+                while_running: 0,
                 tick: next
+            }
+        );
+    }
+
+    #[test]
+    fn ticks_that_came_while_the_last_run_ran_are_told_apart_from_downtime() {
+        let timing = cron("*/15 * * * *", None);
+        // The 10:00 run ran until 10:40: the ticks at 10:15 and 10:30 came while it ran.
+        let mut long = run(
+            RunStatus::Completed,
+            at("2026-03-02T10:00:00Z"),
+            at("2026-03-02T09:45:00Z"),
+        );
+        long.finished_at = Some(at("2026-03-02T10:40:00Z"));
+        let ended = at("2026-03-02T10:40:00Z");
+        assert_eq!(
+            plan(subject(&timing), Some(long), ended),
+            Plan::Enqueue {
+                at: ended,
+                missed: 2,
+                while_running: 2,
+                tick: at("2026-03-02T10:30:00Z")
+            },
+            "planned the moment it ended: nothing was missed while nothing ran"
+        );
+        // Had everything gone down at 10:40 until 11:07, 10:45 and 11:00 were missed
+        // while nothing ran.
+        let now = at("2026-03-02T11:07:00Z");
+        assert_eq!(
+            plan(subject(&timing), Some(long), now),
+            Plan::Enqueue {
+                at: now,
+                missed: 4,
+                while_running: 2,
+                tick: at("2026-03-02T11:00:00Z")
             }
         );
     }
@@ -531,6 +615,22 @@ mod tests {
     }
 
     #[test]
+    fn a_timed_run_key_names_its_automation_and_no_other_key_does() {
+        let id = AutomationId::new();
+        let schedule = Trigger::Schedule {
+            cron: "0 7 * * *".into(),
+            timezone: None,
+        };
+        let key = run_key(&schedule, id).expect("a timed trigger has a key");
+        assert_eq!(automation_of_key(&key), Some(id), "{key}");
+        assert_eq!(automation_of_key(&format!("poll:{id}")), Some(id));
+        assert_eq!(run_key(&Trigger::Manual, id), None);
+        for other in ["order-42", "schedule:not-an-id", "poll:", "webhook:{id}"] {
+            assert_eq!(automation_of_key(other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn bad_crons_and_zones_say_what_is_wrong() {
         let err = CronSchedule::parse("61 * * * *", None).expect_err("minute 61");
         assert!(err.contains("61 * * * *"), "{err}");
@@ -542,12 +642,12 @@ mod tests {
     #[test]
     fn the_context_names_the_tick() {
         let tick = at("2026-03-02T11:00:00Z");
-        let context = run_context(&cron("0 * * * *", None), tick, 3);
+        let context = run_context(&cron("0 * * * *", None), tick, 3, 1);
         assert_eq!(
             Value::Object(context),
-            json!({"_schedule": {"scheduledFor": "2026-03-02T11:00:00.000Z", "missedTicks": 3}})
+            json!({"_schedule": {"scheduledFor": "2026-03-02T11:00:00.000Z", "missedTicks": 3, "missedWhileRunning": 1}})
         );
-        let context = run_context(&poll(30), tick, 0);
+        let context = run_context(&poll(30), tick, 0, 0);
         assert_eq!(context["_poll"]["source"], "http");
         assert_eq!(context["_poll"]["intervalSec"], 30);
     }

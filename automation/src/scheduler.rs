@@ -10,16 +10,20 @@
 //!
 //! [`Scheduler::run`] ticks every [`SchedulerConfig::tick`] (30 s by default) while this
 //! process leads: on Postgres only the elected leader schedules (the binary feeds the
-//! election's `watch` here); on SQLite the binary leads alone.
+//! election's `watch` here); on SQLite the binary leads alone. [`Scheduler::follow`]
+//! plans an automation's next run the moment its worker wrote the end of the last one,
+//! in every working process: the tick is the fallback, not the clock of the schedule.
 //!
-//! Every decision leaves a log line: enqueued (with the tick and the missed count),
+//! Every decision leaves a log line: enqueued (with the tick; ticks missed while the
+//! previous run still ran, or — a warning — while no run was planned for them),
 //! cancelled (with the reason), skipped (with the problem).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fronta_engine::{Clock, Dispatcher, Enqueued, RunStore, Trigger as RunTrigger};
-use tokio::sync::watch;
+use fronta_desk::{DeskError, TenantId};
+use fronta_engine::{Clock, Dispatcher, Enqueued, KeyedEnd, RunStore, Trigger as RunTrigger};
+use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::executor::run_request;
@@ -165,16 +169,24 @@ impl Scheduler {
                         "scheduler: pending tick cancelled");
                     cancelled = true;
                 }
-                Plan::Enqueue { at, missed, tick } => {
-                    let context = schedule::run_context(&timing, tick, missed);
-                    let delay = (at - now).to_std().unwrap_or_default();
+                Plan::Enqueue {
+                    at,
+                    missed,
+                    while_running,
+                    tick,
+                } => {
+                    let context = schedule::run_context(&timing, tick, missed, while_running);
                     let trigger_kind = match timing {
                         Timing::Poll { .. } => RunTrigger::Poll,
                         Timing::Cron(_) => RunTrigger::Schedule,
                     };
-                    let request = run_request(stored, trigger_kind, context)
-                        .unique_key(key.clone())
-                        .delay(delay);
+                    let mut request =
+                        run_request(stored, trigger_kind, context).unique_key(key.clone());
+                    // Ahead: due at the exact instant; else at once (and may be handed
+                    // to this process's idle worker).
+                    if at > now {
+                        request = request.run_at(at);
+                    }
                     let enqueued = self
                         .dispatcher
                         .enqueue(request)
@@ -185,11 +197,16 @@ impl Scheduler {
                             "scheduler: another tick already enqueued this run");
                         return Ok(None);
                     }
-                    if missed > 0 {
-                        tracing::warn!(automation = %stored.id, run = %enqueued.id(), missed,
-                            last_missed = %tick, "scheduler: ticks were missed (nothing ran them); running once now");
+                    let run = enqueued.id();
+                    let down = missed - while_running;
+                    if down > 0 {
+                        tracing::warn!(automation = %stored.id, %run, missed = down, last_missed = %tick,
+                            "scheduler: {down} tick(s) were missed while no run was planned for them (the scheduler was down); running once now");
+                    } else if while_running > 0 {
+                        tracing::info!(automation = %stored.id, %run, missed = while_running, last_missed = %tick,
+                            "scheduler: {while_running} tick(s) came while the previous run was still running; running once now");
                     } else {
-                        tracing::info!(automation = %stored.id, run = %enqueued.id(), at = %at,
+                        tracing::info!(automation = %stored.id, %run, at = %at,
                             trigger = trigger.kind(), "scheduler: next run enqueued");
                     }
                     return Ok(Some(Done::Enqueued));
@@ -197,6 +214,45 @@ impl Scheduler {
             }
         }
         Ok(cancelled.then_some(Done::Cancelled))
+    }
+
+    /// Plan the next run of every timed automation whose run this process's worker ended,
+    /// the moment the end is written, until `shutdown` — whether this process leads or
+    /// not (the automation's unique key keeps one pending run whoever plans it). Ends
+    /// of other keyed runs are ignored; a listener that lagged says so and leaves the
+    /// lost ones to the next tick.
+    pub async fn follow(self, mut ends: broadcast::Receiver<KeyedEnd>, shutdown: CancellationToken) {
+        loop {
+            let end = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                end = ends.recv() => end,
+            };
+            match end {
+                Ok(end) => {
+                    let Some(id) = schedule::automation_of_key(&end.unique_key) else {
+                        continue;
+                    };
+                    let Ok(tenant) = end.tenant.parse::<TenantId>() else {
+                        continue;
+                    };
+                    match self.automations.automation_get(tenant, id).await {
+                        Ok(stored) => match self.one(&stored).await {
+                            Ok(_) => {}
+                            Err(problem) => tracing::warn!(automation = %id, %tenant, %problem,
+                                "scheduler: could not plan the run after the one that ended; the next tick tries again"),
+                        },
+                        Err(DeskError::NotFound(_)) => {}
+                        Err(err) => tracing::warn!(automation = %id, %tenant, error = %err,
+                            "scheduler: could not read the automation whose run ended; the next tick tries again"),
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(lost)) => tracing::warn!(
+                    lost,
+                    "scheduler: missed the ends of {lost} keyed runs; the next tick plans their automations"
+                ),
+                Err(broadcast::error::RecvError::Closed) => break,
+            }
+        }
     }
 
     /// Tick every `config.tick` while `leading` says this process leads, until

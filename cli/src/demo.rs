@@ -145,7 +145,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         &store,
         None,
         "fronta-demo",
-        worker.dispatcher().clone(),
+        &worker,
         &crate::leadership::LeadArgs::default(),
         Some(nudge),
         shutdown.clone(),

@@ -1,6 +1,7 @@
 //! What a working process (`fronta worker`, `fronta serve` with its worker, `fronta demo`)
 //! runs beside its worker: the leader election on Postgres, and the scheduler of `poll`
-//! and `schedule` automations, which ticks only while this process leads.
+//! and `schedule` automations, which ticks only while this process leads and plans the
+//! next run of an automation whose run this process's worker ended, leading or not.
 //!
 //! Who leads: on Postgres, the holder of the advisory lock (`store-postgres/src/leader.rs`);
 //! on SQLite, every working process on the file — a SQLite database is normally served by
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use clap::Args;
 use fronta_automation::scheduler::{Scheduler, SchedulerConfig};
-use fronta_engine::{Dispatcher, SystemClock};
+use fronta_engine::{SystemClock, Worker};
 use fronta_store_postgres::leader::{self, LeaderConfig};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -27,8 +28,9 @@ pub(crate) struct LeadArgs {
     /// checks its connection.
     #[arg(long, default_value = "1s", value_parser = duration::parse, help_heading = "Leadership and scheduling")]
     pub leader_retry: Duration,
-    /// How often the scheduler looks at poll and schedule automations (their runs are
-    /// enqueued ahead for their time; this bounds how soon the next one is planned).
+    /// How often the scheduler looks at every poll and schedule automation. Their runs
+    /// are enqueued ahead for their exact time, the next one as soon as the last ended;
+    /// the tick is the fallback (a run ended by a process that went away).
     #[arg(long, env = "FRONTA_SCHEDULER_TICK", default_value = "30s", value_parser = duration::parse, help_heading = "Leadership and scheduling")]
     pub scheduler_tick: Duration,
 }
@@ -53,7 +55,7 @@ impl Leadership {
         store: &Store,
         database_url: Option<&str>,
         name: &str,
-        dispatcher: Dispatcher,
+        worker: &Worker,
         args: &LeadArgs,
         nudge: Option<Arc<tokio::sync::Notify>>,
         shutdown: CancellationToken,
@@ -93,13 +95,18 @@ impl Leadership {
         let (_, _, automations) = store.ports();
         let scheduler = Scheduler::new(
             automations,
-            dispatcher,
+            worker.dispatcher().clone(),
             Arc::new(SystemClock),
             SchedulerConfig {
                 tick: args.scheduler_tick,
                 nudge,
             },
         );
+        // The next run of a timed automation is planned where its last one ended,
+        // leading or not; the ticks of the leader are the fallback.
+        tasks.push(tokio::spawn(
+            scheduler.clone().follow(worker.keyed_ends(), shutdown.clone()),
+        ));
         tasks.push(tokio::spawn(scheduler.run(shutdown, leading_rx)));
         Ok(Self { tasks })
     }

@@ -650,7 +650,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         sleep_step: args.sleep_step,
     };
     let outside = args.outside.setup()?;
-    let (registry, dispatcher) = runtime_registry(&opened, &settings, args.lease, &outside)?;
+    let (registry, _) = runtime_registry(&opened, &settings, args.lease, &outside)?;
     let config = args.batching.apply(WorkerConfig {
         name: format!("worker-{}", std::process::id()),
         max_in_flight: args.concurrency,
@@ -675,7 +675,7 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
         &opened,
         db.database.as_deref(),
         &name,
-        dispatcher,
+        &worker,
         &args.lead,
         None,
         shutdown.clone(),

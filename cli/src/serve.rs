@@ -221,7 +221,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
             &opened,
             db.database.as_deref(),
             &name,
-            worker.dispatcher().clone(),
+            worker,
             &args.lead,
             Some(nudge.clone()),
             shutdown.clone(),

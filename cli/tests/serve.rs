@@ -703,11 +703,13 @@ fn on_postgres_metrics_count_the_commits_of_group_enqueue() {
     server.stop();
 }
 
-/// A save wakes the scheduler of its process: with a scheduler tick of an hour, a
-/// schedule saved after the scheduler's first look still gets its first run within
-/// seconds, not at the next tick.
+/// A schedule keeps its own clock, whatever the scheduler's: with a scheduler tick of an
+/// hour, a `*/2` seconds schedule saved after the scheduler's first look gets its first
+/// run at once (the save wakes the scheduler), and every later run is planned the moment
+/// the one before ended, due at its exact fire instant: consecutive runs stand for
+/// consecutive ticks, each due at the instant it stands for, none missed.
 #[test]
-fn a_saved_schedule_is_planned_at_once_not_at_the_next_scheduler_tick() {
+fn a_schedule_runs_at_each_fire_instant_whatever_the_scheduler_tick() {
     let dir = tempfile::tempdir().expect("tempdir");
     let db = dir.path().join("nudge.db");
     let admin = "fa_nudge_admin_token";
@@ -731,25 +733,64 @@ fn a_saved_schedule_is_planned_at_once_not_at_the_next_scheduler_tick() {
     );
     assert_eq!(status, 201, "{created}");
     let id = created["id"].as_str().expect("an id").to_owned();
+    let wanted = 4;
     let started = std::time::Instant::now();
-    loop {
+    let runs = loop {
         let (_, page) = server.call(
             "GET",
             &format!("/api/runs?automation={id}&status=completed"),
             Some(&token),
             None,
         );
-        if page["items"]
-            .as_array()
-            .is_some_and(|runs| !runs.is_empty())
-        {
-            break;
+        let runs = page["items"].as_array().cloned().unwrap_or_default();
+        if runs.len() >= wanted {
+            break runs;
         }
         assert!(
-            started.elapsed() < std::time::Duration::from_secs(30),
-            "no run of the new schedule, though the scheduler looks only hourly: {page}"
+            started.elapsed() < std::time::Duration::from_secs(60),
+            "{} of {wanted} runs of the schedule, though the scheduler looks only hourly: {page}",
+            runs.len()
         );
         std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let mut ticks: Vec<(chrono::DateTime<chrono::Utc>, serde_json::Value)> = runs
+        .iter()
+        .map(|run| {
+            let (status, run) = server.call(
+                "GET",
+                &format!("/api/runs/{}", run["id"].as_str().expect("a run id")),
+                Some(&token),
+                None,
+            );
+            assert_eq!(status, 200, "{run}");
+            let tick = run["input"]["_schedule"]["scheduledFor"]
+                .as_str()
+                .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                .unwrap_or_else(|| panic!("a schedule run names its tick: {run}"))
+                .with_timezone(&chrono::Utc);
+            (tick, run)
+        })
+        .collect();
+    ticks.sort_by_key(|(tick, _)| *tick);
+    for pair in ticks.windows(2) {
+        let ((before, _), (after, run)) = (&pair[0], &pair[1]);
+        assert_eq!(
+            (*after - *before).num_milliseconds(),
+            2000,
+            "consecutive runs stand for consecutive ticks: {run}"
+        );
+    }
+    for (tick, run) in &ticks {
+        let due = run["runAt"]
+            .as_str()
+            .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+            .unwrap_or_else(|| panic!("a run has its due time: {run}"));
+        assert_eq!(
+            due.with_timezone(&chrono::Utc),
+            *tick,
+            "planned ahead, due at the very instant it stands for: {run}"
+        );
+        assert_eq!(run["input"]["_schedule"]["missedTicks"], 0, "{run}");
     }
     server.stop();
 }

@@ -66,6 +66,13 @@ impl EnqueueRequest {
         self
     }
 
+    /// Due at this instant (wins over a delay): for a time that is known exactly, such
+    /// as a schedule's fire instant, whatever the store's clock says when it inserts.
+    pub fn run_at(mut self, at: DateTime<Utc>) -> Self {
+        self.run_at = Some(at);
+        self
+    }
+
     pub fn trigger(mut self, trigger: Trigger) -> Self {
         self.trigger = trigger;
         self

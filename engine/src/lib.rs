@@ -33,4 +33,4 @@ pub use store::{
     FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter,
     RunInsert, RunStats, RunStore, StatusCounts,
 };
-pub use worker::{LocalRuns, Worker, WorkerConfig, WorkerReport};
+pub use worker::{KEYED_ENDS_BUFFER, KeyedEnd, LocalRuns, Worker, WorkerConfig, WorkerReport};

@@ -3,7 +3,8 @@
 //! else on a wake-up (an enqueue or a put-back) or the poll; a heartbeater
 //! renews every active lease in one write per round and delivers cancel flags; a
 //! completer writes finished runs in batches (held open up to `completer_linger` under
-//! load). Handlers run outside any transaction.
+//! load) and tells [`Worker::keyed_ends`] listeners of keyed runs it wrote terminal.
+//! Handlers run outside any transaction.
 //!
 //! What a worker does with a claimed run:
 //! - kind unknown here → parked ([`machine::decide_park`]), handler never starts;
@@ -249,6 +250,24 @@ pub struct Worker {
     handed: Option<mpsc::UnboundedReceiver<ClaimedRun>>,
     /// The runs in flight here, by id (shared with [`LocalRuns`]).
     active: ActiveMap,
+    /// Where the completer tells of keyed runs that reached their end ([`Worker::keyed_ends`]).
+    ends: tokio::sync::broadcast::Sender<KeyedEnd>,
+}
+
+/// How many ends of keyed runs wait for a slow listener of [`Worker::keyed_ends`] before
+/// the oldest are dropped (the listener hears it lagged).
+pub const KEYED_ENDS_BUFFER: usize = 1024;
+
+/// A run enqueued with a unique key that the completer wrote terminal: the key is free
+/// again, so whoever keeps a run ahead for it (the scheduler of timed automations) can
+/// plan the next one at once instead of at its next look.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedEnd {
+    pub id: RunId,
+    pub tenant: String,
+    pub kind: String,
+    pub unique_key: String,
+    pub status: RunStatus,
 }
 
 /// The runs a worker has in flight in this process, for the code beside it: a cancel
@@ -310,7 +329,15 @@ impl Worker {
             intake,
             handed: Some(handed),
             active: Arc::new(Mutex::new(HashMap::new())),
+            ends: tokio::sync::broadcast::channel(KEYED_ENDS_BUFFER).0,
         })
+    }
+
+    /// The ends of this worker's keyed runs from now on (completed, failed or cancelled,
+    /// once written). A listener that falls more than [`KEYED_ENDS_BUFFER`] behind
+    /// loses the oldest and is told so.
+    pub fn keyed_ends(&self) -> tokio::sync::broadcast::Receiver<KeyedEnd> {
+        self.ends.subscribe()
     }
 
     /// The runs this worker has in flight, shared: take it before [`Worker::run`].
@@ -378,6 +405,7 @@ impl Worker {
             pending_finishes.clone(),
             self.counters.clone(),
             self.metrics.clone(),
+            self.ends.clone(),
         ));
         let heartbeat_stop = CancellationToken::new();
         let heartbeater = AbortOnDrop::spawn(heartbeater(
@@ -874,6 +902,7 @@ async fn completer(
     pending: Arc<AtomicUsize>,
     counters: Arc<Counters>,
     metrics: Arc<WorkerMetrics>,
+    ends: tokio::sync::broadcast::Sender<KeyedEnd>,
 ) {
     let mut batch: Vec<(Finish, Arc<Run>)> = Vec::with_capacity(max_batch);
     let mut previous = 0;
@@ -922,6 +951,21 @@ async fn completer(
             let by_id: HashMap<RunId, &(Finish, Arc<Run>)> =
                 batch.iter().map(|entry| (entry.0.id, entry)).collect();
             for reply in replies {
+                if let FinishReply::Applied { id, status } = &reply
+                    && status.is_terminal()
+                    && ends.receiver_count() > 0
+                    && let Some((_, run)) = by_id.get(id)
+                    && let Some(key) = &run.unique_key
+                {
+                    // No listener, or one that went away: nothing to tell.
+                    let _ = ends.send(KeyedEnd {
+                        id: *id,
+                        tenant: run.tenant.clone(),
+                        kind: run.kind.clone(),
+                        unique_key: key.clone(),
+                        status: *status,
+                    });
+                }
                 record(&counters, reply, &by_id);
             }
         }
