@@ -88,6 +88,20 @@ impl Op {
         !matches!(self, Op::FlowLog)
     }
 
+    /// Whether the op writes tickets (and so may start the automations listening to
+    /// their changes): a run that ran none changed nothing the loop guard counts.
+    pub fn changes_tickets(&self) -> bool {
+        matches!(
+            self,
+            Op::TicketUpsert
+                | Op::TicketSetType
+                | Op::TicketAddTags
+                | Op::TicketSetStatus
+                | Op::TicketClose
+                | Op::TicketAssignLeastBusy
+        )
+    }
+
     /// Inputs the step must have.
     pub fn required_inputs(&self) -> &'static [&'static str] {
         match self {

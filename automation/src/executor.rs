@@ -44,7 +44,9 @@ use crate::model::{ActionStep, Automation, PollSettings, PollSource, Step, Trigg
 use crate::poll::{self, Advance, Batch, POLL_STEP, PendingCursor, PollCursors, PollLimits};
 use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
 use crate::steps::{self, StepEnv, StepError, ticket_json};
-use crate::store::{AutomationId, AutomationStore, Listener, StoredAutomation, TicketEventSink};
+use crate::store::{
+    AutomationId, AutomationStore, GuardAdmission, Listener, StoredAutomation, TicketEventSink,
+};
 use crate::template;
 use crate::validate::MAX_ACTIONS;
 
@@ -79,6 +81,19 @@ pub struct RunPayload {
     /// A run started by "retry on the current version": the run whose input it took.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_of: Option<String>,
+    /// For event-triggered runs: the automation run whose change started this one.
+    /// `None` when a person or an API client made the change: only runs with a cause
+    /// are links of a chain the loop guard counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caused_by: Option<CausedBy>,
+}
+
+/// The automation run whose ticket change started an event run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CausedBy {
+    pub automation_id: String,
+    pub run_id: String,
 }
 
 /// How often a run held by a paused automation (`inFlight: hold`) looks again whether it
@@ -170,6 +185,13 @@ pub struct ExecState {
     /// happened between two attempts ([`ExecState::note_lifecycle`]).
     #[serde(default)]
     pub seen: Seen,
+    /// When the loop guard admitted this run as a link of a chain (`None`: not counted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guarded_at: Option<DateTime<Utc>>,
+    /// Whether a step wrote a ticket ([`Op::changes_tickets`]): a counted run that
+    /// ends without has its admission taken back.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub changed_tickets: bool,
 }
 
 /// The run's counters an attempt began with.
@@ -200,6 +222,8 @@ impl ExecState {
             pause_until: None,
             poll: None,
             seen: Seen::default(),
+            guarded_at: None,
+            changed_tickets: false,
         }
     }
 
@@ -470,6 +494,16 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
                 ticket: Some(event.ticket.id),
                 automation_version: listener.version,
                 retry_of: None,
+                caused_by: match &event.origin {
+                    Origin::Automation {
+                        automation_id,
+                        run_id,
+                    } => Some(CausedBy {
+                        automation_id: automation_id.clone(),
+                        run_id: run_id.clone(),
+                    }),
+                    Origin::Person => None,
+                },
             };
             let request = EnqueueRequest::new(
                 AUTOMATION_KIND,
@@ -503,6 +537,7 @@ pub fn run_request(
         ticket: None,
         automation_version: stored.current_version,
         retry_of: None,
+        caused_by: None,
     };
     EnqueueRequest::new(
         AUTOMATION_KIND,
@@ -733,16 +768,22 @@ impl Runtime {
                 return Outcome::Fail(message);
             }
         };
+        // The loop guard counts links of a chain: runs started by a change an automation
+        // made. A person's or an API client's change starts a run it never counts.
+        let mut guarded_at = None;
         if ctx.run.state.is_none()
             && let Some(ticket) = payload.ticket
+            && payload.caused_by.is_some()
         {
+            let now = GuardAdmission::instant(self.clock.now());
+            guarded_at = Some(now);
             match self
                 .automations
                 .guard_admit(
                     payload.tenant,
                     stored.id,
                     ticket,
-                    self.clock.now(),
+                    now,
                     GUARD_WINDOW,
                     GUARD_MAX_RUNS,
                 )
@@ -779,7 +820,11 @@ impl Runtime {
                 Ok(state) => state,
                 Err(message) => return Outcome::Fail(message),
             },
-            None => ExecState::new(Context::from_params(payload.context.clone())),
+            None => {
+                let mut state = ExecState::new(Context::from_params(payload.context.clone()));
+                state.guarded_at = guarded_at;
+                state
+            }
         };
         state.note_lifecycle(&ctx.run, Utc::now());
         if let Some(until) = state.pause_until {
@@ -803,6 +848,10 @@ impl Runtime {
             },
             _ => self.walk(&ctx, &payload, &stored, &mut state).await,
         };
+        if matches!(walked, Ok(None) | Err(Failure::Fatal { .. })) {
+            self.guard_withdraw_unchanged(&ctx, &payload, &stored, &state)
+                .await;
+        }
         match walked {
             Ok(None) => {
                 self.ticket_note(
@@ -870,6 +919,33 @@ impl Runtime {
                     reason: format!("step {step:?}: {message}"),
                 }
             }
+        }
+    }
+
+    /// A run the loop guard counted that ends having written no ticket does not extend
+    /// a chain: its admission is taken back (and the log says so).
+    async fn guard_withdraw_unchanged(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        state: &ExecState,
+    ) {
+        let (Some(at), Some(ticket)) = (state.guarded_at, payload.ticket) else {
+            return;
+        };
+        if state.changed_tickets {
+            return;
+        }
+        match self
+            .automations
+            .guard_withdraw(payload.tenant, stored.id, ticket, at)
+            .await
+        {
+            Ok(()) => tracing::debug!(run = %ctx.run.id, automation = %stored.id, ticket = %ticket,
+                "loop guard: the run changed no ticket; it does not count toward the cap"),
+            Err(err) => tracing::warn!(run = %ctx.run.id, error = %err,
+                "loop guard: could not take back the admission of a run that changed nothing"),
         }
     }
 
@@ -1099,6 +1175,7 @@ impl Runtime {
                             if let Some(ticket) = &done.ticket {
                                 state.ticket = Some((ticket.id.to_string(), ticket.human_id()));
                             }
+                            state.changed_tickets |= action.op.changes_tickets();
                             tracing::debug!(run = %ctx.run.id, step = %action.name, op = action.op.as_str(), %message, "step done");
                             state.steps.push(StepLog {
                                 name: action.name.clone(),

@@ -212,6 +212,16 @@ pub trait AutomationStore: Send + Sync + 'static {
         window: std::time::Duration,
         max: u32,
     ) -> StoreResult<bool>;
+    /// Takes back one admission of the pair made at `at` (the `now` it was admitted at,
+    /// to the millisecond): the run changed nothing, so it does not extend a chain. No
+    /// such admission (pruned already): nothing happens.
+    async fn guard_withdraw(
+        &self,
+        tenant: TenantId,
+        automation: AutomationId,
+        ticket: TicketId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()>;
 }
 
 /// An automation listening to a ticket event, as a store hands it to the sink: its id
@@ -539,8 +549,13 @@ pub struct GuardAdmission {
 }
 
 impl GuardAdmission {
+    /// An instant as admissions keep it: whole milliseconds.
+    pub fn instant(at: DateTime<Utc>) -> DateTime<Utc> {
+        DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
+    }
+
     pub fn new(now: DateTime<Utc>, window: std::time::Duration, max: u32) -> Self {
-        let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+        let now = Self::instant(now);
         let window = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let since = TimeDelta::try_milliseconds(window)
             .and_then(|window| now.checked_sub_signed(window))

@@ -806,6 +806,27 @@ impl AutomationStore for PgStore {
         self.desk_commit(tx).await?;
         Ok(admitted)
     }
+
+    async fn guard_withdraw(
+        &self,
+        tenant: TenantId,
+        automation: AutomationId,
+        ticket: TicketId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "DELETE FROM automation_guard WHERE seq = (SELECT seq FROM automation_guard \
+             WHERE automation = $1 AND ticket = $2 AND at = $3 AND tenant = $4 LIMIT 1)",
+        )
+        .bind(automation.0)
+        .bind(ticket.0)
+        .bind(GuardAdmission::instant(at))
+        .bind(tenant.0)
+        .execute(self.pool())
+        .await
+        .map_err(sql_err)?;
+        Ok(())
+    }
 }
 
 /// The tenant's enabled automations listening to `event`, oldest first, each with its

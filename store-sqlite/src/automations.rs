@@ -737,6 +737,33 @@ impl AutomationStore for SqliteStore {
         self.desk_write(move |conn, _| guard_admit(conn, tenant, automation, ticket, guard))
             .await
     }
+
+    async fn guard_withdraw(
+        &self,
+        tenant: TenantId,
+        automation: AutomationId,
+        ticket: TicketId,
+        at: DateTime<Utc>,
+    ) -> StoreResult<()> {
+        let at = GuardAdmission::instant(at).timestamp_millis();
+        self.desk_write(move |conn, _| {
+            conn.prepare_cached(
+                "DELETE FROM automation_guard WHERE seq = (SELECT seq FROM automation_guard \
+                 WHERE automation = ?1 AND ticket = ?2 AND at = ?3 AND tenant = ?4 LIMIT 1)",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    key(&automation.0),
+                    key(&ticket.0),
+                    at,
+                    key(&tenant.0)
+                ])
+            })
+            .map(|_| ())
+            .map_err(sql_err)
+        })
+        .await
+    }
 }
 
 /// The tenant's enabled automations listening to `event`, oldest first, each with its

@@ -414,6 +414,7 @@ macro_rules! runtime_scenarios {
             a_panicking_step_fails_the_run_with_its_log_and_an_incident,
             an_optional_parameter_not_sent_is_null_and_the_run_completes,
             a_retry_is_a_line_on_the_run,
+            the_loop_guard_counts_loops_not_people,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fronta_automation::executor::{self, ExecState, Runtime};
-use fronta_automation::store::{AutomationStore, StoredAutomation, TicketEventSink};
+use fronta_automation::store::{AutomationId, AutomationStore, StoredAutomation, TicketEventSink};
 use fronta_automation::{Automation, Trigger, contract};
 use fronta_desk::store::TicketFilter;
 use fronta_desk::{DeskStore, FieldDef, IncidentStatus, TenantId};
@@ -775,9 +775,24 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
         "the guard stopped the loop: {} runs, none suppressed",
         runs.len()
     );
+    // Each automation flips the ticket at most 5 times as a link of the chain, plus
+    // once when a change made outside the chain (the person's, the webhook's) started it.
+    let mut flips: std::collections::HashMap<String, usize> = Default::default();
+    for run in &runs {
+        let flipped = run.result.as_ref().is_some_and(|result| {
+            result["steps"].as_array().is_some_and(|steps| {
+                steps
+                    .iter()
+                    .any(|step| step["name"] == "flip" && step["status"] == "ok")
+            })
+        });
+        if flipped {
+            *flips.entry(run.payload["automationId"].to_string()).or_default() += 1;
+        }
+    }
     assert!(
-        runs.len() <= 1 + 2 * 6,
-        "at most 5 admitted runs (+1 refused) per automation, got {}",
+        flips.values().all(|&n| n <= 5 + 1) && flips.len() == 2,
+        "at most 5 flips in the chain per automation: {flips:?} of {} runs",
         runs.len()
     );
     let log = firm
@@ -1594,5 +1609,114 @@ pub async fn a_retry_is_a_line_on_the_run(factory: &dyn RuntimeFactory) {
     assert!(
         lines[1].1.starts_with("attempt 2 of") && lines[1].1.contains("503"),
         "the retry says which attempt and after what: {lines:?}"
+    );
+}
+
+/// The loop guard counts loops, not people (issue 19, repro 5): five changes by a person
+/// each start "On shipped close" (its condition not met); then the status change closes
+/// the ticket. Runs started by an automation's changes are counted, but one that changed
+/// nothing is taken back: six tag upserts by a webhook automation (each starting a run
+/// that changes nothing) do not stop the close either.
+pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory) {
+    let firm = Firm::open(factory).await;
+    let close = firm
+        .automation(json!({
+            "name": "On shipped close",
+            "trigger": {"type": "event", "event": "ticket.changed"},
+            "steps": [{"name": "shipped", "type": "condition",
+                       "rules": [{"field": "ticket.status", "operator": "eq", "value": "shipped"}],
+                       "then": [{"name": "close", "op": "ticket/close",
+                                 "input": {"ticket": "{{ticket.id}}"}}]}]
+        }))
+        .await;
+    let tagger = firm
+        .automation(json!({
+            "name": "Tag from the shop",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "tag", "path": "tag", "type": "string", "required": true},
+                {"name": "status", "path": "status", "type": "string", "required": true}]},
+            "steps": [{"name": "tag", "op": "ticket/upsert",
+                       "input": {"externalId": "order-5", "title": "Order 5", "type": "order",
+                                 "status": "{{status}}", "tags": ["{{tag}}"]}}]
+        }))
+        .await;
+    firm.webhook(&tagger, json!({"tag": "new", "status": "waiting-to-pack"}))
+        .await;
+    firm.drain().await;
+    let ticket = firm
+        .stores
+        .desk
+        .ticket_list(firm.tenant, TicketFilter::default())
+        .await
+        .expect("tickets")
+        .remove(0);
+    for n in 0..5 {
+        let change = fronta_desk::store::TicketChange {
+            add_tags: vec![format!("person-{n}")],
+            ..Default::default()
+        };
+        firm.stores
+            .desk
+            .ticket_change(firm.tenant, ticket.id, change, fronta_desk::Origin::Person)
+            .await
+            .expect("a person's change");
+        firm.drain().await;
+    }
+    for n in 0..6 {
+        firm.webhook(
+            &tagger,
+            json!({"tag": format!("shop-{n}"), "status": "waiting-to-pack"}),
+        )
+        .await;
+        firm.drain().await;
+    }
+    let runs_of = |automation: AutomationId| {
+        let runs = firm.stores.runs.clone();
+        async move {
+            runs.run_list(RunFilter {
+                kind: Some(executor::AUTOMATION_KIND.into()),
+                limit: 1000,
+                ..RunFilter::default()
+            })
+            .await
+            .expect("runs")
+            .into_iter()
+            .filter(|run| {
+                serde_json::from_value::<executor::RunPayload>(run.payload.clone())
+                    .is_ok_and(|payload| payload.automation_id == automation)
+            })
+            .collect::<Vec<_>>()
+        }
+    };
+    let before = runs_of(close.id).await;
+    assert_eq!(before.len(), 11, "5 by a person, 6 by the shop's automation");
+    assert!(
+        before.iter().all(|run| run.status == RunStatus::Completed
+            && run.result.as_ref().is_some_and(|r| r.get("suppressed").is_none())),
+        "none was suppressed: {:?}",
+        before.iter().map(|run| &run.result).collect::<Vec<_>>()
+    );
+    firm.webhook(&tagger, json!({"tag": "sent", "status": "shipped"}))
+        .await;
+    firm.drain().await;
+    let ticket = firm
+        .stores
+        .desk
+        .ticket_get(firm.tenant, ticket.id)
+        .await
+        .expect("the ticket");
+    assert!(
+        ticket.closed,
+        "the status change closed the ticket: {ticket:?}"
+    );
+    let log = firm
+        .stores
+        .desk
+        .ticket_log(firm.tenant, ticket.id)
+        .await
+        .expect("log");
+    assert!(
+        !log.iter().any(|entry| entry.kind == "guard"),
+        "no guard line: {log:?}"
     );
 }
