@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fronta_desk::store::{IncidentReport, TicketEvent};
-use fronta_desk::{DeskError, DeskStore, Origin, TenantId, TicketLogEntry};
+use fronta_desk::{
+    DeskError, DeskStore, ORIGIN_CHAIN_KEPT, Origin, OriginLink, TenantId, TicketLogEntry,
+};
 use fronta_engine::{
     Dispatcher, EngineError, EnqueueRequest, KindConfig, NewRun, Outcome, Registry, RunContext,
     Trigger as RunTrigger,
@@ -88,12 +90,33 @@ pub struct RunPayload {
     pub caused_by: Option<CausedBy>,
 }
 
-/// The automation run whose ticket change started an event run.
+/// The automation run whose ticket change started an event run, and the runs whose
+/// changes led to that one (oldest first, at most `ORIGIN_CHAIN_KEPT`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CausedBy {
     pub automation_id: String,
     pub run_id: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chain: Vec<OriginLink>,
+}
+
+impl CausedBy {
+    /// The chain a change made by a run with this cause carries on: the earlier links
+    /// and this cause, the oldest dropped beyond `ORIGIN_CHAIN_KEPT`.
+    pub fn onward(cause: Option<&CausedBy>) -> Vec<OriginLink> {
+        let Some(cause) = cause else {
+            return Vec::new();
+        };
+        let mut chain = cause.chain.clone();
+        chain.push(OriginLink {
+            automation_id: cause.automation_id.clone(),
+            run_id: cause.run_id.clone(),
+        });
+        let extra = chain.len().saturating_sub(ORIGIN_CHAIN_KEPT);
+        chain.drain(..extra);
+        chain
+    }
 }
 
 /// How often a run held by a paused automation (`inFlight: hold`) looks again whether it
@@ -207,6 +230,9 @@ pub struct Seen {
 /// `retried by hand`): what happened to the run between two attempts.
 pub const LIFECYCLE_OP: &str = "run/lifecycle";
 
+/// The `op` of the line a run the loop guard suppressed ends with.
+pub const GUARD_OP: &str = "run/loop-guard";
+
 impl ExecState {
     fn new(context: Context) -> Self {
         Self {
@@ -238,10 +264,9 @@ impl ExecState {
             parks: run.parks,
         };
         let before = self.seen;
-        let ended_failed = self
-            .steps
-            .last()
-            .is_some_and(|last| last.status == "failed");
+        let ended = self.steps.last().map(|last| last.status.as_str());
+        let suppressed = ended == Some("suppressed");
+        let ended_failed = ended == Some("failed") || suppressed;
         let after_error = run
             .last_error
             .as_deref()
@@ -258,7 +283,14 @@ impl ExecState {
             || (now_seen.attempts == before.attempts
                 && now_seen.reclaims <= before.reclaims
                 && ended_failed);
-        if by_hand {
+        if by_hand && suppressed {
+            line(
+                "retried by hand",
+                "started by hand after the loop guard suppressed it; the guard does not stop \
+                 a run started by hand"
+                    .to_owned(),
+            );
+        } else if by_hand {
             line(
                 "retried by hand",
                 format!(
@@ -498,9 +530,11 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
                     Origin::Automation {
                         automation_id,
                         run_id,
+                        chain,
                     } => Some(CausedBy {
                         automation_id: automation_id.clone(),
                         run_id: run_id.clone(),
+                        chain: chain.clone(),
                     }),
                     Origin::Person => None,
                 },
@@ -790,27 +824,7 @@ impl Runtime {
                 .await
             {
                 Ok(true) => {}
-                Ok(false) => {
-                    let message = format!(
-                        "Loop guard: automation \"{}\" ran {GUARD_MAX_RUNS} times over this ticket in the last minute; this run was not started.",
-                        stored.automation.name
-                    );
-                    tracing::warn!(run = %ctx.run.id, automation = %stored.id, ticket = %ticket, "{message}");
-                    let entry = TicketLogEntry {
-                        at: self.clock.now(),
-                        kind: "guard".into(),
-                        message: message.clone(),
-                        run_id: Some(ctx.run.id.to_string()),
-                    };
-                    if let Err(err) = self
-                        .desk
-                        .ticket_log_append(payload.tenant, ticket, entry)
-                        .await
-                    {
-                        tracing::warn!(run = %ctx.run.id, error = %err, "could not log the loop guard on the ticket");
-                    }
-                    return Outcome::Done(Some(json!({ "suppressed": message })));
-                }
+                Ok(false) => return self.suppress(&ctx, &payload, &stored, ticket).await,
                 Err(DeskError::Unavailable(message)) => return self.storage_down(&ctx, &message),
                 Err(err) => return Outcome::Fail(format!("loop guard: {err}")),
             }
@@ -920,6 +934,92 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// The loop guard refused this run: it ends `suppressed`, its step log and the
+    /// ticket's log saying why and through which chain of automation runs; a retry by
+    /// hand starts it (its checkpoint skips the guard).
+    async fn suppress(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        ticket: fronta_desk::TicketId,
+    ) -> Outcome {
+        let chain = self.chain_text(payload, stored).await;
+        let message = format!(
+            "Loop guard: automation \"{}\" ran {GUARD_MAX_RUNS} times over this ticket in the \
+             last minute, each time started by another automation's change; this run was not \
+             started. Chain: {chain}. Retry the run to start it by hand.",
+            stored.automation.name
+        );
+        tracing::warn!(run = %ctx.run.id, automation = %stored.id, ticket = %ticket, "{message}");
+        let entry = TicketLogEntry {
+            at: self.clock.now(),
+            kind: "guard".into(),
+            message: message.clone(),
+            run_id: Some(ctx.run.id.to_string()),
+        };
+        if let Err(err) = self
+            .desk
+            .ticket_log_append(payload.tenant, ticket, entry)
+            .await
+        {
+            tracing::warn!(run = %ctx.run.id, error = %err, "could not log the loop guard on the ticket");
+        }
+        let mut state = ExecState::new(Context::from_params(payload.context.clone()));
+        state.seen = Seen {
+            attempts: ctx.run.attempts,
+            reclaims: ctx.run.reclaims,
+            parks: ctx.run.parks,
+        };
+        state.steps.push(StepLog::instant(
+            "run",
+            GUARD_OP,
+            "suppressed",
+            message.clone(),
+            Utc::now(),
+        ));
+        if let Err(err) = ctx.checkpointer.save(state.encode()).await {
+            tracing::warn!(run = %ctx.run.id, error = %err, "could not save the suppressed run's log");
+        }
+        Outcome::Suppress(message)
+    }
+
+    /// The chain of automation runs that led to this run, oldest first, by name:
+    /// `"Ship" (run 01…) → "Unship" (run 01…) → this run`.
+    async fn chain_text(&self, payload: &RunPayload, stored: &StoredAutomation) -> String {
+        let mut links: Vec<&OriginLink> = Vec::new();
+        let cause = payload.caused_by.as_ref();
+        let last = cause.map(|cause| OriginLink {
+            automation_id: cause.automation_id.clone(),
+            run_id: cause.run_id.clone(),
+        });
+        if let Some(cause) = cause {
+            links.extend(cause.chain.iter());
+        }
+        links.extend(last.iter());
+        let mut names: std::collections::HashMap<String, String> = Default::default();
+        names.insert(stored.id.to_string(), stored.automation.name.clone());
+        let mut parts = Vec::with_capacity(links.len() + 1);
+        for link in links {
+            if !names.contains_key(&link.automation_id) {
+                let name = match link.automation_id.parse() {
+                    Ok(id) => match self.automations.automation_get(payload.tenant, id).await {
+                        Ok(found) => found.automation.name,
+                        Err(_) => "a deleted automation".to_owned(),
+                    },
+                    Err(_) => link.automation_id.clone(),
+                };
+                names.insert(link.automation_id.clone(), name);
+            }
+            parts.push(format!(
+                "\"{}\" (run {})",
+                names[&link.automation_id], link.run_id
+            ));
+        }
+        parts.push("this run".to_owned());
+        parts.join(" → ")
     }
 
     /// A run the loop guard counted that ends having written no ticket does not extend
@@ -1097,6 +1197,7 @@ impl Runtime {
                         origin: Origin::Automation {
                             automation_id: stored.id.to_string(),
                             run_id: ctx.run.id.to_string(),
+                            chain: CausedBy::onward(payload.caused_by.as_ref()),
                         },
                         automation_id: stored.id.to_string(),
                         automation_name: stored.automation.name.clone(),
@@ -1502,6 +1603,7 @@ impl Runtime {
             origin: Origin::Automation {
                 automation_id: stored.id.to_string(),
                 run_id: ctx.run.id.to_string(),
+                chain: CausedBy::onward(payload.caused_by.as_ref()),
             },
             automation_id: stored.id.to_string(),
             automation_name: stored.automation.name.clone(),

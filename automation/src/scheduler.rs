@@ -221,7 +221,11 @@ impl Scheduler {
     /// not (the automation's unique key keeps one pending run whoever plans it). Ends
     /// of other keyed runs are ignored; a listener that lagged says so and leaves the
     /// lost ones to the next tick.
-    pub async fn follow(self, mut ends: broadcast::Receiver<KeyedEnd>, shutdown: CancellationToken) {
+    pub async fn follow(
+        self,
+        mut ends: broadcast::Receiver<KeyedEnd>,
+        shutdown: CancellationToken,
+    ) {
         loop {
             let end = tokio::select! {
                 _ = shutdown.cancelled() => break,

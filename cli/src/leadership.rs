@@ -105,7 +105,9 @@ impl Leadership {
         // The next run of a timed automation is planned where its last one ended,
         // leading or not; the ticks of the leader are the fallback.
         tasks.push(tokio::spawn(
-            scheduler.clone().follow(worker.keyed_ends(), shutdown.clone()),
+            scheduler
+                .clone()
+                .follow(worker.keyed_ends(), shutdown.clone()),
         ));
         tasks.push(tokio::spawn(scheduler.run(shutdown, leading_rx)));
         Ok(Self { tasks })

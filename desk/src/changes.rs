@@ -16,6 +16,7 @@ pub fn who(origin: &Origin) -> (String, Option<String>) {
         Origin::Automation {
             automation_id,
             run_id,
+            ..
         } => (
             format!("automation {automation_id} (run {run_id})"),
             Some(run_id.clone()),

@@ -166,7 +166,22 @@ pub enum Origin {
     Automation {
         automation_id: String,
         run_id: String,
+        /// The automation runs whose changes led to this run, oldest first (the loop
+        /// guard's chain; at most [`ORIGIN_CHAIN_KEPT`] kept).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        chain: Vec<OriginLink>,
     },
+}
+
+/// How many earlier links of a chain of automation runs an origin keeps.
+pub const ORIGIN_CHAIN_KEPT: usize = 10;
+
+/// One automation run of a chain: the run, and the automation it ran.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OriginLink {
+    pub automation_id: String,
+    pub run_id: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

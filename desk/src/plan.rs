@@ -955,6 +955,7 @@ mod tests {
         Origin::Automation {
             automation_id: "a1".into(),
             run_id: "r1".into(),
+            chain: vec![],
         }
     }
 

@@ -66,6 +66,7 @@ pub fn decide(run: &Run, outcome: Outcome, ladder: &RetryLadder) -> FinishAction
         Outcome::Done(result) => FinishAction::Complete { result },
         Outcome::Fail(reason) => FinishAction::Fail { error: reason },
         Outcome::Snooze(delay) => FinishAction::Snooze { delay },
+        Outcome::Suppress(reason) => FinishAction::Suppress { reason },
         Outcome::Retry { after, reason } => {
             if run.attempts >= run.max_retries {
                 FinishAction::Fail {

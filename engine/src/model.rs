@@ -123,16 +123,20 @@ pub enum RunStatus {
     Completed,
     Failed,
     Cancelled,
+    /// Not run, on purpose: a guard of its kind stopped it before it did anything (the
+    /// automation loop guard). Terminal, no attempt spent; a retry by hand starts it.
+    Suppressed,
 }
 
 impl RunStatus {
-    pub const ALL: [RunStatus; 6] = [
+    pub const ALL: [RunStatus; 7] = [
         RunStatus::Scheduled,
         RunStatus::Queued,
         RunStatus::Running,
         RunStatus::Completed,
         RunStatus::Failed,
         RunStatus::Cancelled,
+        RunStatus::Suppressed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -143,13 +147,14 @@ impl RunStatus {
             RunStatus::Completed => "completed",
             RunStatus::Failed => "failed",
             RunStatus::Cancelled => "cancelled",
+            RunStatus::Suppressed => "suppressed",
         }
     }
 
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
-            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled
+            RunStatus::Completed | RunStatus::Failed | RunStatus::Cancelled | RunStatus::Suppressed
         )
     }
 }
@@ -168,7 +173,7 @@ impl FromStr for RunStatus {
             .find(|status| status.as_str() == text)
             .ok_or_else(|| {
                 format!(
-                    "unknown status {text:?} (scheduled, queued, running, completed, failed, cancelled)"
+                    "unknown status {text:?} (scheduled, queued, running, completed, failed, cancelled, suppressed)"
                 )
             })
     }

@@ -130,6 +130,9 @@ pub enum Outcome {
     Fail(String),
     /// Come back later without spending an attempt (long waits, full caps).
     Snooze(Duration),
+    /// Not run, on purpose, for this reason (a guard stopped it before it did
+    /// anything): terminal `suppressed`; a retry by hand starts it.
+    Suppress(String),
 }
 
 impl Outcome {

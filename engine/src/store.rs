@@ -124,6 +124,8 @@ pub enum FinishAction {
     Park { delay: Duration, error: String },
     /// → `cancelled` (the handler observed a requested cancel).
     Cancel,
+    /// → `suppressed`, the reason in `last_error` (a guard stopped it on purpose).
+    Suppress { reason: String },
     /// → pending and due at once; no counter moves (graceful shutdown gave it back).
     Release,
 }
@@ -137,6 +139,7 @@ impl FinishAction {
             FinishAction::Snooze { .. } => "snooze",
             FinishAction::Park { .. } => "park",
             FinishAction::Cancel => "cancel",
+            FinishAction::Suppress { .. } => "suppress",
             FinishAction::Release => "release",
         }
     }
@@ -172,7 +175,7 @@ pub enum CancelReply {
 pub enum RetryReply {
     /// It was failed: it is queued again, due now, resuming from its checkpoint.
     Requeued,
-    /// Only failed runs are retried: nothing changed.
+    /// Only failed and suppressed runs are retried: nothing changed.
     NotFailed(RunStatus),
 }
 
@@ -212,6 +215,7 @@ pub struct RunStats {
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
+    pub suppressed: u64,
     pub attempts: u64,
     pub reclaims: u64,
     pub parks: u64,
@@ -229,6 +233,7 @@ pub struct StatusCounts {
     pub completed: u64,
     pub failed: u64,
     pub cancelled: u64,
+    pub suppressed: u64,
 }
 
 impl StatusCounts {
@@ -240,6 +245,7 @@ impl StatusCounts {
             RunStatus::Completed => self.completed,
             RunStatus::Failed => self.failed,
             RunStatus::Cancelled => self.cancelled,
+            RunStatus::Suppressed => self.suppressed,
         }
     }
 
@@ -251,13 +257,20 @@ impl StatusCounts {
             RunStatus::Completed => &mut self.completed,
             RunStatus::Failed => &mut self.failed,
             RunStatus::Cancelled => &mut self.cancelled,
+            RunStatus::Suppressed => &mut self.suppressed,
         }
     }
 }
 
 impl RunStats {
     pub fn total(&self) -> u64 {
-        self.scheduled + self.queued + self.running + self.completed + self.failed + self.cancelled
+        self.scheduled
+            + self.queued
+            + self.running
+            + self.completed
+            + self.failed
+            + self.cancelled
+            + self.suppressed
     }
 
     pub fn count(&self, status: RunStatus) -> u64 {
@@ -268,6 +281,7 @@ impl RunStats {
             RunStatus::Completed => self.completed,
             RunStatus::Failed => self.failed,
             RunStatus::Cancelled => self.cancelled,
+            RunStatus::Suppressed => self.suppressed,
         }
     }
 
@@ -282,6 +296,7 @@ impl RunStats {
             RunStatus::Completed => &mut self.completed,
             RunStatus::Failed => &mut self.failed,
             RunStatus::Cancelled => &mut self.cancelled,
+            RunStatus::Suppressed => &mut self.suppressed,
         };
         *total += runs;
         self.attempts += attempts;
@@ -342,11 +357,13 @@ impl RunStats {
 ///   history, not the state of a completed run); `Fail` → failed with `failed_at` and `last_error`;
 ///   `Retry` → pending at now + delay, `attempts += 1`, `last_error`; `Snooze` → pending
 ///   at now + delay; `Park` → pending at now + delay, `parks += 1`, `last_error`;
-///   `Cancel` → cancelled with `cancelled_at`; `Release` → pending, due now;
+///   `Cancel` → cancelled with `cancelled_at`; `Suppress` → suppressed with `failed_at`
+///   (its end; a manual retry clears it) and the reason in `last_error`; `Release` →
+///   pending, due now;
 /// - a cancel request wins over putting the run back: when the row has
 ///   `cancel_requested`, `Retry`, `Snooze`, `Park` and `Release` write `cancelled`
-///   instead, and spend no counter. `Complete` and `Fail` are written as they are (they
-///   tell what happened);
+///   instead, and spend no counter. `Complete`, `Fail` and `Suppress` are written as they
+///   are (they tell what happened);
 /// - a terminal run is never changed by a finish (a late completion never overwrites a
 ///   cancel): the owner token was cleared, so the write is lease lost.
 ///
@@ -367,8 +384,8 @@ impl RunStats {
 /// `cancel_requested` flag (kept across reclaims), status unchanged; terminal → nothing;
 /// unknown id → `NotFound`.
 ///
-/// Manual retry (`run_retry`): a failed run goes back to pending, due now, keeping its
-/// checkpoint (`state`), its payload and its `last_error`, with a fresh budget
+/// Manual retry (`run_retry`): a failed or suppressed run goes back to pending, due now,
+/// keeping its checkpoint (`state`), its payload and its `last_error`, with a fresh budget
 /// (`attempts`, `reclaims`, `parks` back to 0, `failed_at` cleared); any other status →
 /// `NotFailed(status)`, nothing changed; unknown id → `NotFound`; when another
 /// non-terminal run of the tenant holds its unique key → `Conflict`, nothing changed.

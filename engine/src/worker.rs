@@ -175,6 +175,7 @@ pub struct WorkerReport {
     pub snoozed: u64,
     pub parked: u64,
     pub cancelled: u64,
+    pub suppressed: u64,
     pub released: u64,
     pub abandoned: u64,
     pub crash_looped: u64,
@@ -192,6 +193,7 @@ struct Counters {
     snoozed: AtomicU64,
     parked: AtomicU64,
     cancelled: AtomicU64,
+    suppressed: AtomicU64,
     released: AtomicU64,
     abandoned: AtomicU64,
     crash_looped: AtomicU64,
@@ -214,6 +216,7 @@ impl Counters {
             snoozed: get(&self.snoozed),
             parked: get(&self.parked),
             cancelled: get(&self.cancelled),
+            suppressed: get(&self.suppressed),
             released: get(&self.released),
             abandoned: get(&self.abandoned),
             crash_looped: get(&self.crash_looped),
@@ -333,9 +336,9 @@ impl Worker {
         })
     }
 
-    /// The ends of this worker's keyed runs from now on (completed, failed or cancelled,
-    /// once written). A listener that falls more than [`KEYED_ENDS_BUFFER`] behind
-    /// loses the oldest and is told so.
+    /// The ends of this worker's keyed runs from now on (completed, failed, cancelled or
+    /// suppressed, once written). A listener that falls more than [`KEYED_ENDS_BUFFER`]
+    /// behind loses the oldest and is told so.
     pub fn keyed_ends(&self) -> tokio::sync::broadcast::Receiver<KeyedEnd> {
         self.ends.subscribe()
     }
@@ -1018,6 +1021,10 @@ fn record(counters: &Counters, reply: FinishReply, by_id: &HashMap<RunId, &(Fini
                 }
                 (FinishAction::Cancel, _) => {
                     Counters::bump(&counters.cancelled, 1);
+                }
+                (FinishAction::Suppress { reason }, _) => {
+                    Counters::bump(&counters.suppressed, 1);
+                    tracing::warn!(run = %id, kind = %run.kind, tenant = %run.tenant, %reason, "run suppressed");
                 }
             }
         }

@@ -7,7 +7,7 @@
 import { h, replace, when, between, json, badge, select } from "./dom.js";
 import { api, listAll, withQuery } from "./api.js";
 
-export const RUN_STATUSES = ["scheduled", "queued", "running", "completed", "failed", "cancelled"];
+export const RUN_STATUSES = ["scheduled", "queued", "running", "completed", "failed", "cancelled", "suppressed"];
 export const TRIGGERS = ["webhook", "event", "poll", "schedule", "manual", "api"];
 /** How often the overview asks for connector widgets again (their cache decides freshness). */
 export const WIDGET_POLL_MS = 60000;
@@ -412,6 +412,13 @@ function runView(ctx, id) {
         const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
         await load();
         return `Queued again (${answer.status}); it resumes from its checkpoint.`;
+      }, status));
+    }
+    if (run.status === "suppressed") {
+      buttons.push(actionButton("Start it anyway", async () => {
+        const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
+        await load();
+        return `Queued (${answer.status}); the loop guard does not stop a run started by hand.`;
       }, status));
     }
     replace(body,

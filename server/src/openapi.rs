@@ -263,7 +263,7 @@ fn schemas() -> Value {
             "assignee": {}, "group": {"type": ["string", "null"]}, "fields": {"type": "object"}})),
         "Run": object(&["id", "kind", "status"], json!({
             "id": text, "automationId": {"type": ["string", "null"]}, "kind": text, "trigger": text,
-            "status": {"enum": ["scheduled", "queued", "running", "completed", "failed", "cancelled"]},
+            "status": {"enum": ["scheduled", "queued", "running", "completed", "failed", "cancelled", "suppressed"]},
             "attempts": {"type": "integer"}, "maxRetries": {"type": "integer"},
             "reclaims": {"type": "integer"}, "parks": {"type": "integer"},
             "runAt": time, "createdAt": time, "startedAt": optional_time, "finishedAt": optional_time,

@@ -1,6 +1,6 @@
 //! `GET /api/stream`: Server-Sent Events of one tenant — `run.queued`, `run.started`,
-//! `run.completed`, `run.failed`, `run.cancelled` (and `run.scheduled`), `ticket.created`,
-//! `ticket.changed`, `incident.opened`, `incident.updated`, `incident.resolved` — as
+//! `run.completed`, `run.failed`, `run.cancelled`, `run.suppressed` (and
+//! `run.scheduled`), `ticket.created`, `ticket.changed`, `incident.opened`, `incident.updated`, `incident.resolved` — as
 //! `event: <name>` / `data: <json>` (a run as `GET /api/runs` lists it, a ticket without
 //! its log, an incident as its tenant sees it), with a keep-alive comment when idle.
 //!
@@ -85,6 +85,7 @@ fn run_event(status: RunStatus) -> &'static str {
         RunStatus::Completed => "run.completed",
         RunStatus::Failed => "run.failed",
         RunStatus::Cancelled => "run.cancelled",
+        RunStatus::Suppressed => "run.suppressed",
     }
 }
 

@@ -524,6 +524,11 @@ impl RunStore for MemoryStore {
                         run.status = RunStatus::Cancelled;
                         run.cancelled_at = Some(now);
                     }
+                    FinishAction::Suppress { reason } => {
+                        run.status = RunStatus::Suppressed;
+                        run.failed_at = Some(now);
+                        run.last_error = Some(reason);
+                    }
                 }
                 replies.push(FinishReply::Applied {
                     id: finish.id,
@@ -562,7 +567,7 @@ impl RunStore for MemoryStore {
             let mut rows = self.lock()?;
             let seq = *rows.by_id.get(&id).ok_or(StoreError::NotFound)?;
             let run = rows.runs.get(&seq).ok_or(StoreError::NotFound)?;
-            if run.status != RunStatus::Failed {
+            if !matches!(run.status, RunStatus::Failed | RunStatus::Suppressed) {
                 return Ok(RetryReply::NotFailed(read(run, now).status));
             }
             if let Some(key) = run.unique_key.clone() {

@@ -1274,6 +1274,7 @@ impl<'a> Sim<'a> {
             }
             FinishAction::Release => put_back(run, now),
             FinishAction::Cancel => run.status = RunStatus::Cancelled,
+            FinishAction::Suppress { .. } => run.status = RunStatus::Suppressed,
         }
         let expected = FinishReply::Applied {
             id,

@@ -1,4 +1,4 @@
-//! Manual retry of a failed run (`RunStore::run_retry`): back to pending, due now, with
+//! Manual retry of a failed or suppressed run (`RunStore::run_retry`): back to pending, due now, with
 //! its checkpoint and a fresh budget; the tenant is noted as having pending work (and
 //! workers are notified) in the same statement.
 
@@ -15,7 +15,7 @@ const RETRY: &str = "WITH done AS (
             updated_at = date_trunc('milliseconds', coalesce($1::timestamptz, now())),
             failed_at = NULL, attempts = 0, reclaims = 0, parks = 0,
             locked_by = NULL, locked_until = NULL
-        WHERE id = $2 AND status = 3
+        WHERE id = $2 AND status IN (3, 5)
         RETURNING tenant
     ), noted AS (
         SELECT fronta_note_pending(ARRAY(SELECT tenant FROM done)) AS tenants

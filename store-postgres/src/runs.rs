@@ -36,6 +36,7 @@ pub const RUNNING: i16 = 1;
 pub const COMPLETED: i16 = 2;
 pub const FAILED: i16 = 3;
 pub const CANCELLED: i16 = 4;
+pub const SUPPRESSED: i16 = 5;
 
 /// The longest delay or lease a statement adds to now: 100 years. Longer ones are clamped
 /// so "now + delay" stays a valid `timestamptz` and a valid `chrono` instant — a delay
@@ -423,12 +424,13 @@ pub const FINISH: &str = concat!(
             status = CASE
                 WHEN finish.action = 0 THEN 2
                 WHEN finish.action = 1 THEN 3
+                WHEN finish.action = 7 THEN 5
                 WHEN finish.action = 5 OR runs.cancel_requested THEN 4
                 ELSE 0 END,
             completed_at = CASE WHEN finish.action = 0 THEN ",
     now!(),
     " ELSE runs.completed_at END,
-            failed_at = CASE WHEN finish.action = 1 THEN ",
+            failed_at = CASE WHEN finish.action IN (1, 7) THEN ",
     now!(),
     " ELSE runs.failed_at END,
             cancelled_at = CASE WHEN finish.action = 5
@@ -437,7 +439,7 @@ pub const FINISH: &str = concat!(
     now!(),
     " ELSE runs.cancelled_at END,
             result = CASE WHEN finish.action = 0 THEN finish.result ELSE runs.result END,
-            last_error = CASE WHEN finish.action IN (1, 2, 4) THEN finish.error
+            last_error = CASE WHEN finish.action IN (1, 2, 4, 7) THEN finish.error
                 WHEN finish.action = 0 THEN NULL
                 ELSE runs.last_error END,
             run_at = CASE
@@ -550,6 +552,7 @@ pub(crate) fn status_of(code: i16, later: bool) -> RunStatus {
         RUNNING => RunStatus::Running,
         COMPLETED => RunStatus::Completed,
         FAILED => RunStatus::Failed,
+        SUPPRESSED => RunStatus::Suppressed,
         _ => RunStatus::Cancelled,
     }
 }
@@ -1075,6 +1078,7 @@ fn encode_action(action: &FinishAction) -> (i16, i64, Option<&str>, Option<&serd
         FinishAction::Park { delay, error } => (4, millis(*delay), Some(error), None),
         FinishAction::Cancel => (5, 0, None, None),
         FinishAction::Release => (6, 0, None, None),
+        FinishAction::Suppress { reason } => (7, 0, Some(reason), None),
     }
 }
 
@@ -1243,6 +1247,7 @@ pub(crate) async fn list(
             RunStatus::Completed => (COMPLETED, None),
             RunStatus::Failed => (FAILED, None),
             RunStatus::Cancelled => (CANCELLED, None),
+            RunStatus::Suppressed => (SUPPRESSED, None),
         };
         param(&mut sql, " AND runs.status = ?");
         status_code = Some(code);
@@ -1354,6 +1359,7 @@ mod tests {
             },
             FinishAction::Cancel,
             FinishAction::Release,
+            FinishAction::Suppress { reason: "e".into() },
         ];
         let codes: HashSet<i16> = actions.iter().map(|a| encode_action(a).0).collect();
         assert_eq!(codes.len(), actions.len(), "codes are distinct: {codes:?}");

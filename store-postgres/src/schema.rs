@@ -36,12 +36,20 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "an owner token means running", OWNER_IFF_RUNNING_V12),
     (13, "automation versions", AUTOMATION_VERSIONS_V13),
     (14, "references by id", REFS_V14),
+    (15, "suppressed runs", SUPPRESSED_V15),
 ];
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
 /// the current definition, are bound to. `automations.refs` is NULL for a definition
 /// saved before: it is bound by name the first time a save, a rename or a removal needs
 /// it.
+/// A run may end `suppressed` (5): a guard stopped it on purpose (the automation loop
+/// guard); a manual retry starts it like a failed one.
+pub const SUPPRESSED_V15: &str = r#"
+ALTER TABLE runs DROP CONSTRAINT runs_status_check;
+ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status BETWEEN 0 AND 5);
+"#;
+
 pub const REFS_V14: &str = r#"
 ALTER TABLE automations ADD COLUMN refs jsonb;
 ALTER TABLE automation_versions ADD COLUMN refs jsonb NOT NULL DEFAULT '[]';
@@ -206,7 +214,8 @@ pub const GUARD_LOCK_CLASS: i32 = 0x6775_6172;
 /// The runs table, its indexes, the tenants with possible pending work, and the one
 /// function that records pending work.
 ///
-/// `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled (as on SQLite).
+/// `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled (as on SQLite; 5
+/// suppressed since migration 15).
 /// Instants are `timestamptz` kept to the millisecond. `max_retries` is a `bigint` so any
 /// `u32` fits; the counters are `integer`.
 ///

@@ -20,6 +20,7 @@ pub const RUNNING: i64 = 1;
 pub const COMPLETED: i64 = 2;
 pub const FAILED: i64 = 3;
 pub const CANCELLED: i64 = 4;
+pub const SUPPRESSED: i64 = 5;
 
 const COLUMNS: &str = "id, tenant, kind, payload, state, trigger, unique_key, priority, status, \
     run_at, attempts, max_retries, reclaims, parks, locked_by, locked_until, heartbeat_at, \
@@ -57,6 +58,7 @@ fn status_of(code: i64, run_at: i64, now: i64) -> RunStatus {
         RUNNING => RunStatus::Running,
         COMPLETED => RunStatus::Completed,
         FAILED => RunStatus::Failed,
+        SUPPRESSED => RunStatus::Suppressed,
         _ => RunStatus::Cancelled,
     }
 }
@@ -588,6 +590,13 @@ pub fn finish(
                 ),
                 vec![],
             ),
+            FinishAction::Suppress { reason } => (
+                format!(
+                    "UPDATE runs SET status = 5, failed_at = ?1, updated_at = ?1, locked_by = NULL, \
+                         locked_until = NULL, last_error = ?4 {OWNED}"
+                ),
+                vec![reason.clone().into()],
+            ),
         };
         let mut values: Vec<rusqlite::types::Value> =
             vec![now.into(), id.to_vec().into(), owner.to_vec().into()];
@@ -685,6 +694,7 @@ pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Ru
             RunStatus::Completed => (COMPLETED, None),
             RunStatus::Failed => (FAILED, None),
             RunStatus::Cancelled => (CANCELLED, None),
+            RunStatus::Suppressed => (SUPPRESSED, None),
         };
         sql.push_str(" AND status = ?");
         values.push(code.into());
@@ -771,14 +781,14 @@ pub fn retry(
     let Some((status, run_at, tenant, unique_key)) = found else {
         return Err(StoreError::NotFound);
     };
-    if status != FAILED {
+    if status != FAILED && status != SUPPRESSED {
         return Ok(RetryReply::NotFailed(status_of(status, run_at, now)));
     }
     let changed = conn
         .prepare_cached(
             "UPDATE runs SET status = 0, run_at = ?1, updated_at = ?1, failed_at = NULL, \
              attempts = 0, reclaims = 0, parks = 0, locked_by = NULL, locked_until = NULL \
-             WHERE id = ?2 AND status = 3",
+             WHERE id = ?2 AND status IN (3, 5)",
         )
         .and_then(|mut stmt| stmt.execute(params![now, key]));
     match changed {

@@ -180,7 +180,8 @@ BEGIN
 END;
 "#;
 
-/// The runs table. `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled.
+/// The runs table. `status`: 0 pending, 1 running, 2 completed, 3 failed, 4 cancelled,
+/// 5 suppressed (added later; the column takes it as it is).
 /// Instants are milliseconds since the Unix epoch (UTC).
 const RUNS_V1: &str = r#"
 CREATE TABLE runs (

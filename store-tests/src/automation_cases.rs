@@ -1353,6 +1353,7 @@ fn automation_origin() -> Origin {
     Origin::Automation {
         automation_id: "a-route".into(),
         run_id: "r-1".into(),
+        chain: vec![],
     }
 }
 

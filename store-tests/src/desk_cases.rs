@@ -229,6 +229,7 @@ fn automation(automation_id: &str, run_id: &str) -> Origin {
     Origin::Automation {
         automation_id: automation_id.into(),
         run_id: run_id.into(),
+        chain: vec![],
     }
 }
 

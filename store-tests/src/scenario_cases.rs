@@ -762,18 +762,37 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
         })
         .await
         .expect("runs");
-    let suppressed = runs
+    let suppressed: Vec<&fronta_engine::Run> = runs
         .iter()
-        .filter(|run| {
-            run.result
-                .as_ref()
-                .is_some_and(|result| result.get("suppressed").is_some())
-        })
-        .count();
-    assert!(
-        suppressed >= 1,
-        "the guard stopped the loop: {} runs, none suppressed",
+        .filter(|run| run.status == RunStatus::Suppressed)
+        .collect();
+    assert_eq!(
+        suppressed.len(),
+        1,
+        "the guard stopped the loop once: {} runs",
         runs.len()
+    );
+    let stopped = suppressed[0];
+    let reason = stopped.last_error.as_deref().unwrap_or_default();
+    assert!(
+        reason.contains("5 times") && reason.contains("Chain: \"") && reason.contains("→ this run"),
+        "the reason names the cap and the chain: {reason}"
+    );
+    let state = ExecState::decode(
+        stopped
+            .state
+            .as_deref()
+            .expect("a suppressed run keeps its log"),
+    )
+    .expect("its state decodes");
+    assert_eq!(
+        state
+            .steps
+            .iter()
+            .map(|step| step.status.as_str())
+            .collect::<Vec<_>>(),
+        ["suppressed"],
+        "its step log says it was suppressed"
     );
     // Each automation flips the ticket at most 5 times as a link of the chain, plus
     // once when a change made outside the chain (the person's, the webhook's) started it.
@@ -787,7 +806,9 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
             })
         });
         if flipped {
-            *flips.entry(run.payload["automationId"].to_string()).or_default() += 1;
+            *flips
+                .entry(run.payload["automationId"].to_string())
+                .or_default() += 1;
         }
     }
     assert!(
@@ -805,6 +826,35 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
         log.iter()
             .any(|entry| entry.kind == "guard" && entry.message.contains("5 times")),
         "the ticket's log says the guard stopped an automation: {log:?}"
+    );
+    // A person starts the suppressed run: it runs (the guard does not stop it), flips the
+    // ticket, and the loop goes on only until the guard stops it again.
+    let stopped = stopped.id;
+    assert_eq!(
+        firm.stores.runs.run_retry(stopped).await.expect("retry"),
+        fronta_engine::RetryReply::Requeued
+    );
+    firm.drain().await;
+    let run = firm.run(stopped).await;
+    assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
+    let statuses: Vec<String> = run.result.as_ref().expect("result")["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|step| step["status"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        statuses.first().map(String::as_str),
+        Some("suppressed"),
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.get(1).map(String::as_str),
+        Some("retried by hand"),
+        "{statuses:?}"
     );
 }
 
@@ -1689,10 +1739,17 @@ pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory
         }
     };
     let before = runs_of(close.id).await;
-    assert_eq!(before.len(), 11, "5 by a person, 6 by the shop's automation");
+    assert_eq!(
+        before.len(),
+        11,
+        "5 by a person, 6 by the shop's automation"
+    );
     assert!(
         before.iter().all(|run| run.status == RunStatus::Completed
-            && run.result.as_ref().is_some_and(|r| r.get("suppressed").is_none())),
+            && run
+                .result
+                .as_ref()
+                .is_some_and(|r| r.get("suppressed").is_none())),
         "none was suppressed: {:?}",
         before.iter().map(|run| &run.result).collect::<Vec<_>>()
     );

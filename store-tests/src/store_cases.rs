@@ -43,6 +43,9 @@ fn every_action() -> Vec<FinishAction> {
         },
         FinishAction::Cancel,
         FinishAction::Release,
+        FinishAction::Suppress {
+            reason: "late suppress".into(),
+        },
     ]
 }
 
@@ -2231,6 +2234,68 @@ pub async fn manual_retry_requeues_a_failed_run_from_its_checkpoint(factory: &dy
         Err(StoreError::NotFound),
         "an unknown run is not found"
     );
+}
+
+/// A suppressed run (a guard stopped it on purpose) is terminal, says why in
+/// `last_error`, has its end, frees its unique key, and is started by a manual retry
+/// like a failed one.
+pub async fn a_suppressed_run_is_terminal_and_started_by_a_manual_retry(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let id = env.enqueue(request(KIND_A).unique_key("guarded")).await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, id);
+    env.finish(
+        id,
+        claimed.owner,
+        FinishAction::Suppress {
+            reason: "ran 5 times over this ticket in the last minute".into(),
+        },
+    )
+    .await;
+    let run = env.get(id).await;
+    assert_eq!(run.status, RunStatus::Suppressed);
+    assert!(run.status.is_terminal());
+    assert_eq!(
+        run.last_error.as_deref(),
+        Some("ran 5 times over this ticket in the last minute"),
+        "the reason is readable"
+    );
+    assert!(run.finished_at().is_some(), "it has its end");
+    assert_eq!(run.attempts, 0, "no attempt spent");
+    let listed = env
+        .store
+        .run_list(RunFilter {
+            status: Some(RunStatus::Suppressed),
+            limit: 10,
+            ..RunFilter::default()
+        })
+        .await
+        .expect("list");
+    assert_eq!(
+        listed.iter().map(|run| run.id).collect::<Vec<_>>(),
+        [id],
+        "listed by its status"
+    );
+    let stats = env.store.run_stats().await.expect("stats");
+    assert_eq!(stats.count(RunStatus::Suppressed), 1, "{stats:?}");
+    assert_eq!(
+        env.store
+            .run_find_by_key(fronta_engine::model::DEFAULT_TENANT, "guarded")
+            .await
+            .expect("find")
+            .map(|run| run.status),
+        Some(RunStatus::Suppressed)
+    );
+    assert_eq!(
+        env.store.run_retry(id).await.expect("retry"),
+        fronta_engine::RetryReply::Requeued,
+        "a suppressed run is started by hand"
+    );
+    let run = env.get(id).await;
+    assert_eq!(run.status, RunStatus::Queued);
+    assert!(run.finished_at().is_none(), "no longer ended");
 }
 
 /// A failed run whose unique key a newer pending run holds cannot be retried: the key

@@ -1,5 +1,5 @@
 //! The tenant's runs: list (`GET /api/runs`, also `/api/dashboard/runs`), read with the
-//! step log, cancel (two-phase) and retry (a failed run, from its checkpoint).
+//! step log, cancel (two-phase) and retry (a failed or suppressed run, from its checkpoint).
 //!
 //! A run belongs to the tenant whose id is its `tenant`; any other run answers the same
 //! 404 as an unknown id.
@@ -216,7 +216,7 @@ pub async fn retry(
         .map_err(|err| ApiError::store(err, "run"))?;
     match reply {
         RetryReply::Requeued => {
-            tracing::info!(run = %run.id, "failed run retried through the API");
+            tracing::info!(run = %run.id, status = %run.status, "run retried through the API");
             app.hub().run_changed(&app, tenant.id, run.id).await;
             Ok((
                 StatusCode::ACCEPTED,
@@ -230,7 +230,7 @@ pub async fn retry(
 fn not_failed(status: RunStatus) -> ApiError {
     ApiError::Conflict {
         code: "run_not_failed",
-        message: format!("only failed runs are retried; this one is {status}"),
+        message: format!("only failed and suppressed runs are retried; this one is {status}"),
     }
 }
 
@@ -242,7 +242,7 @@ async fn retry_on_current(
     tenant: TenantId,
     run: &Run,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if run.status != RunStatus::Failed {
+    if !matches!(run.status, RunStatus::Failed | RunStatus::Suppressed) {
         return Err(not_failed(run.status));
     }
     let mut payload: RunPayload = serde_json::from_value(run.payload.clone()).map_err(|_| {
@@ -258,6 +258,8 @@ async fn retry_on_current(
     }
     payload.automation_version = stored.current_version;
     payload.retry_of = Some(run.id.to_string());
+    // Started by a person: no longer a link of the chain that may have suppressed it.
+    payload.caused_by = None;
     let request = EnqueueRequest::new(
         AUTOMATION_KIND,
         serde_json::to_value(&payload).unwrap_or(Value::Null),
