@@ -215,6 +215,23 @@ pub struct ExecState {
     /// ends without has its admission taken back.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub changed_tickets: bool,
+    /// Where and when each attempt began (the newest [`STARTS_KEPT`]), for the run's
+    /// timeline ([`crate::timeline`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub starts: Vec<AttemptStart>,
+}
+
+/// How many attempt starts a run's record keeps (the oldest go first).
+pub const STARTS_KEPT: usize = 50;
+
+/// One attempt's start: when, which (1-based, of how many), on which worker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttemptStart {
+    pub at: DateTime<Utc>,
+    pub attempt: u32,
+    pub of: u32,
+    pub worker: String,
 }
 
 /// The run's counters an attempt began with.
@@ -250,14 +267,18 @@ impl ExecState {
             seen: Seen::default(),
             guarded_at: None,
             changed_tickets: false,
+            starts: Vec::new(),
         }
     }
 
     /// At the start of an attempt: one line for each thing that happened to the run since
     /// the attempt that wrote this checkpoint — a retry (with the error it followed and
     /// which attempt this is), a reclaim (the previous worker's lease expired), a park, a
-    /// retry by hand (the counters began again) — then remembers the counters.
-    pub fn note_lifecycle(&mut self, run: &fronta_engine::Run, now: DateTime<Utc>) {
+    /// retry by hand (the counters began again) — then remembers the counters. A new
+    /// attempt (the first, or any of those) is noted in `starts` with `worker`; a run
+    /// coming back from a snooze goes on in the same attempt.
+    pub fn note_lifecycle(&mut self, run: &fronta_engine::Run, worker: &str, now: DateTime<Utc>) {
+        let fresh = self.starts.is_empty() && self.steps.is_empty() && self.seen == Seen::default();
         let now_seen = Seen {
             attempts: run.attempts,
             reclaims: run.reclaims,
@@ -320,6 +341,16 @@ impl ExecState {
         }
         if now_seen.parks > before.parks {
             line("parked", format!("park {}{after_error}", now_seen.parks));
+        }
+        if fresh || by_hand || now_seen != before {
+            self.starts.push(AttemptStart {
+                at: now,
+                attempt: run.attempts.saturating_add(1),
+                of: run.max_retries.saturating_add(1),
+                worker: worker.to_owned(),
+            });
+            let extra = self.starts.len().saturating_sub(STARTS_KEPT);
+            self.starts.drain(..extra);
         }
         self.seen = now_seen;
     }
@@ -840,7 +871,7 @@ impl Runtime {
                 state
             }
         };
-        state.note_lifecycle(&ctx.run, Utc::now());
+        state.note_lifecycle(&ctx.run, &ctx.worker, Utc::now());
         if let Some(until) = state.pause_until {
             let now = self.clock.now();
             if until > now {
@@ -880,7 +911,7 @@ impl Runtime {
                 )
                 .await;
                 Outcome::Done(Some(
-                    json!({ "steps": state.steps, "context": state.context }),
+                    json!({ "steps": state.steps, "context": state.context, "starts": state.starts }),
                 ))
             }
             Ok(Some(snooze)) => Outcome::Snooze(snooze),

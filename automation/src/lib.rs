@@ -75,6 +75,7 @@ pub mod steps;
 pub mod store;
 pub mod template;
 pub mod ticket_events;
+pub mod timeline;
 pub mod validate;
 pub mod versions;
 pub mod widget;

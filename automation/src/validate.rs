@@ -29,7 +29,7 @@ use crate::catalogue::{Op, known_names};
 use crate::context::BODY_KEY;
 use crate::contract::path_problem;
 use crate::model::{
-    ActionStep, Automation, ConditionStep, ForEachStep, Mailbox, Operator, PollSettings,
+    ActionStep, Automation, ConditionStep, ForEachStep, Mailbox, Match, Operator, PollSettings,
     PollSource, Rule, Step, Trigger, WebhookParam, count_steps, json_kind,
 };
 use crate::poll::{POLL_OUTPUTS, POLL_STEP};
@@ -1144,6 +1144,137 @@ fn edit_distance(a: &str, b: &str) -> usize {
     previous[b.len()]
 }
 
+/// What a save answers beside the saved automation, not as an error: a template that
+/// reads an optional webhook parameter outside a condition that checks it (when the
+/// parameter is not sent it is `null`: text renders it as nothing, an input gets
+/// `null`). A condition checks a parameter for its `then` branch when one of its rules
+/// (all of them, for `match: any`) reads it with an operator other than `isEmpty` or
+/// `neq`. Conditions themselves may read it freely: that is the check.
+pub fn warnings(automation: &Automation) -> Vec<Problem> {
+    let Trigger::Webhook { params, .. } = &automation.trigger else {
+        return Vec::new();
+    };
+    let optional: Vec<&str> = params
+        .iter()
+        .filter(|param| !param.required)
+        .map(|param| param.name.as_str())
+        .collect();
+    let mut found = Vec::new();
+    if !optional.is_empty() {
+        optional_reads(&automation.steps, "steps", &optional, &[], &mut found);
+    }
+    found
+}
+
+/// One warning for each optional parameter not in `checked` that a template of `value`
+/// (at `at`) reads.
+fn warn_reads(
+    at: String,
+    value: &Value,
+    optional: &[&str],
+    checked: &[&str],
+    found: &mut Vec<Problem>,
+) {
+    for name in template::names_in(value) {
+        for param in optional {
+            if reads(&name, param) && !checked.contains(param) {
+                found.push(Problem::new(
+                    at.clone(),
+                    format!(
+                        "reads the optional parameter \"{param}\" outside a condition that \
+                         checks it: when it is not sent it is null (text shows nothing)"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Whether template `name` reads parameter `param` (`first`, `first.sku`).
+fn reads(name: &str, param: &str) -> bool {
+    name == param
+        || name
+            .strip_prefix(param)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
+fn optional_reads(
+    steps: &[Step],
+    path: &str,
+    optional: &[&str],
+    checked: &[&str],
+    found: &mut Vec<Problem>,
+) {
+    for (index, step) in steps.iter().enumerate() {
+        let here = format!("{path}[{index}]");
+        match step {
+            Step::Action(action) => {
+                for (key, value) in &action.input {
+                    warn_reads(
+                        format!("{here}.input.{key}"),
+                        value,
+                        optional,
+                        checked,
+                        found,
+                    );
+                }
+            }
+            Step::ForEach(each) => {
+                warn_reads(
+                    format!("{here}.items"),
+                    &each.items,
+                    optional,
+                    checked,
+                    found,
+                );
+                optional_reads(
+                    &each.steps,
+                    &format!("{here}.steps"),
+                    optional,
+                    checked,
+                    found,
+                );
+            }
+            Step::Condition(condition) => {
+                let checks = |rule: &Rule, param: &str| {
+                    rule.field
+                        .as_deref()
+                        .or(rule.field_id.as_deref())
+                        .is_some_and(|field| reads(field, param))
+                        && !matches!(rule.operator, Operator::IsEmpty | Operator::Neq)
+                };
+                let mut inside: Vec<&str> = checked.to_vec();
+                for param in optional {
+                    let guarded = match condition.match_kind {
+                        Match::All => condition.rules.iter().any(|rule| checks(rule, param)),
+                        Match::Any => {
+                            !condition.rules.is_empty()
+                                && condition.rules.iter().all(|rule| checks(rule, param))
+                        }
+                    };
+                    if guarded && !inside.contains(param) {
+                        inside.push(param);
+                    }
+                }
+                optional_reads(
+                    &condition.then_steps,
+                    &format!("{here}.then"),
+                    optional,
+                    &inside,
+                    found,
+                );
+                optional_reads(
+                    &condition.else_steps,
+                    &format!("{here}.else"),
+                    optional,
+                    checked,
+                    found,
+                );
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1162,6 +1293,48 @@ mod tests {
             .iter()
             .map(Problem::to_string)
             .collect()
+    }
+
+    #[test]
+    fn an_optional_parameter_read_outside_a_check_is_a_warning_not_a_problem() {
+        let value = json!({"name": "w", "trigger": {"type": "webhook", "params": [
+            {"name": "order", "path": "id", "type": "string", "required": true},
+            {"name": "first", "path": "items.0.sku", "type": "string"}]},
+        "steps": [
+            {"name": "say", "op": "flow/log", "input": {"message": "order {{order}}, first {{first}}"}},
+            {"name": "has", "type": "condition",
+             "rules": [{"field": "first", "operator": "isNotEmpty"}],
+             "then": [{"name": "sku", "op": "flow/log", "input": {"message": "{{first}}"}}],
+             "else": [{"name": "none", "op": "flow/log", "input": {"message": "no {{first}}"}}]},
+            {"name": "either", "type": "condition", "match": "any",
+             "rules": [{"field": "first", "operator": "isNotEmpty"},
+                       {"field": "order", "operator": "eq", "value": "1"}],
+             "then": [{"name": "maybe", "op": "flow/log", "input": {"message": "{{first}}"}}]}
+        ]});
+        assert_eq!(problems_of(value.clone()), Vec::<String>::new(), "saved");
+        let automation = Automation::from_value(&value).expect("parses");
+        let warned: Vec<String> = warnings(&automation)
+            .iter()
+            .map(Problem::to_string)
+            .collect();
+        let read = "reads the optional parameter \"first\" outside a condition that checks it: \
+                    when it is not sent it is null (text shows nothing)";
+        assert_eq!(
+            warned,
+            [
+                format!("steps[0].input.message: {read}"),
+                format!("steps[1].else[0].input.message: {read}"),
+                format!("steps[2].then[0].input.message: {read}"),
+            ],
+            "the checked branch is quiet; the else branch and an `any` that may pass without it are not"
+        );
+        let manual = Automation::from_value(&json!({"name": "m", "trigger": {"type": "manual"},
+            "steps": [{"name": "say", "op": "flow/log", "input": {"message": "{{_body.x}}"}}]}))
+        .expect("parses");
+        assert!(
+            warnings(&manual).is_empty(),
+            "only webhook parameters are optional"
+        );
     }
 
     #[test]

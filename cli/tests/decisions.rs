@@ -70,8 +70,7 @@ impl Server {
 
     /// Posts `body` to a webhook: the run it started.
     fn webhook(&self, path: &str, body: Value) -> String {
-        let (status, reply) =
-            support::call(&self.address, "POST", path, None, Some(&body));
+        let (status, reply) = support::call(&self.address, "POST", path, None, Some(&body));
         assert_eq!(status, 202, "webhook accepted: {reply}");
         reply["runId"].as_str().expect("a run id").to_owned()
     }
@@ -84,7 +83,10 @@ impl Server {
             if done(&read) {
                 return read;
             }
-            assert!(started.elapsed() < DEADLINE, "{path} never got {what}: {read}");
+            assert!(
+                started.elapsed() < DEADLINE,
+                "{path} never got {what}: {read}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -173,6 +175,32 @@ fn failures_bounds_and_optional_parameters(server: &Server) {
         lines(&run)[3].2.contains("list"),
         "the failing step says why: {run}"
     );
+    let timeline: Vec<(String, String)> = run["timeline"]
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .map(|entry| {
+                    let text = |key: &str| entry[key].as_str().unwrap_or_default().to_owned();
+                    (text("kind"), text("message"))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let kinds: Vec<&str> = timeline.iter().map(|(kind, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "enqueued", "started", "step", "step", "step", "step", "ended"
+        ],
+        "one timeline from the enqueue to the end: {run}"
+    );
+    assert!(
+        timeline[0].1.starts_with("enqueued by a webhook call")
+            && timeline[1].1.starts_with("attempt 1 of 5 on worker serve-")
+            && timeline[6].1.starts_with("failed: "),
+        "{timeline:?}"
+    );
 
     // 2: a pause out of bounds.
     let (status, refused) = server.call(
@@ -199,7 +227,10 @@ fn failures_bounds_and_optional_parameters(server: &Server) {
     assert_eq!(run["status"], "failed", "{run}");
     assert_eq!(
         names_and_statuses(&run),
-        [("before".into(), "ok".into()), ("p".into(), "failed".into())],
+        [
+            ("before".into(), "ok".into()),
+            ("p".into(), "failed".into())
+        ],
         "one step failed cleanly: {run}"
     );
     let incidents = server.until(&token, "/api/incidents", "an incident", |page| {
@@ -209,14 +240,31 @@ fn failures_bounds_and_optional_parameters(server: &Server) {
     });
     assert_eq!(incidents["items"][0]["status"], "open", "{incidents}");
 
-    // 3: the optional parameter is not sent.
-    let (_, optional) = server.automation(
+    // 3: the optional parameter is not sent. The save accepted the template, and said
+    // beside the automation that it reads the parameter unchecked.
+    let saved = server.ok(
+        "POST",
+        "/api/automations",
         &token,
-        json!({"name": "Optional", "trigger": {"type": "webhook", "params": [
+        Some(
+            json!({"name": "Optional", "trigger": {"type": "webhook", "params": [
                 {"name": "order", "path": "id", "type": "string", "required": true},
                 {"name": "first", "path": "items.0.sku", "type": "string"}]},
                "steps": [log("say", "order {{order}}, first [{{first}}]")]}),
+        ),
     );
+    assert_eq!(
+        saved["warnings"][0]["path"], "steps[0].input.message",
+        "the save warns of the unchecked read: {saved}"
+    );
+    assert!(
+        saved["warnings"][0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("\"first\"")),
+        "{saved}"
+    );
+    let url = saved["webhookUrl"].as_str().expect("a webhook URL");
+    let optional = url[url.find("/webhook/").expect("a path")..].to_owned();
     let run = server.webhook(&optional, json!({"id": "5001"}));
     let run = server.finished_run(&token, &run);
     assert_eq!(run["status"], "completed", "{run}");
@@ -318,9 +366,16 @@ fn the_loop_guard(server: &Server) {
         &token,
         "/api/runs?status=suppressed",
         "a suppressed run",
-        |page| page["items"].as_array().is_some_and(|items| !items.is_empty()),
+        |page| {
+            page["items"]
+                .as_array()
+                .is_some_and(|items| !items.is_empty())
+        },
     );
-    let run = suppressed["items"][0]["id"].as_str().expect("an id").to_owned();
+    let run = suppressed["items"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_owned();
     let read = server.ok("GET", &format!("/api/runs/{run}"), &token, None);
     let reason = read["lastError"].as_str().unwrap_or_default();
     assert!(

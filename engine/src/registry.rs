@@ -286,6 +286,9 @@ pub struct RunContext {
     pub checkpointer: Checkpointer,
     /// Enqueue follow-up runs.
     pub dispatcher: Dispatcher,
+    /// The name of the worker running it ([`crate::WorkerConfig::name`]), for the run's
+    /// own record of where each attempt ran.
+    pub worker: Arc<str>,
 }
 
 /// A registered kind.

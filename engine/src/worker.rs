@@ -255,6 +255,8 @@ pub struct Worker {
     active: ActiveMap,
     /// Where the completer tells of keyed runs that reached their end ([`Worker::keyed_ends`]).
     ends: tokio::sync::broadcast::Sender<KeyedEnd>,
+    /// `config.name`, shared with every run's context.
+    name: Arc<str>,
 }
 
 /// How many ends of keyed runs wait for a slow listener of [`Worker::keyed_ends`] before
@@ -322,6 +324,7 @@ impl Worker {
         let (intake, handed) = Intake::new(registry.leases(), config.default_lease);
         let dispatcher =
             Dispatcher::from_registry(store.clone(), &registry).with_intake(intake.clone());
+        let name = Arc::from(config.name.as_str());
         Ok(Self {
             store,
             registry,
@@ -333,6 +336,7 @@ impl Worker {
             handed: Some(handed),
             active: Arc::new(Mutex::new(HashMap::new())),
             ends: tokio::sync::broadcast::channel(KEYED_ENDS_BUFFER).0,
+            name,
         })
     }
 
@@ -716,6 +720,7 @@ impl Worker {
                 signal.clone(),
             ),
             dispatcher: self.dispatcher.clone(),
+            worker: self.name.clone(),
         };
         let handler = registered.handler.clone();
         // Hold the map's lock across the spawn so the task cannot finish before it is listed.

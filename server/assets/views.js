@@ -369,6 +369,25 @@ function stepMessage(step) {
   }));
 }
 
+/** One entry of a run's timeline: a step as the step log shows it, or what happened to the run. */
+function timelineEntry(entry, steps) {
+  if (entry.kind !== "step") {
+    const tone = entry.kind === "ended" ? String(entry.status) : "lifecycle";
+    return h("li", { class: `step step-event step-${tone.replace(/\s+/g, "-")}` },
+      h("div", { class: "step-head" },
+        badge(entry.kind, entry.kind === "ended" ? String(entry.status) : "event"),
+        h("span", { class: "muted" }, " ", when(entry.at))),
+      h("div", { class: "message" }, entry.message));
+  }
+  const step = steps.find((line) => line.startedAt === entry.at && line.name === entry.name && line.status === entry.status) ?? entry;
+  return h("li", { class: `step step-${String(step.status).replace(/\s+/g, "-")}` },
+    h("div", { class: "step-head" },
+      h("strong", {}, step.name), " ", h("code", {}, step.op), " ", badge(step.status, String(step.status).replace(/\s+/g, "-")),
+      h("span", { class: "muted" }, " ", when(step.startedAt ?? entry.at), ", took ", between(step.startedAt ?? entry.at, step.finishedAt ?? entry.at))),
+    stepMessage(step),
+    step.outputs ? h("details", {}, h("summary", {}, "Outputs"), json(step.outputs)) : null);
+}
+
 function runView(ctx, id) {
   let body;
   let run = null;
@@ -396,6 +415,9 @@ function runView(ctx, id) {
       return;
     }
     const steps = run.steps ?? [];
+    // One timeline: what happened to the run (enqueued, started, waiting, ended) with
+    // the steps it ran; a server without `timeline` gives the steps alone.
+    const timeline = run.timeline ?? steps.map((step) => ({ ...step, kind: "step", at: step.startedAt }));
     const live = ["scheduled", "queued", "running"].includes(run.status);
     const buttons = [];
     if (live && !run.cancelRequested) {
@@ -434,16 +456,9 @@ function runView(ctx, id) {
         h("dt", {}, "Finished"), h("dd", {}, when(run.finishedAt), run.finishedAt ? ` (took ${between(run.startedAt, run.finishedAt)})` : ""),
         run.lastError ? [h("dt", {}, "Last error"), h("dd", { class: "error" }, run.lastError)] : null),
       buttons.length ? h("p", { class: "actions" }, buttons, " ", status) : h("p", {}, status),
-      h("h2", {}, "Step log"),
-      steps.length === 0
-        ? h("p", { class: "muted" }, live ? "No step has run yet." : "This run has no step log.")
-        : h("ol", { class: "steps", id: "step-log" }, steps.map((step) =>
-          h("li", { class: `step step-${String(step.status).replace(/\s+/g, "-")}` },
-            h("div", { class: "step-head" },
-              h("strong", {}, step.name), " ", h("code", {}, step.op), " ", badge(step.status, String(step.status).replace(/\s+/g, "-")),
-              h("span", { class: "muted" }, " ", when(step.startedAt), ", took ", between(step.startedAt, step.finishedAt))),
-            stepMessage(step),
-            step.outputs ? h("details", {}, h("summary", {}, "Outputs"), json(step.outputs)) : null))));
+      h("h2", {}, "Timeline"),
+      steps.length === 0 && live ? h("p", { class: "muted" }, "No step has run yet.") : null,
+      h("ol", { class: "steps", id: "step-log" }, timeline.map((entry) => timelineEntry(entry, steps))));
   }
 
   return {

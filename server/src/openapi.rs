@@ -202,6 +202,8 @@ fn schemas() -> Value {
     let time = json!({"type": "string", "format": "date-time"});
     let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
     let named = json!({"type": ["object", "null"], "properties": {"id": text, "name": text}});
+    let timeline = json!({"type": "array", "items": {"type": "object"},
+        "description": "one run only: enqueued, started, step, waiting, cancel requested, ended; oldest first"});
     let mut all = json!({
         "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({
             "code": text, "message": text}))})),
@@ -270,7 +272,8 @@ fn schemas() -> Value {
             "lastError": {"type": ["string", "null"]}, "cancelRequested": {"type": "boolean"},
             "automationVersion": {"type": "integer"}, "retryOf": text,
             "steps": {"type": "array", "items": {"type": "object"}},
-            "input": {"type": "object"}})),
+            "input": {"type": "object"},
+            "timeline": timeline})),
         "CancelAnswer": object(&["runId", "cancel", "status"], json!({
             "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
         "Incident": object(&["id", "title", "impact", "status", "count"], json!({

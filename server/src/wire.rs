@@ -13,7 +13,7 @@
 //! Left out: request bodies (next to the routes that read them).
 
 use chrono::{DateTime, Utc};
-use fronta_automation::executor::{ExecState, RunPayload, StepLog};
+use fronta_automation::executor::{AttemptStart, ExecState, RunPayload, StepLog};
 use fronta_automation::steps::ticket_json;
 use fronta_automation::store::StoredAutomation;
 use fronta_desk::{Group, Incident, Member, Tenant, Ticket, TicketLogEntry, TicketType};
@@ -55,6 +55,10 @@ pub struct RunView {
     /// them at call time only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub input: Option<serde_json::Map<String, serde_json::Value>>,
+    /// One run's view only: what happened to the run and what it did, oldest first
+    /// (`fronta_automation::timeline`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<fronta_automation::timeline::Entry>>,
 }
 
 /// The automation a run belongs to, read from its payload.
@@ -67,21 +71,33 @@ pub fn run_automation_id(run: &Run) -> Option<String> {
 /// The step log of a run: the completed run's result holds it; a run still going (or
 /// failed) has it in its checkpoint.
 pub fn run_steps(run: &Run) -> Vec<StepLog> {
-    if let Some(steps) = run.result.as_ref().and_then(|result| result.get("steps"))
+    run_record(run).0
+}
+
+/// The step log and the attempts' starts of a run, from the completed run's result or
+/// else from its checkpoint.
+pub fn run_record(run: &Run) -> (Vec<StepLog>, Vec<AttemptStart>) {
+    if let Some(result) = run.result.as_ref()
+        && let Some(steps) = result.get("steps")
         && let Ok(steps) = serde_json::from_value::<Vec<StepLog>>(steps.clone())
     {
-        return steps;
+        let starts = result
+            .get("starts")
+            .and_then(|starts| serde_json::from_value(starts.clone()).ok())
+            .unwrap_or_default();
+        return (steps, starts);
     }
     run.state
         .as_deref()
         .and_then(|bytes| ExecState::decode(bytes).ok())
-        .map(|state| state.steps)
+        .map(|state| (state.steps, state.starts))
         .unwrap_or_default()
 }
 
 impl RunView {
     pub fn of(run: &Run, with_steps: bool) -> Self {
         let payload = serde_json::from_value::<RunPayload>(run.payload.clone()).ok();
+        let record = with_steps.then(|| run_record(run));
         Self {
             id: run.id.to_string(),
             automation_id: run_automation_id(run),
@@ -102,7 +118,10 @@ impl RunView {
             retry_of: payload
                 .as_ref()
                 .and_then(|payload| payload.retry_of.clone()),
-            steps: with_steps.then(|| run_steps(run)),
+            steps: record.as_ref().map(|(steps, _)| steps.clone()),
+            timeline: record.as_ref().map(|(steps, starts)| {
+                fronta_automation::timeline::of(run, payload.as_ref(), steps, starts, Utc::now())
+            }),
             input: payload
                 .filter(|_| with_steps)
                 .map(|payload| payload.context),
@@ -199,7 +218,7 @@ pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
 
 /// The fields of an automation's answer that a client may send back but that are not
 /// part of the definition: stripped before a PUT body is parsed.
-pub const AUTOMATION_READ_ONLY: [&str; 7] = [
+pub const AUTOMATION_READ_ONLY: [&str; 8] = [
     "id",
     "webhookUrl",
     "signed",
@@ -207,6 +226,7 @@ pub const AUTOMATION_READ_ONLY: [&str; 7] = [
     "inFlight",
     "createdAt",
     "updatedAt",
+    "warnings",
 ];
 
 /// A version of an automation (`GET /api/automations/{id}/versions…`): its number, hash,

@@ -207,7 +207,20 @@ pub async fn create(
     {
         map.insert("signingSecret".into(), json!(secret));
     }
+    with_warnings(&mut view, &stored);
     Ok((StatusCode::CREATED, Json(view)))
+}
+
+/// A save's answer carries `warnings` beside the saved automation: what was accepted
+/// but may not do what it reads as (`fronta_automation::validate::warnings`).
+fn with_warnings(view: &mut Value, stored: &StoredAutomation) {
+    if let Value::Object(map) = view {
+        let warnings: Vec<Value> = fronta_automation::validate::warnings(&stored.automation)
+            .into_iter()
+            .map(|warning| json!({"path": warning.path, "message": warning.message}))
+            .collect();
+        map.insert("warnings".into(), Value::Array(warnings));
+    }
 }
 
 pub async fn list(
@@ -273,10 +286,9 @@ pub async fn replace(
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
     app.schedule_now(&stored.automation);
-    Ok(Json(automation_view(
-        &stored,
-        &base_url(app.config(), &headers),
-    )))
+    let mut view = automation_view(&stored, &base_url(app.config(), &headers));
+    with_warnings(&mut view, &stored);
+    Ok(Json(view))
 }
 
 pub async fn delete(
