@@ -468,6 +468,9 @@ pub struct Runtime {
     pub cursors: Option<Arc<dyn PollCursors>>,
     /// The poll's limits.
     pub poll: PollLimits,
+    /// The longest `flow/pause` a run may take, templated values included (default
+    /// [`crate::steps::MAX_PAUSE`]); the validator holds literals to the same bound.
+    pub max_pause: Duration,
 }
 
 /// How the poll step ended (see [`Runtime::poll_first`]).
@@ -1235,6 +1238,7 @@ impl Runtime {
                         run_id: ctx.run.id.to_string(),
                         step_name: action.name.clone(),
                         stop: ctx.signal.clone(),
+                        max_pause: self.max_pause,
                     };
                     let result = match self.act(action, &state.context, &env).await {
                         Ok(done) => Ok(done),
@@ -1641,6 +1645,7 @@ impl Runtime {
             run_id: ctx.run.id.to_string(),
             step_name: POLL_STEP.into(),
             stop: ctx.signal.clone(),
+            max_pause: self.max_pause,
         }
     }
 

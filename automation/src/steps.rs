@@ -16,31 +16,51 @@ use crate::retry::Cause;
 /// Pauses up to this long happen inside the run; longer ones snooze it (no worker held).
 pub const INLINE_PAUSE_LIMIT: Duration = Duration::from_secs(5);
 
-/// The longest `flow/pause`: 366 days. Checked on save for a literal and when the step
-/// runs for a templated value, so no pause can overflow a clock.
+/// The longest `flow/pause` by default: 366 days (`--max-pause`, `FRONTA_MAX_PAUSE`).
+/// Checked on save for a literal and when the step runs for a templated value, so no
+/// pause can overflow a clock.
 pub const MAX_PAUSE: Duration = Duration::from_secs(366 * 24 * 3600);
 
+/// The most `--max-pause` may be: ten times the default, far from any clock's end.
+pub const MAX_PAUSE_CEILING: Duration = Duration::from_secs(10 * 366 * 24 * 3600);
+
 /// The pause a `flow/pause` input `seconds` asks for, or why it is refused: a number from
-/// 0 to [`MAX_PAUSE`] (a string holding one, as a template renders it, too).
-pub fn pause_of(seconds: Option<&Value>) -> Result<Duration, String> {
+/// 0 to `max` (a string holding one, as a template renders it, too).
+pub fn pause_of(seconds: Option<&Value>, max: Duration) -> Result<Duration, String> {
+    let max = max.min(MAX_PAUSE_CEILING);
     let number = match seconds {
         Some(Value::Number(number)) => number.as_f64(),
         Some(Value::String(text)) => text.trim().parse::<f64>().ok(),
         _ => None,
     };
     match number {
-        Some(value) if value.is_finite() && (0.0..=MAX_PAUSE.as_secs_f64()).contains(&value) => {
+        Some(value) if value.is_finite() && (0.0..=max.as_secs_f64()).contains(&value) => {
             Ok(Duration::from_secs_f64(value))
         }
         Some(value) => Err(format!(
-            "input \"seconds\" is {value}, outside 0 … {} (MAX_PAUSE, 366 days)",
-            MAX_PAUSE.as_secs()
+            "input \"seconds\" is {value}, outside 0 … {} ({}; --max-pause, FRONTA_MAX_PAUSE)",
+            max.as_secs(),
+            days(max)
         )),
         None => Err(format!(
-            "input \"seconds\" must be a number from 0 to {} (MAX_PAUSE, 366 days), found {}",
-            MAX_PAUSE.as_secs(),
+            "input \"seconds\" must be a number from 0 to {} ({}; --max-pause, \
+             FRONTA_MAX_PAUSE), found {}",
+            max.as_secs(),
+            days(max),
             seconds.map_or_else(|| "nothing".to_owned(), Value::to_string)
         )),
+    }
+}
+
+/// `max` for a person: "366 days", or seconds when it is not whole days.
+fn days(max: Duration) -> String {
+    let secs = max.as_secs();
+    if secs == 86_400 {
+        "1 day".to_owned()
+    } else if secs % 86_400 == 0 && secs > 0 {
+        format!("{} days", secs / 86_400)
+    } else {
+        format!("{secs} s")
     }
 }
 
@@ -194,6 +214,8 @@ pub struct StepEnv<'a> {
     /// The run's stop signal: a connector call still in flight when the run is cancelled
     /// is abandoned.
     pub stop: fronta_engine::registry::StopSignal,
+    /// The longest `flow/pause` ([`Runtime::max_pause`](crate::executor::Runtime)).
+    pub max_pause: Duration,
 }
 
 /// Run one built-in op with its rendered input.
@@ -376,7 +398,7 @@ pub async fn perform(
             })
         }
         Op::FlowPause => {
-            let pause = pause_of(input.get("seconds")).map_err(StepError::fatal)?;
+            let pause = pause_of(input.get("seconds"), env.max_pause).map_err(StepError::fatal)?;
             let seconds = pause.as_secs_f64();
             if pause <= INLINE_PAUSE_LIMIT {
                 tokio::time::sleep(pause).await;

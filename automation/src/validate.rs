@@ -58,6 +58,8 @@ pub struct ValidationContext {
     /// The shortest time between two ticks of a schedule (`--min-schedule-interval`,
     /// [`MIN_SCHEDULE_INTERVAL_SEC`] by default).
     pub min_schedule_interval: std::time::Duration,
+    /// The longest `flow/pause` (`--max-pause`, [`crate::steps::MAX_PAUSE`] by default).
+    pub max_pause: std::time::Duration,
 }
 
 impl Default for ValidationContext {
@@ -65,6 +67,7 @@ impl Default for ValidationContext {
         ValidationContext {
             ticket_types: HashMap::new(),
             min_schedule_interval: std::time::Duration::from_secs(MIN_SCHEDULE_INTERVAL_SEC),
+            max_pause: crate::steps::MAX_PAUSE,
         }
     }
 }
@@ -614,7 +617,8 @@ impl<'a> Validator<'a> {
                         if template::single_name(text).is_some());
                     if !templated
                         && !seconds.is_null()
-                        && let Err(why) = crate::steps::pause_of(Some(seconds))
+                        && let Err(why) =
+                            crate::steps::pause_of(Some(seconds), self.context.max_pause)
                     {
                         self.report(
                             &at("seconds"),
@@ -1349,9 +1353,30 @@ mod tests {
             problems,
             vec![
                 "steps[0].input.seconds: input \"seconds\" is 1000000000000000000000000000000, \
-                 outside 0 … 31622400 (MAX_PAUSE, 366 days); or one {{name}} to take it from the run"
+                 outside 0 … 31622400 (366 days; --max-pause, FRONTA_MAX_PAUSE); or one {{name}} \
+                 to take it from the run"
             ],
             "366 days is the longest; a template is checked when the step runs"
+        );
+        let automation =
+            Automation::from_value(&json!({"name": "p", "trigger": {"type": "manual"},
+            "steps": [{"name": "day", "op": "flow/pause", "input": {"seconds": 86_401}}]}))
+            .expect("parses");
+        let shorter = ValidationContext {
+            max_pause: std::time::Duration::from_secs(86_400),
+            ..types()
+        };
+        let problems: Vec<String> = validate(&automation, &shorter)
+            .iter()
+            .map(Problem::to_string)
+            .collect();
+        assert_eq!(
+            problems,
+            [
+                "steps[0].input.seconds: input \"seconds\" is 86401, outside 0 … 86400 (1 day; \
+              --max-pause, FRONTA_MAX_PAUSE); or one {{name}} to take it from the run"
+            ],
+            "the bound is the server's setting"
         );
     }
 

@@ -66,6 +66,7 @@ pub async fn run(db: &DbArgs, args: AutomationBenchArgs) -> anyhow::Result<()> {
         storage_wait: executor::DEFAULT_STORAGE_WAIT,
         cursors: Some(Arc::new(store.clone())),
         poll: Default::default(),
+        max_pause: fronta_automation::steps::MAX_PAUSE,
     });
     let mut registry = Registry::new();
     executor::register(&mut registry, runtime, Duration::from_secs(300))?;

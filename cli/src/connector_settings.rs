@@ -126,6 +126,10 @@ pub(crate) struct ConnectorArgs {
     /// database (no attempt spent).
     #[arg(long, env = "FRONTA_STORAGE_WAIT", default_value = "2s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = RUNS)]
     storage_wait: Duration,
+    /// The longest `flow/pause` a step may take: a longer literal is refused on save, a
+    /// longer templated value fails its step. At most 3660 days.
+    #[arg(long, env = "FRONTA_MAX_PAUSE", default_value = "366d", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = RUNS)]
+    pub(crate) max_pause: Duration,
 }
 
 /// Only the settings, for commands that have no flags for them: read from the
@@ -256,6 +260,8 @@ pub(crate) struct ConnectorSetup {
     pub limits: LimitsConfig,
     /// `Runtime::storage_wait` of the automation executor.
     pub storage_wait: Duration,
+    /// `Runtime::max_pause` of the automation executor.
+    pub max_pause: Duration,
     /// The poll's limits.
     pub poll: PollLimits,
 }
@@ -342,6 +348,13 @@ impl ConnectorArgs {
         if self.storage_wait.is_zero() {
             return Err(anyhow!("FRONTA_STORAGE_WAIT: must be longer than zero"));
         }
+        if self.max_pause > fronta_automation::steps::MAX_PAUSE_CEILING {
+            return Err(anyhow!(
+                "--max-pause (FRONTA_MAX_PAUSE): {} is above the most it may be, {}",
+                duration::format(self.max_pause),
+                duration::format(fronta_automation::steps::MAX_PAUSE_CEILING)
+            ));
+        }
         let mail_limits = MailLimits {
             connect_timeout: self.mail_connect_timeout,
             timeout: self.mail_timeout,
@@ -363,6 +376,7 @@ impl ConnectorArgs {
             cipher,
             limits,
             storage_wait: self.storage_wait,
+            max_pause: self.max_pause,
         })
     }
 

@@ -508,6 +508,7 @@ pub(crate) fn runtime_registry(
         storage_wait: outside.storage_wait,
         cursors: Some(store.poll_cursors()),
         poll: outside.poll,
+        max_pause: outside.max_pause,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
     let registry = Arc::new(registry);

@@ -167,6 +167,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         unavailable_retry_after: args.unavailable_retry_after,
         webhook_store_deadline: args.webhook_store_deadline,
         min_schedule_interval: args.min_schedule_interval,
+        max_pause: args.outside.max_pause,
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");

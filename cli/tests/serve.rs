@@ -934,3 +934,65 @@ fn a_cancel_between_steps_ends_the_log_with_its_line() {
     );
     server.stop();
 }
+
+/// The longest `flow/pause` is the server's setting (`FRONTA_MAX_PAUSE`): a literal over
+/// it is refused on save naming the setting, one within is saved; a setting above the
+/// ceiling stops the server before it serves.
+#[test]
+fn the_longest_pause_is_the_servers_setting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let db = dir.path().join("pause.db");
+    let admin = "fa_pause_admin_token";
+    let server = start_with(&db, Some(admin), &[("FRONTA_MAX_PAUSE", "1h")]);
+    let token = server.tenant(admin, "Acme");
+    let pausing = |seconds: u64| {
+        json!({"name": format!("Pause {seconds}"), "trigger": {"type": "manual"},
+               "steps": [{"name": "p", "op": "flow/pause", "input": {"seconds": seconds}}]})
+    };
+    let (status, refused) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(pausing(3601)),
+    );
+    assert_eq!(status, 422, "{refused}");
+    assert!(
+        refused.to_string().contains("outside 0 … 3600")
+            && refused.to_string().contains("--max-pause"),
+        "the refusal names the bound and the setting: {refused}"
+    );
+    let (status, saved) = server.call(
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(pausing(3600)),
+    );
+    assert_eq!(status, 201, "{saved}");
+    server.stop();
+
+    let mut child = Command::new(FRONTA)
+        .arg("--database")
+        .arg(dir.path().join("ceiling.db"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--max-pause", "4000d"])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("fronta serve starts");
+    let started = std::time::Instant::now();
+    let exit = loop {
+        if let Some(exit) = child.try_wait().expect("wait") {
+            break exit;
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            panic!("fronta serve took a max pause over the ceiling and served");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr)
+        .expect("stderr");
+    assert!(!exit.success(), "refused: {stderr}");
+    assert!(stderr.contains("--max-pause"), "{stderr}");
+}

@@ -72,6 +72,9 @@ pub struct ServerConfig {
     /// The shortest time between two ticks of a schedule an automation may have
     /// (`--min-schedule-interval`): a cron firing more often is refused on save.
     pub min_schedule_interval: Duration,
+    /// The longest `flow/pause` an automation may have (`--max-pause`): a longer literal
+    /// is refused on save (the executor holds templated values to the same bound).
+    pub max_pause: Duration,
 }
 
 impl Default for ServerConfig {
@@ -98,11 +101,25 @@ impl Default for ServerConfig {
             min_schedule_interval: Duration::from_secs(
                 fronta_automation::validate::MIN_SCHEDULE_INTERVAL_SEC,
             ),
+            max_pause: fronta_automation::steps::MAX_PAUSE,
         }
     }
 }
 
 impl ServerConfig {
+    /// What a save checks an automation against: the tenant's ticket types (name →
+    /// statuses) and this server's limits.
+    pub fn validation(
+        &self,
+        ticket_types: std::collections::HashMap<String, Vec<String>>,
+    ) -> fronta_automation::validate::ValidationContext {
+        fronta_automation::validate::ValidationContext {
+            ticket_types,
+            min_schedule_interval: self.min_schedule_interval,
+            max_pause: self.max_pause,
+        }
+    }
+
     /// Refuses limits that make no sense (a typo should stop the start, not the traffic).
     pub fn validate(&self) -> Result<(), String> {
         for (name, limit) in [

@@ -34,6 +34,7 @@ async fn trace(automation: Value, body: Value) -> String {
         storage_wait: executor::DEFAULT_STORAGE_WAIT,
         cursors: Some(Arc::new(store.clone())),
         poll: Default::default(),
+        max_pause: fronta_automation::steps::MAX_PAUSE,
     });
     executor::register(&mut registry, runtime, Duration::from_secs(30)).expect("kinds");
     let registry = Arc::new(registry);

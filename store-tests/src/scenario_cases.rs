@@ -126,6 +126,7 @@ impl Firm {
             storage_wait: executor::DEFAULT_STORAGE_WAIT,
             cursors: Some(stores.cursors.clone()),
             poll: Default::default(),
+            max_pause: fronta_automation::steps::MAX_PAUSE,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, LEASE).expect("automation kinds register");
@@ -1422,7 +1423,7 @@ pub async fn a_renamed_group_is_found_by_every_version_that_names_it(factory: &d
 
 /// A failing run keeps its step log: `a` (a log line), the condition with its compared
 /// values, and the failing `forEach` with its error, though no action checkpointed them;
-/// a templated `flow/pause` beyond MAX_PAUSE fails its step cleanly (no panic), with an
+/// a templated `flow/pause` beyond `--max-pause` fails its step cleanly (no panic), with an
 /// incident and the step's line.
 pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory) {
     let firm = Firm::open(factory).await;
@@ -1517,7 +1518,7 @@ pub async fn a_failing_run_keeps_every_step_it_ran(factory: &dyn RuntimeFactory)
     assert_eq!(run.status, RunStatus::Failed, "{:?}", run.last_error);
     let error = run.last_error.clone().unwrap_or_default();
     assert!(
-        error.contains("outside 0") && error.contains("MAX_PAUSE") && !error.contains("panick"),
+        error.contains("outside 0") && error.contains("--max-pause") && !error.contains("panick"),
         "the step names the value and the bound: {error}"
     );
     let state = ExecState::decode(run.state.as_deref().expect("saved")).expect("decodes");

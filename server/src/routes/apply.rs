@@ -30,10 +30,10 @@ use std::collections::{HashMap, HashSet};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
+use fronta_automation::Problem;
 use fronta_automation::setup::{
     self, Action, Existing, SetupFailure, WantedAutomation, WantedGroup, WantedMember, WantedType,
 };
-use fronta_automation::{Problem, ValidationContext};
 use fronta_desk::DeskError;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -116,10 +116,7 @@ pub async fn apply(
     for wanted in &setup.ticket_types {
         statuses.insert(wanted.name.clone(), wanted.statuses.clone());
     }
-    let context = ValidationContext {
-        ticket_types: statuses,
-        min_schedule_interval: app.config().min_schedule_interval,
-    };
+    let context = app.config().validation(statuses);
 
     // Automations: checked, and matched by name with what exists (for the secret and
     // the paused state they keep).

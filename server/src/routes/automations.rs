@@ -70,10 +70,9 @@ pub(crate) async fn validation_context(
     tenant: TenantId,
 ) -> Result<ValidationContext, ApiError> {
     let types = app.desk().ticket_type_list(tenant).await?;
-    let mut context =
-        ValidationContext::with_ticket_types(types.into_iter().map(|t| (t.name, t.statuses)));
-    context.min_schedule_interval = app.config().min_schedule_interval;
-    Ok(context)
+    Ok(app
+        .config()
+        .validation(types.into_iter().map(|t| (t.name, t.statuses)).collect()))
 }
 
 /// Strip the read-only fields and take out `signingSecret`; problems are prefixed with

@@ -180,6 +180,7 @@ impl Harness {
                 None => Arc::new(store.clone()),
             }),
             poll: Default::default(),
+            max_pause: fronta_automation::steps::MAX_PAUSE,
         });
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
