@@ -8,7 +8,8 @@
 //!   change of ticket TK-n by a person or by another automation's run (named by id), the
 //!   scheduler for its tick, by hand through the API, a retry on the current version of
 //!   an earlier run;
-//! - `started`, at each attempt's start: `attempt n of m on worker W`;
+//! - `started`, at each attempt's start: `attempt n of m on worker W` (a run inside its
+//!   first step, whose record is not saved yet: the row's `startedAt`, no worker);
 //! - `step`, every line of the run's `steps` at its start: the steps, and the lines the
 //!   run wrote about itself (`retried`, `reclaimed`, `parked`, `retried by hand`, `held`,
 //!   `cancelled`, `suppressed`; see `docs/run-states.md`);
@@ -66,12 +67,28 @@ pub fn of(
     starts: &[AttemptStart],
     now: DateTime<Utc>,
 ) -> Vec<Entry> {
+    // Instants as the API writes them elsewhere: whole milliseconds.
+    let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
     let mut entries = Vec::with_capacity(steps.len() + starts.len() + 3);
     entries.push(Entry::of(
         run.created_at,
         "enqueued",
         enqueued_by(run, payload),
     ));
+    // A run inside its first step has not saved its record yet: its start is the row's.
+    if starts.is_empty()
+        && let Some(at) = run.started_at
+    {
+        entries.push(Entry::of(
+            at,
+            "started",
+            format!(
+                "attempt {} of {}",
+                run.attempts.saturating_add(1),
+                run.max_retries.saturating_add(1)
+            ),
+        ));
+    }
     for start in starts {
         entries.push(Entry::of(
             start.at,
@@ -336,6 +353,30 @@ mod tests {
         assert_eq!(
             timeline[0].message,
             "enqueued by a webhook call, on version 2"
+        );
+    }
+
+    #[test]
+    fn a_run_inside_its_first_step_has_the_rows_start() {
+        let mut running = run(RunStatus::Running, Trigger::Manual);
+        running.started_at = Some(at("2026-03-02T10:00:01Z"));
+        let timeline = of(
+            &running,
+            Some(&payload(json!({}))),
+            &[],
+            &[],
+            at("2026-03-02T10:00:02.123456Z"),
+        );
+        let entries: Vec<(&str, &str)> = timeline
+            .iter()
+            .map(|entry| (entry.kind, entry.message.as_str()))
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("enqueued", "enqueued by hand through the API, on version 2"),
+                ("started", "attempt 1 of 5"),
+            ]
         );
     }
 

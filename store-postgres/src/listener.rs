@@ -6,6 +6,12 @@
 //! them for a listener that is not there); after every reconnect the task wakes the
 //! waiters once, and the workers' polling covers the rest.
 //!
+//! The same connection listens on [`crate::CANCEL_CHANNEL`]: a cancel requested for a
+//! running run (by any process) names the run, and the listener passes it to this
+//! store's cancel feed (`RunStore::cancel_requests`), so the worker running it signals
+//! its handler at once instead of at its next heartbeat. A cancel sent while the
+//! connection was down is still delivered by the heartbeat.
+//!
 //! A notification's payload names its sender (the store's [`crate::SENDER_SETTING`]);
 //! this process's own are skipped: its writes woke its workers already, after their
 //! commit, and a second wake-up would send an idle worker into an empty claim round
@@ -19,7 +25,10 @@ use fronta_engine::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
 use tokio::sync::Notify;
 
-use crate::{CHANNEL, map_err};
+use fronta_engine::RunId;
+use tokio::sync::broadcast;
+
+use crate::{CANCEL_CHANNEL, CHANNEL, map_err};
 
 /// The first wait before reconnecting after an error; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
@@ -36,7 +45,7 @@ async fn open(options: &PgConnectOptions) -> Result<PgListener, sqlx::Error> {
         .connect_with(options.clone())
         .await?;
     let mut listener = PgListener::connect_with(&pool).await?;
-    listener.listen(CHANNEL).await?;
+    listener.listen_all([CHANNEL, CANCEL_CHANNEL]).await?;
     Ok(listener)
 }
 
@@ -47,9 +56,10 @@ pub(crate) async fn spawn(
     signal: Arc<Notify>,
     own_sender: String,
     skipped: Arc<AtomicU64>,
+    cancels: broadcast::Sender<RunId>,
 ) -> Result<tokio::task::AbortHandle, StoreError> {
     let listener = open(&options).await.map_err(map_err)?;
-    let task = tokio::spawn(run(options, signal, listener, own_sender, skipped));
+    let task = tokio::spawn(run(options, signal, listener, own_sender, skipped, cancels));
     Ok(task.abort_handle())
 }
 
@@ -59,9 +69,20 @@ async fn run(
     mut listener: PgListener,
     own_sender: String,
     skipped: Arc<AtomicU64>,
+    cancels: broadcast::Sender<RunId>,
 ) {
     loop {
         match listener.try_recv().await {
+            Ok(Some(notification)) if notification.channel() == CANCEL_CHANNEL => {
+                match notification.payload().parse::<uuid::Uuid>() {
+                    // Nobody listening (no worker in this process): nothing to tell.
+                    Ok(id) => drop(cancels.send(RunId(id))),
+                    Err(_) => tracing::warn!(
+                        payload = notification.payload(),
+                        "postgres listener: a cancel notification without a run id"
+                    ),
+                }
+            }
             Ok(Some(notification)) if notification.payload() == own_sender => {
                 skipped.fetch_add(1, Ordering::Relaxed);
             }
