@@ -271,6 +271,24 @@ impl ExecState {
         }
     }
 
+    /// A long pause is over: its line (the last `paused` one) takes its final status,
+    /// `ok`, and its real end.
+    fn pause_ended(&mut self, now: DateTime<Utc>) {
+        if let Some(line) = self
+            .steps
+            .iter_mut()
+            .rev()
+            .find(|line| line.status == "paused")
+        {
+            line.status = "ok".into();
+            line.finished_at = now;
+            line.message.push_str(&format!(
+                "; resumed at {}",
+                now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            ));
+        }
+    }
+
     /// At the start of an attempt: one line for each thing that happened to the run since
     /// the attempt that wrote this checkpoint — a retry (with the error it followed and
     /// which attempt this is), a reclaim (the previous worker's lease expired), a park, a
@@ -304,18 +322,25 @@ impl ExecState {
             || (now_seen.attempts == before.attempts
                 && now_seen.reclaims <= before.reclaims
                 && ended_failed);
+        let version = run
+            .payload
+            .get("automationVersion")
+            .and_then(Value::as_u64)
+            .unwrap_or(1);
         if by_hand && suppressed {
             line(
                 "retried by hand",
-                "started by hand after the loop guard suppressed it; the guard does not stop \
-                 a run started by hand"
-                    .to_owned(),
+                format!(
+                    "started by hand through the API after the loop guard suppressed it, on \
+                     version {version}; the guard does not stop a run started by hand"
+                ),
             );
         } else if by_hand {
             line(
                 "retried by hand",
                 format!(
-                    "started again by hand with a fresh budget of {} retries",
+                    "started again by hand through the API, from its checkpoint, on version \
+                     {version}, with a fresh budget of {} retries",
                     run.max_retries
                 ),
             );
@@ -881,6 +906,7 @@ impl Runtime {
                 return Outcome::Snooze((until - now).to_std().unwrap_or_default());
             }
             state.pause_until = None;
+            state.pause_ended(Utc::now());
         }
         let walked = match &stored.automation.trigger {
             Trigger::Poll {

@@ -707,6 +707,16 @@ pub async fn long_pause_snoozes_and_resumes_at_the_next_step(factory: &dyn Runti
         vec!["wait", "remind"],
         "the pause ran once, then the next step: {steps}"
     );
+    assert_eq!(
+        steps[0]["status"], "ok",
+        "the pause's line has its final status once it is over: {steps}"
+    );
+    assert!(
+        steps[0]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("resumed at")),
+        "{steps}"
+    );
 }
 
 /// Two automations that undo each other's change (X ↔ Y) would loop forever; the loop
