@@ -274,6 +274,10 @@ fn schemas() -> Value {
             "steps": {"type": "array", "items": {"type": "object"}},
             "input": {"type": "object"},
             "timeline": timeline})),
+        "Validation": object(&["valid", "problems", "warnings"], json!({
+            "valid": {"type": "boolean"},
+            "problems": {"type": "array", "items": {"type": "object"}},
+            "warnings": {"type": "array", "items": {"type": "object"}}})),
         "CancelAnswer": object(&["runId", "cancel", "status"], json!({
             "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
         "Incident": object(&["id", "title", "impact", "status", "count"], json!({

@@ -1759,3 +1759,53 @@ async fn renames_keep_automations_working_and_removing_what_they_use_answers_in_
         );
     }
 }
+
+/// `POST /api/automations/validate` answers what a save would, at the same paths, and
+/// writes nothing: the problems of a broken definition (200, `valid: false`), the warnings
+/// of a valid one.
+#[tokio::test]
+async fn validate_checks_a_definition_without_saving_it() {
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    harness
+        .post("/api/ticket-types", &token, order_type())
+        .await;
+    let broken = json!({
+        "name": "Broken",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+        "steps": [
+            {"name": "a", "op": "ticket/teleport", "input": {}},
+            {"name": "b", "op": "ticket/upsert",
+             "input": {"externalId": "{{orderId}}", "type": "order", "status": "lost"}}
+        ]
+    });
+    let checked = harness
+        .post("/api/automations/validate", &token, broken.clone())
+        .await;
+    assert_eq!(checked.status, StatusCode::OK, "{}", checked.json);
+    assert_eq!(checked.json["valid"], false);
+    let saved = harness.post("/api/automations", &token, broken).await;
+    assert_eq!(
+        checked.json["problems"], saved.json["error"]["problems"],
+        "the same problems as a save, at the same paths"
+    );
+    let fine = harness
+        .post(
+            "/api/automations/validate",
+            &token,
+            json!({"name": "Optional", "trigger": {"type": "webhook", "params": [
+                    {"name": "first", "path": "items.0.sku", "type": "string"}]},
+                   "steps": [{"name": "say", "op": "flow/log", "input": {"message": "{{first}}"}}]}),
+        )
+        .await;
+    assert_eq!(fine.status, StatusCode::OK, "{}", fine.json);
+    assert_eq!(fine.json["valid"], true);
+    assert_eq!(fine.json["problems"], json!([]));
+    assert_eq!(fine.json["warnings"][0]["path"], "steps[0].input.message");
+    assert_eq!(
+        items(&harness.get("/api/automations", &token).await).len(),
+        0,
+        "nothing was saved"
+    );
+}

@@ -222,6 +222,33 @@ fn with_warnings(view: &mut Value, stored: &StoredAutomation) {
     }
 }
 
+/// `POST /api/automations/validate`: the checks of a save, nothing written. Always 200
+/// for a JSON body: `{"valid", "problems": [{path, message}], "warnings": [...]}` — the
+/// problems a save would answer 422 with, at their paths (an editor shows them as the
+/// definition is typed), and the warnings a save would answer beside the automation.
+pub async fn validate_only(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let mut problems = Vec::new();
+    let (value, _secret) = split_body(body, "", &mut problems);
+    let context = validation_context(&app, tenant.id).await?;
+    let automation = check(&value, &context, "", &mut problems);
+    let warnings: Vec<Value> = automation
+        .as_ref()
+        .map(fronta_automation::validate::warnings)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|warning| json!({"path": warning.path, "message": warning.message}))
+        .collect();
+    Ok(Json(json!({
+        "valid": problems.is_empty(),
+        "problems": problems,
+        "warnings": warnings,
+    })))
+}
+
 pub async fn list(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,

@@ -190,6 +190,13 @@ fn table() -> Routes {
             ],
         )
         .add(
+            "/api/automations/validate",
+            post(automations::validate_only),
+            [op(post_, "Check an automation without saving it: every problem at its path, and the warnings")
+                .body("Automation")
+                .answers(200, "Validation")],
+        )
+        .add(
             "/api/automations/{id}",
             get(automations::get)
                 .put(automations::replace)
