@@ -57,7 +57,7 @@ fn days(max: Duration) -> String {
     let secs = max.as_secs();
     if secs == 86_400 {
         "1 day".to_owned()
-    } else if secs % 86_400 == 0 && secs > 0 {
+    } else if secs.is_multiple_of(86_400) && secs > 0 {
         format!("{} days", secs / 86_400)
     } else {
         format!("{secs} s")

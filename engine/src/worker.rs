@@ -409,10 +409,12 @@ impl Worker {
             finish_rx,
             self.config.completer_batch,
             self.config.completer_linger,
-            pending_finishes.clone(),
-            self.counters.clone(),
-            self.metrics.clone(),
-            self.ends.clone(),
+            Told {
+                pending: pending_finishes.clone(),
+                counters: self.counters.clone(),
+                metrics: self.metrics.clone(),
+                ends: self.ends.clone(),
+            },
         ));
         // Cancels other processes requested, heard from the database at once (the
         // heartbeat delivers them too, later).
@@ -908,6 +910,15 @@ impl Finisher {
     }
 }
 
+/// Whom the completer tells what it wrote: the count of finishes not yet written, the
+/// counters, the metrics, and the listeners of keyed ends.
+struct Told {
+    pending: Arc<AtomicUsize>,
+    counters: Arc<Counters>,
+    metrics: Arc<WorkerMetrics>,
+    ends: tokio::sync::broadcast::Sender<KeyedEnd>,
+}
+
 /// Writes finishes in batches: whatever arrived while the previous batch was written
 /// goes together, so the batch grows with load and one commit carries many runs. After
 /// a batch of several, the next is held open up to `linger` for more (a lone finish is
@@ -917,11 +928,14 @@ async fn completer(
     mut rx: mpsc::UnboundedReceiver<(Finish, Arc<Run>)>,
     max_batch: usize,
     linger: Duration,
-    pending: Arc<AtomicUsize>,
-    counters: Arc<Counters>,
-    metrics: Arc<WorkerMetrics>,
-    ends: tokio::sync::broadcast::Sender<KeyedEnd>,
+    told: Told,
 ) {
+    let Told {
+        pending,
+        counters,
+        metrics,
+        ends,
+    } = told;
     let mut batch: Vec<(Finish, Arc<Run>)> = Vec::with_capacity(max_batch);
     let mut previous = 0;
     while let Some(first) = rx.recv().await {
