@@ -15,7 +15,7 @@
 
 mod support;
 
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -23,41 +23,20 @@ use serde_json::{Value, json};
 const ADMIN: &str = "fa_decisions_admin";
 const DEADLINE: Duration = Duration::from_secs(90);
 
-struct Server {
-    child: Child,
-    address: String,
+type Server = support::ApiServer;
+
+/// What these repros do with a server besides plain calls.
+trait Drive {
+    /// Saves `automation`; its id and, for a webhook, the path to post to.
+    fn automation(&self, token: &str, automation: Value) -> (String, String);
+    /// Posts `body` to a webhook: the run it started.
+    fn webhook(&self, path: &str, body: Value) -> String;
+    /// Reads `path` until `done` holds, or panics at [`DEADLINE`] with what it saw.
+    fn wait(&self, token: &str, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value;
+    fn finished_run(&self, token: &str, id: &str) -> Value;
 }
 
-impl Server {
-    fn start(database: &str) -> Server {
-        let (child, address) = support::serve(database, ADMIN);
-        Server { child, address }
-    }
-
-    fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
-        support::call(&self.address, method, path, Some(token), body.as_ref())
-    }
-
-    fn ok(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Value {
-        let (status, reply) = self.call(method, path, token, body);
-        assert!(
-            (200..300).contains(&status),
-            "{method} {path}: {status} {reply}"
-        );
-        reply
-    }
-
-    fn tenant(&self, name: &str) -> String {
-        let reply = self.ok(
-            "POST",
-            "/api/admin/tenants",
-            ADMIN,
-            Some(json!({ "name": name })),
-        );
-        reply["token"].as_str().expect("a tenant token").to_owned()
-    }
-
-    /// Saves `automation`; its id and, for a webhook, the path to post to.
+impl Drive for Server {
     fn automation(&self, token: &str, automation: Value) -> (String, String) {
         let saved = self.ok("POST", "/api/automations", token, Some(automation));
         let id = saved["id"].as_str().expect("an id").to_owned();
@@ -68,46 +47,23 @@ impl Server {
         (id, path)
     }
 
-    /// Posts `body` to a webhook: the run it started.
     fn webhook(&self, path: &str, body: Value) -> String {
         let (status, reply) = support::call(&self.address, "POST", path, None, Some(&body));
         assert_eq!(status, 202, "webhook accepted: {reply}");
         reply["runId"].as_str().expect("a run id").to_owned()
     }
 
-    /// Reads `path` until `done` holds, or panics at the deadline with what it saw.
-    fn until(&self, token: &str, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let read = self.ok("GET", path, token, None);
-            if done(&read) {
-                return read;
-            }
-            assert!(
-                started.elapsed() < DEADLINE,
-                "{path} never got {what}: {read}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+    fn wait(&self, token: &str, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        self.until(token, path, what, DEADLINE, done)
     }
 
     fn finished_run(&self, token: &str, id: &str) -> Value {
-        self.until(token, &format!("/api/runs/{id}"), "to its end", |run| {
+        self.wait(token, &format!("/api/runs/{id}"), "to its end", |run| {
             matches!(
                 run["status"].as_str(),
                 Some("completed" | "failed" | "cancelled" | "suppressed")
             )
         })
-    }
-
-    fn stop(mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "SIGTERM sent");
-        let exit = self.child.wait().expect("the server exits");
-        assert!(exit.success(), "a clean exit: {exit:?}");
     }
 }
 
@@ -233,7 +189,7 @@ fn failures_bounds_and_optional_parameters(server: &Server) {
         ],
         "one step failed cleanly: {run}"
     );
-    let incidents = server.until(&token, "/api/incidents", "an incident", |page| {
+    let incidents = server.wait(&token, "/api/incidents", "an incident", |page| {
         page["items"]
             .as_array()
             .is_some_and(|items| !items.is_empty())
@@ -271,23 +227,30 @@ fn failures_bounds_and_optional_parameters(server: &Server) {
     assert_eq!(lines(&run)[0].2, "order 5001, first []", "{run}");
 }
 
-/// Repro 5 and the loop it still stops.
-fn the_loop_guard(server: &Server) {
-    let token = server.tenant("Guarded");
+/// The ticket type `order` and a webhook automation making its tickets: the path of the
+/// webhook.
+fn orders_webhook(server: &Server, token: &str) -> String {
     server.ok(
         "POST",
         "/api/ticket-types",
-        &token,
+        token,
         Some(json!({"name": "order", "statuses": ["waiting-to-pack", "shipped"]})),
     );
-    let (_, orders) = server.automation(
-        &token,
+    let (_, webhook) = server.automation(
+        token,
         json!({"name": "Orders", "trigger": {"type": "webhook", "params": [
                 {"name": "id", "path": "id", "type": "string", "required": true}]},
                "steps": [{"name": "ticket", "op": "ticket/upsert",
                           "input": {"externalId": "order-{{id}}", "title": "Order {{id}}",
                                     "type": "order", "status": "waiting-to-pack"}}]}),
     );
+    webhook
+}
+
+/// Repro 5 and the loop it still stops.
+fn the_loop_guard(server: &Server) {
+    let token = server.tenant("Guarded");
+    let orders = orders_webhook(server, &token);
     server.automation(
         &token,
         json!({"name": "On shipped close", "trigger": {"type": "event", "event": "ticket.changed"},
@@ -313,7 +276,7 @@ fn the_loop_guard(server: &Server) {
         );
     }
     server.ok("PATCH", &path, &token, Some(json!({"status": "shipped"})));
-    let closed = server.until(&token, &path, "closed", |ticket| ticket["closed"] == true);
+    let closed = server.wait(&token, &path, "closed", |ticket| ticket["closed"] == true);
     assert!(
         !closed["log"]
             .as_array()
@@ -323,20 +286,7 @@ fn the_loop_guard(server: &Server) {
 
     // Two automations undoing each other's change: stopped by a suppressed run.
     let token = server.tenant("Looping");
-    server.ok(
-        "POST",
-        "/api/ticket-types",
-        &token,
-        Some(json!({"name": "order", "statuses": ["waiting-to-pack", "shipped"]})),
-    );
-    let (_, orders) = server.automation(
-        &token,
-        json!({"name": "Orders", "trigger": {"type": "webhook", "params": [
-                {"name": "id", "path": "id", "type": "string", "required": true}]},
-               "steps": [{"name": "ticket", "op": "ticket/upsert",
-                          "input": {"externalId": "order-{{id}}", "title": "Order {{id}}",
-                                    "type": "order", "status": "waiting-to-pack"}}]}),
-    );
+    let orders = orders_webhook(server, &token);
     for (name, from, to) in [
         ("Ship", "waiting-to-pack", "shipped"),
         ("Unship", "shipped", "waiting-to-pack"),
@@ -362,7 +312,7 @@ fn the_loop_guard(server: &Server) {
         &token,
         Some(json!({"addTags": ["vip"]})),
     );
-    let suppressed = server.until(
+    let suppressed = server.wait(
         &token,
         "/api/runs?status=suppressed",
         "a suppressed run",
@@ -389,7 +339,7 @@ fn the_loop_guard(server: &Server) {
     );
     let retried = server.ok("POST", &format!("/api/runs/{run}/retry"), &token, None);
     assert_eq!(retried["status"], "queued", "{retried}");
-    let done = server.until(&token, &format!("/api/runs/{run}"), "to complete", |run| {
+    let done = server.wait(&token, &format!("/api/runs/{run}"), "to complete", |run| {
         run["status"] == "completed"
     });
     let statuses: Vec<String> = lines(&done)
@@ -407,7 +357,7 @@ fn the_loop_guard(server: &Server) {
 fn every_decision_on_the_run_through_fronta_serve_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let database = dir.path().join("decisions.db");
-    let server = Server::start(&database.to_string_lossy());
+    let server = Server::start(&database.to_string_lossy(), ADMIN);
     failures_bounds_and_optional_parameters(&server);
     the_loop_guard(&server);
     server.stop();
@@ -418,7 +368,7 @@ async fn every_decision_on_the_run_through_fronta_serve_on_postgres() {
     let db = support::pg::TestDb::create().await;
     let url = db.url.clone();
     tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url);
+        let server = Server::start(&url, ADMIN);
         failures_bounds_and_optional_parameters(&server);
         the_loop_guard(&server);
         server.stop();
@@ -458,10 +408,7 @@ async fn a_cancel_reaches_a_call_in_flight_in_another_process_on_postgres() {
             .spawn()
             .expect("fronta serve starts");
         let address = support::listening_address(&mut api);
-        let server = Server {
-            child: api,
-            address,
-        };
+        let server = Server::of(api, address, ADMIN);
         let worker = Command::new(support::FRONTA)
             .args(["--database", &url, "worker", "--poll", "20ms"])
             .env("RUST_LOG", "warn")
@@ -485,7 +432,7 @@ async fn a_cancel_reaches_a_call_in_flight_in_another_process_on_postgres() {
         );
         let run = started["runId"].as_str().expect("a run id");
         let path = format!("/api/runs/{run}");
-        server.until(&token, &path, "running", |run| run["status"] == "running");
+        server.wait(&token, &path, "running", |run| run["status"] == "running");
         (server, worker, token, path)
     })
     .await

@@ -15,7 +15,6 @@
 
 mod support;
 
-use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -26,65 +25,17 @@ const ADMIN: &str = "fa_versions_admin";
 const PAUSE_SECS: u64 = 6;
 const DEADLINE: Duration = Duration::from_secs(90);
 
-struct Server {
-    child: Child,
-    address: String,
-}
+type Server = support::ApiServer;
 
-impl Server {
-    fn start(database: &str) -> Server {
-        let (child, address) = support::serve(database, ADMIN);
-        Server { child, address }
-    }
-
-    fn call(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> (u16, Value) {
-        support::call(&self.address, method, path, Some(token), body.as_ref())
-    }
-
-    fn ok(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Value {
-        let (status, reply) = self.call(method, path, token, body);
-        assert!(
-            (200..300).contains(&status),
-            "{method} {path}: {status} {reply}"
-        );
-        reply
-    }
-
-    fn tenant(&self, name: &str) -> String {
-        let reply = self.ok(
-            "POST",
-            "/api/admin/tenants",
-            ADMIN,
-            Some(json!({ "name": name })),
-        );
-        reply["token"].as_str().expect("a tenant token").to_owned()
-    }
-
-    /// Reads the run until `done` holds, or panics at the deadline with what it saw.
-    fn run_until(&self, token: &str, id: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let started = Instant::now();
-        loop {
-            let run = self.ok("GET", &format!("/api/runs/{id}"), token, None);
-            if done(&run) {
-                return run;
-            }
-            assert!(
-                started.elapsed() < DEADLINE,
-                "run {id} never got {what}: {run}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    fn stop(mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "SIGTERM sent");
-        let exit = self.child.wait().expect("the server exits");
-        assert!(exit.success(), "a clean exit: {exit:?}");
-    }
+/// Reads the run until `done` holds, or panics at the deadline with what it saw.
+fn run_until(
+    server: &Server,
+    token: &str,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    server.until(token, &format!("/api/runs/{id}"), what, DEADLINE, done)
 }
 
 fn log(name: &str, message: &str) -> Value {
@@ -157,7 +108,7 @@ fn edits_and_pauses(server: &Server) {
     let edited_run = start(server, &token, &flat_id);
     let paused_run = start(server, &token, &slow_id);
     for id in [&edited_run, &paused_run] {
-        server.run_until(&token, id, "into its pause", has_paused);
+        run_until(server, &token, id, "into its pause", has_paused);
     }
 
     // 1: the tree changes under the sleeping run.
@@ -178,7 +129,7 @@ fn edits_and_pauses(server: &Server) {
     );
     assert_eq!(paused["enabled"], false, "{paused}");
 
-    let run = server.run_until(&token, &edited_run, "to its end", finished);
+    let run = run_until(server, &token, &edited_run, "to its end", finished);
     assert_eq!(run["status"], "completed", "{run}");
     assert_eq!(run["automationVersion"], 1, "the run says version 1: {run}");
     let names: Vec<String> = steps_of(&run).into_iter().map(|(name, _)| name).collect();
@@ -194,7 +145,7 @@ fn edits_and_pauses(server: &Server) {
         "every line is version 1's: {run}"
     );
 
-    let run = server.run_until(&token, &paused_run, "to its end", finished);
+    let run = run_until(server, &token, &paused_run, "to its end", finished);
     assert_eq!(
         run["status"], "completed",
         "a pause lets the run finish: {run}"
@@ -309,7 +260,7 @@ fn references_and_fields(server: &Server) {
 
     // The ticket made after the renames is routed by the renamed automation.
     let run = start(server, &token, make["id"].as_str().expect("id"));
-    let made = server.run_until(&token, &run, "to its end", finished);
+    let made = run_until(server, &token, &run, "to its end", finished);
     assert_eq!(made["status"], "completed", "{made}");
     let started = Instant::now();
     let ticket = loop {
@@ -389,7 +340,7 @@ fn references_and_fields(server: &Server) {
 fn automation_versions_through_fronta_serve_on_sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let database = dir.path().join("versions.db");
-    let server = Server::start(&database.to_string_lossy());
+    let server = Server::start(&database.to_string_lossy(), ADMIN);
     edits_and_pauses(&server);
     references_and_fields(&server);
     server.stop();
@@ -400,7 +351,7 @@ async fn automation_versions_through_fronta_serve_on_postgres() {
     let db = support::pg::TestDb::create().await;
     let url = db.url.clone();
     tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url);
+        let server = Server::start(&url, ADMIN);
         edits_and_pauses(&server);
         references_and_fields(&server);
         server.stop();

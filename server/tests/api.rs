@@ -709,6 +709,21 @@ async fn generated_signing_secret_is_shown_once() {
     );
 }
 
+/// An automation with two problems: an unknown op (`steps[0]`) and a status its ticket
+/// type does not have (`steps[1]`).
+fn broken_automation() -> Value {
+    json!({
+        "name": "Broken",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+        "steps": [
+            {"name": "a", "op": "ticket/teleport", "input": {}},
+            {"name": "b", "op": "ticket/upsert",
+             "input": {"externalId": "{{orderId}}", "type": "order", "status": "lost"}}
+        ]
+    })
+}
+
 #[tokio::test]
 async fn invalid_automation_answers_422_listing_every_problem() {
     let harness = Harness::new();
@@ -717,20 +732,7 @@ async fn invalid_automation_answers_422_listing_every_problem() {
         .post("/api/ticket-types", &token, order_type())
         .await;
     let reply = harness
-        .post(
-            "/api/automations",
-            &token,
-            json!({
-                "name": "Broken",
-                "trigger": {"type": "webhook", "params": [
-                    {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
-                "steps": [
-                    {"name": "a", "op": "ticket/teleport", "input": {}},
-                    {"name": "b", "op": "ticket/upsert",
-                     "input": {"externalId": "{{orderId}}", "type": "order", "status": "lost"}}
-                ]
-            }),
-        )
+        .post("/api/automations", &token, broken_automation())
         .await;
     assert_eq!(
         reply.status,
@@ -1770,16 +1772,7 @@ async fn validate_checks_a_definition_without_saving_it() {
     harness
         .post("/api/ticket-types", &token, order_type())
         .await;
-    let broken = json!({
-        "name": "Broken",
-        "trigger": {"type": "webhook", "params": [
-            {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
-        "steps": [
-            {"name": "a", "op": "ticket/teleport", "input": {}},
-            {"name": "b", "op": "ticket/upsert",
-             "input": {"externalId": "{{orderId}}", "type": "order", "status": "lost"}}
-        ]
-    });
+    let broken = broken_automation();
     let checked = harness
         .post("/api/automations/validate", &token, broken.clone())
         .await;

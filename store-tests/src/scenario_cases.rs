@@ -848,15 +848,7 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
     firm.drain().await;
     let run = firm.run(stopped).await;
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
-    let statuses: Vec<String> = run.result.as_ref().expect("result")["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|step| step["status"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let statuses = step_statuses(&run);
     assert_eq!(
         statuses.first().map(String::as_str),
         Some("suppressed"),
@@ -1051,6 +1043,19 @@ fn instant(text: &str) -> chrono::DateTime<chrono::Utc> {
 }
 
 /// The names and messages of a finished automation run's step log.
+/// The status of every line of a completed run's step log.
+fn step_statuses(run: &fronta_engine::Run) -> Vec<String> {
+    run.result.as_ref().expect("result")["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|step| step["status"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn step_lines(run: &fronta_engine::Run) -> Vec<(String, String)> {
     let steps = run
         .result
@@ -1653,15 +1658,7 @@ pub async fn a_retry_is_a_line_on_the_run(factory: &dyn RuntimeFactory) {
     assert_eq!(run.status, RunStatus::Completed, "{:?}", run.last_error);
     assert_eq!(run.last_error, None, "a completed run keeps no error");
     let lines = step_lines(&run);
-    let statuses: Vec<String> = run.result.as_ref().expect("result")["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|step| step["status"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default();
+    let statuses = step_statuses(&run);
     assert_eq!(statuses, ["failed", "retried", "ok"], "{lines:?}");
     assert!(
         lines[0].1.contains("503") && lines[0].1.contains("will be retried"),

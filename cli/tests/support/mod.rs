@@ -402,3 +402,96 @@ pub fn lines(events: &[(&str, u64, u32)]) -> Vec<StepLine> {
         })
         .collect()
 }
+
+/// A `fronta serve` child for the tests that drive the API as a user would: calls with a
+/// token, a tenant made with the admin token, waits for a state, and a clean SIGTERM.
+pub struct ApiServer {
+    pub child: Child,
+    pub address: String,
+    admin: String,
+}
+
+impl ApiServer {
+    /// `fronta serve` on `database` with `admin` as its admin token ([`serve`]).
+    pub fn start(database: &str, admin: &str) -> ApiServer {
+        let (child, address) = serve(database, admin);
+        ApiServer::of(child, address, admin)
+    }
+
+    /// A server started by the caller, listening on `address`.
+    pub fn of(child: Child, address: String, admin: &str) -> ApiServer {
+        ApiServer {
+            child,
+            address,
+            admin: admin.to_owned(),
+        }
+    }
+
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<serde_json::Value>,
+    ) -> (u16, serde_json::Value) {
+        call(&self.address, method, path, Some(token), body.as_ref())
+    }
+
+    /// A call that must succeed (2xx): its answer.
+    pub fn ok(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<serde_json::Value>,
+    ) -> serde_json::Value {
+        let (status, reply) = self.call(method, path, token, body);
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {reply}"
+        );
+        reply
+    }
+
+    /// A new tenant's token.
+    pub fn tenant(&self, name: &str) -> String {
+        let admin = self.admin.clone();
+        let reply = self.ok(
+            "POST",
+            "/api/admin/tenants",
+            &admin,
+            Some(serde_json::json!({ "name": name })),
+        );
+        reply["token"].as_str().expect("a tenant token").to_owned()
+    }
+
+    /// Reads `path` until `done` holds, or panics after `deadline` with what it saw.
+    pub fn until(
+        &self,
+        token: &str,
+        path: &str,
+        what: &str,
+        deadline: std::time::Duration,
+        done: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let started = std::time::Instant::now();
+        loop {
+            let read = self.ok("GET", path, token, None);
+            if done(&read) {
+                return read;
+            }
+            assert!(
+                started.elapsed() < deadline,
+                "{path} never got {what}: {read}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// SIGTERM, and the exit must be clean.
+    pub fn stop(mut self) {
+        signal(self.child.id(), "TERM");
+        let exit = self.child.wait().expect("the server exits");
+        assert!(exit.success(), "a clean exit: {exit:?}");
+    }
+}
