@@ -355,26 +355,19 @@ fn the_loop_guard(server: &Server) {
 
 #[test]
 fn every_decision_on_the_run_through_fronta_serve_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir.path().join("decisions.db");
-    let server = Server::start(&database.to_string_lossy(), ADMIN);
-    failures_bounds_and_optional_parameters(&server);
-    the_loop_guard(&server);
-    server.stop();
+    support::on_sqlite("decisions.db", ADMIN, |server| {
+        failures_bounds_and_optional_parameters(server);
+        the_loop_guard(server);
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_decision_on_the_run_through_fronta_serve_on_postgres() {
-    let db = support::pg::TestDb::create().await;
-    let url = db.url.clone();
-    tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url, ADMIN);
-        failures_bounds_and_optional_parameters(&server);
-        the_loop_guard(&server);
-        server.stop();
+    support::on_postgres(ADMIN, |server| {
+        failures_bounds_and_optional_parameters(server);
+        the_loop_guard(server);
     })
-    .await
-    .expect("the repros ran");
+    .await;
 }
 
 /// Repro 7 across processes: the API is one `fronta serve --no-worker`, the run is in

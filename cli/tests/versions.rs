@@ -338,24 +338,17 @@ fn references_and_fields(server: &Server) {
 
 #[test]
 fn automation_versions_through_fronta_serve_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir.path().join("versions.db");
-    let server = Server::start(&database.to_string_lossy(), ADMIN);
-    edits_and_pauses(&server);
-    references_and_fields(&server);
-    server.stop();
+    support::on_sqlite("versions.db", ADMIN, |server| {
+        edits_and_pauses(server);
+        references_and_fields(server);
+    });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automation_versions_through_fronta_serve_on_postgres() {
-    let db = support::pg::TestDb::create().await;
-    let url = db.url.clone();
-    tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url, ADMIN);
-        edits_and_pauses(&server);
-        references_and_fields(&server);
-        server.stop();
+    support::on_postgres(ADMIN, |server| {
+        edits_and_pauses(server);
+        references_and_fields(server);
     })
-    .await
-    .expect("the repros ran");
+    .await;
 }

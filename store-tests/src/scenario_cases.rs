@@ -261,6 +261,16 @@ impl Firm {
         .expect("the worker ran");
     }
 
+    /// The tenant's first ticket (the scenario made one).
+    async fn first_ticket(&self) -> fronta_desk::Ticket {
+        self.stores
+            .desk
+            .ticket_list(self.tenant, TicketFilter::default())
+            .await
+            .expect("tickets")
+            .remove(0)
+    }
+
     async fn run(&self, id: fronta_engine::RunId) -> fronta_engine::Run {
         self.stores
             .runs
@@ -456,13 +466,7 @@ pub async fn an_automation_never_triggers_itself(factory: &dyn RuntimeFactory) {
     )
     .await;
     firm.drain().await;
-    let ticket = firm
-        .stores
-        .desk
-        .ticket_list(firm.tenant, TicketFilter::default())
-        .await
-        .expect("tickets")
-        .remove(0);
+    let ticket = firm.first_ticket().await;
     let change = fronta_desk::store::TicketChange {
         status: Some("shipped".into()),
         ..Default::default()
@@ -745,13 +749,7 @@ pub async fn a_loop_between_two_automations_is_stopped_and_logged(factory: &dyn 
     )
     .await;
     firm.drain().await;
-    let ticket = firm
-        .stores
-        .desk
-        .ticket_list(firm.tenant, TicketFilter::default())
-        .await
-        .expect("tickets")
-        .remove(0);
+    let ticket = firm.first_ticket().await;
     // A person tags it: the change starts the ping-pong.
     let change = fronta_desk::store::TicketChange {
         add_tags: vec!["vip".into()],
@@ -1701,13 +1699,7 @@ pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory
     firm.webhook(&tagger, json!({"tag": "new", "status": "waiting-to-pack"}))
         .await;
     firm.drain().await;
-    let ticket = firm
-        .stores
-        .desk
-        .ticket_list(firm.tenant, TicketFilter::default())
-        .await
-        .expect("tickets")
-        .remove(0);
+    let ticket = firm.first_ticket().await;
     for n in 0..5 {
         let change = fronta_desk::store::TicketChange {
             add_tags: vec![format!("person-{n}")],

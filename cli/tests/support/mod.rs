@@ -495,3 +495,25 @@ impl ApiServer {
         assert!(exit.success(), "a clean exit: {exit:?}");
     }
 }
+
+/// `repros` against a `fronta serve` on a fresh SQLite file, then a clean stop.
+pub fn on_sqlite(file: &str, admin: &str, repros: impl FnOnce(&ApiServer)) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let database = dir.path().join(file);
+    let server = ApiServer::start(&database.to_string_lossy(), admin);
+    repros(&server);
+    server.stop();
+}
+
+/// `repros` against a `fronta serve` on a fresh Postgres database, then a clean stop.
+pub async fn on_postgres(admin: &'static str, repros: impl FnOnce(&ApiServer) + Send + 'static) {
+    let db = pg::TestDb::create().await;
+    let url = db.url.clone();
+    tokio::task::spawn_blocking(move || {
+        let server = ApiServer::start(&url, admin);
+        repros(&server);
+        server.stop();
+    })
+    .await
+    .expect("the repros ran");
+}
