@@ -277,6 +277,39 @@ impl Browser {
             .unwrap_or_else(|err| panic!("{css} can be clicked: {err}"));
     }
 
+    /// Type `text` into the first element matching `css`, once there is one.
+    async fn type_into(&self, css: &str, text: &str) {
+        self.driver
+            .query(By::Css(css))
+            .wait(PATIENCE, POLL)
+            .first()
+            .await
+            .unwrap_or_else(|err| panic!("{css} is on the page: {err}"))
+            .send_keys(text)
+            .await
+            .unwrap_or_else(|err| panic!("{css} takes keys: {err}"));
+    }
+
+    /// Replace the value of the first input matching `css` by `text`, as a person
+    /// selecting what is there and typing over it.
+    async fn set_value(&self, css: &str, text: &str) {
+        let input = self
+            .driver
+            .query(By::Css(css))
+            .wait(PATIENCE, POLL)
+            .first()
+            .await
+            .unwrap_or_else(|err| panic!("{css} is on the page: {err}"));
+        input
+            .clear()
+            .await
+            .unwrap_or_else(|err| panic!("{css} can be cleared: {err}"));
+        input
+            .send_keys(text)
+            .await
+            .unwrap_or_else(|err| panic!("{css} takes keys: {err}"));
+    }
+
     /// Whether the page fits the window's width (no sideways scrolling).
     async fn fits_width(&self) -> bool {
         self.driver
@@ -568,6 +601,102 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the assignee carries one open ticket: {groups}"
     );
     browser.shot("08-groups").await;
+
+    // 5a. The setup from the page: a group, a member, a capacity, a rename, a refused
+    // delete said as a sentence, and a ticket type.
+    browser
+        .type_into("#new-group input[name='name']", "returns")
+        .await;
+    browser.click("#new-group button[type='submit']").await;
+    browser
+        .until(
+            "the new group",
+            "return document.querySelector(\"#groups .group[data-group='returns']\") || null",
+        )
+        .await;
+    browser
+        .type_into("#add-member-returns input[name='name']", "Ida")
+        .await;
+    browser
+        .click("#add-member-returns button[type='submit']")
+        .await;
+    browser
+        .until(
+            "Ida in returns",
+            "return document.querySelector(\"#groups .group[data-group='returns'] td.load\")?.innerText === '0 / 5' || null",
+        )
+        .await;
+    browser
+        .set_value("#groups input[aria-label='Capacity of Ida']", "2")
+        .await;
+    browser
+        .click("#groups button[data-save-capacity='Ida']")
+        .await;
+    browser
+        .until(
+            "Ida's new capacity",
+            "return document.querySelector(\"#groups .group[data-group='returns'] td.load\")?.innerText === '0 / 2' || null",
+        )
+        .await;
+    browser
+        .set_value("#groups input[aria-label='New name of returns']", "refunds")
+        .await;
+    browser.click("#groups button[data-rename='returns']").await;
+    browser
+        .until(
+            "the renamed group",
+            "return document.querySelector(\"#groups .group[data-group='refunds']\") || null",
+        )
+        .await;
+    browser
+        .click("#groups button[data-delete-group='warehouse']")
+        .await;
+    let refused = browser
+        .until(
+            "the refused delete",
+            "const e = document.querySelector(\"#groups .group[data-group='warehouse'] .status.error\"); return e ? e.innerText : null;",
+        )
+        .await;
+    let refused = refused.as_str().unwrap_or_default();
+    assert!(
+        refused.starts_with("Not done: ")
+            && refused.contains("Orders from the web shop")
+            && !refused.contains("409"),
+        "a readable sentence naming what uses it: {refused}"
+    );
+    browser.shot("08b-groups-edited").await;
+    browser.click("#nav a[href='#/ticket-types']").await;
+    browser
+        .type_into("#new-type input[name='name']", "return")
+        .await;
+    browser
+        .type_into("#new-type input[name='statuses']", "new, refunded")
+        .await;
+    browser
+        .type_into("#new-type input[name='fields']", "amount:number")
+        .await;
+    browser.click("#new-type button[type='submit']").await;
+    let made = browser
+        .text_of(
+            "the new ticket type",
+            "#ticket-types .ticket-type[data-type='return']",
+        )
+        .await;
+    assert!(made.contains("return"), "{made}");
+    let (status, types) = call(&address, "GET", "/api/ticket-types", Some(&token), None);
+    assert_eq!(status, 200, "{types}");
+    let made = types["items"]
+        .as_array()
+        .and_then(|items| items.iter().find(|item| item["name"] == "return"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(made["statuses"], json!(["new", "refunded"]), "{types}");
+    assert_eq!(
+        made["fields"],
+        json!([{"name": "amount", "type": "number"}]),
+        "{types}"
+    );
+    browser.shot("08c-ticket-types").await;
 
     // 5b. An incident opens while the incidents page is open (no reload).
     browser.click("#nav a[href='#/incidents']").await;

@@ -59,6 +59,10 @@ function emptyData() {
 const ctx = {
   kind: null,
   data: emptyData(),
+  /** Read the shared data again (after a write of the page) and redraw the view. */
+  reload() {
+    return load();
+  },
   /** Say on the page that a request failed. */
   report(error) {
     const text = error.describe ? error.describe() : String(error);

@@ -30,6 +30,7 @@ export function navFor(kind) {
     ["#/incidents", "Incidents"],
     ["#/automations", "Automations"],
     ["#/groups", "Groups"],
+    ["#/ticket-types", "Ticket types"],
   ];
 }
 
@@ -53,6 +54,8 @@ export function viewFor(ctx, path, query) {
       return automationsView(ctx);
     case "groups":
       return groupsView(ctx);
+    case "ticket-types":
+      return ticketTypesView(ctx);
     default:
       return notFoundView(path);
   }
@@ -871,13 +874,129 @@ function automationsView(ctx) {
 
 // ---- groups ----
 
+/** What a refused write says, for a person: the API's own sentence (an `in_use` answer names what uses it). */
+function refusal(error) {
+  if (error && error.code && error.message) return `Not done: ${error.message}`;
+  return error?.describe ? error.describe() : String(error);
+}
+
+/** A labelled input. */
+function field(label, attributes) {
+  return h("label", { class: "field" }, h("span", {}, label), " ", h("input", attributes));
+}
+
+/**
+ * A small form: `fields` (labelled inputs), a submit button, a status line; `submit` gets
+ * the form's values by input name and answers what to say. A refusal keeps what was typed.
+ */
+function smallForm(id, fields, buttonText, submit) {
+  const status = h("span", { class: "status", role: "status" });
+  const button = h("button", { type: "submit" }, buttonText);
+  const form = h("form", { class: "small-form", id }, fields, " ", button, " ", status);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const values = Object.fromEntries(new FormData(form).entries());
+    button.disabled = true;
+    status.className = "status";
+    status.textContent = `${buttonText}…`;
+    try {
+      status.textContent = (await submit(values)) ?? "Done.";
+      form.reset();
+    } catch (error) {
+      status.textContent = refusal(error);
+      status.className = "status error";
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return form;
+}
+
+/** A button whose refusal reads as a sentence (see `refusal`). */
+function writeButton(label, action, status, attributes = {}) {
+  const button = h("button", { type: "button", ...attributes }, label);
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    status.className = "status";
+    status.textContent = `${label}…`;
+    try {
+      status.textContent = (await action()) ?? "Done.";
+    } catch (error) {
+      status.textContent = refusal(error);
+      status.className = "status error";
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
 function groupsView(ctx) {
   let list;
+  const said = h("p", { class: "status", role: "status", id: "groups-status" });
+  async function reloaded(message) {
+    await ctx.reload();
+    said.textContent = message;
+    return message;
+  }
+  function memberRow(group, member, open) {
+    const status = h("span", { class: "status", role: "status" });
+    const count = open.get(member.id) ?? 0;
+    const capacity = h("input", { type: "number", min: 1, value: member.capacity, name: "capacity", "aria-label": `Capacity of ${member.name}`, class: "narrow" });
+    const base = `/api/groups/${encodeURIComponent(group.id)}/members/${encodeURIComponent(member.id)}`;
+    return h("tr", { dataset: { member: member.id } },
+      h("td", {}, h("a", { href: `#/tickets?assignee=${encodeURIComponent(member.id)}`, dataset: { key: `member-${member.id}` } }, member.name)),
+      h("td", {}, member.email ?? "—"),
+      h("td", { class: "load" }, `${count} / ${member.capacity}`),
+      h("td", {}, h("meter", { min: 0, max: Math.max(member.capacity, 1), value: count, high: Math.max(member.capacity, 1) * 0.8, optimum: 0, "aria-label": `${member.name}: ${count} of ${member.capacity}` })),
+      h("td", { class: "edit" }, capacity, " ",
+        writeButton("Save capacity", async () => {
+          await api("PATCH", base, { capacity: Number(capacity.value) });
+          return reloaded(`${member.name} now takes up to ${capacity.value} open tickets.`);
+        }, status, { "data-save-capacity": member.name }), " ",
+        writeButton("Remove", async () => {
+          await api("DELETE", base);
+          return reloaded(`${member.name} was removed from ${group.name}.`);
+        }, status, { "data-remove-member": member.name }), " ", status));
+  }
+  function groupSection(group, open) {
+    const status = h("span", { class: "status", role: "status" });
+    const name = h("input", { name: "name", value: group.name, "aria-label": `New name of ${group.name}` });
+    const base = `/api/groups/${encodeURIComponent(group.id)}`;
+    return h("section", { class: "group", dataset: { group: group.name } },
+      h("h2", {}, group.name, " ", h("span", { class: "muted" }, `(${group.members.length} ${group.members.length === 1 ? "member" : "members"})`)),
+      group.members.length === 0 ? h("p", { class: "muted" }, "No members.") :
+        table(["Member", "Email", "Open tickets / capacity", "", "Change"], group.members.map((member) => memberRow(group, member, open))),
+      smallForm(`add-member-${group.name}`, [
+        field("Name", { name: "name", required: true }),
+        field("Email", { name: "email", type: "email" }),
+        field("Capacity", { name: "capacity", type: "number", min: 1, value: 5, class: "narrow" }),
+      ], "Add member", async (values) => {
+        const body = { name: values.name, capacity: Number(values.capacity) };
+        if (values.email) body.email = values.email;
+        await api("POST", `${base}/members`, body);
+        return reloaded(`${values.name} joined ${group.name}.`);
+      }),
+      h("p", { class: "actions" }, name, " ",
+        writeButton("Rename", async () => {
+          await api("PATCH", base, { name: name.value });
+          return reloaded(`${group.name} is now ${name.value}.`);
+        }, status, { "data-rename": group.name }), " ",
+        writeButton("Delete group", async () => {
+          await api("DELETE", base);
+          return reloaded(`${group.name} was deleted.`);
+        }, status, { "data-delete-group": group.name }), " ", status));
+  }
   return {
     title: "Groups",
     mount(main) {
       list = h("div", { id: "groups" });
-      main.append(heading("Groups"), list);
+      const create = smallForm("new-group", [field("Name", { name: "name", required: true })], "Create group", async (values) => {
+        await api("POST", "/api/groups", { name: values.name });
+        await ctx.reload();
+        return `Group ${values.name} created.`;
+      });
+      main.append(heading("Groups"), create, said, list);
       this.update();
     },
     update() {
@@ -893,17 +1012,82 @@ function groupsView(ctx) {
       replace(list,
         ctx.data.truncated.tickets ? h("p", { class: "muted" }, "Counted over the first open tickets only; the counts may be low.") : null,
         ctx.data.groups.length === 0 ? h("p", { class: "muted" }, "No groups yet.") :
-          ctx.data.groups.map((group) => h("section", { class: "group", dataset: { group: group.name } },
-            h("h2", {}, group.name, " ", h("span", { class: "muted" }, `(${group.members.length} members)`)),
-            group.members.length === 0 ? h("p", { class: "muted" }, "No members.") :
-              table(["Member", "Email", "Open tickets / capacity", ""], group.members.map((member) => {
-                const count = open.get(member.id) ?? 0;
-                return h("tr", { dataset: { member: member.id } },
-                  h("td", {}, h("a", { href: `#/tickets?assignee=${encodeURIComponent(member.id)}`, dataset: { key: `member-${member.id}` } }, member.name)),
-                  h("td", {}, member.email ?? "—"),
-                  h("td", { class: "load" }, `${count} / ${member.capacity}`),
-                  h("td", {}, h("meter", { min: 0, max: Math.max(member.capacity, 1), value: count, high: Math.max(member.capacity, 1) * 0.8, optimum: 0, "aria-label": `${member.name}: ${count} of ${member.capacity}` })));
-              })))));
+          ctx.data.groups.map((group) => groupSection(group, open)));
+    },
+  };
+}
+
+// ---- ticket types ----
+
+/** `"amount:number, note"` → `[{name: "amount", type: "number"}, {name: "note", type: "string"}]` (types: string, number, boolean, date). */
+export function parseFields(text) {
+  return text.split(",").map((part) => part.trim()).filter(Boolean).map((part) => {
+    const [name, type] = part.split(":").map((piece) => piece.trim());
+    return { name, type: type || "string" };
+  });
+}
+
+function listText(items) {
+  return items.join(", ");
+}
+
+function ticketTypesView(ctx) {
+  let list;
+  const said = h("p", { class: "status", role: "status", id: "types-status" });
+  async function reloaded(message) {
+    await ctx.reload();
+    said.textContent = message;
+    return message;
+  }
+  function typeSection(type) {
+    const status = h("span", { class: "status", role: "status" });
+    const statuses = h("input", { name: "statuses", value: listText(type.statuses ?? []), "aria-label": `Statuses of ${type.name}`, class: "wide" });
+    const fields = h("input", { name: "fields", value: (type.fields ?? []).map((f) => `${f.name}:${f.type}`).join(", "), "aria-label": `Fields of ${type.name}`, class: "wide" });
+    const base = `/api/ticket-types/${encodeURIComponent(type.id)}`;
+    return h("section", { class: "ticket-type", dataset: { type: type.name } },
+      h("h2", {}, type.name),
+      h("p", { class: "edit" },
+        h("label", { class: "field" }, h("span", {}, "Statuses"), " ", statuses), " ",
+        h("label", { class: "field" }, h("span", {}, "Fields"), " ", fields)),
+      h("p", { class: "actions" },
+        writeButton("Save", async () => {
+          await api("PATCH", base, {
+            statuses: statuses.value.split(",").map((item) => item.trim()).filter(Boolean),
+            fields: parseFields(fields.value),
+          });
+          return reloaded(`${type.name} saved.`);
+        }, status, { "data-save-type": type.name }), " ",
+        writeButton("Delete type", async () => {
+          await api("DELETE", base);
+          return reloaded(`${type.name} was deleted.`);
+        }, status, { "data-delete-type": type.name }), " ", status));
+  }
+  return {
+    title: "Ticket types",
+    mount(main) {
+      list = h("div", { id: "ticket-types" });
+      const create = smallForm("new-type", [
+        field("Name", { name: "name", required: true }),
+        field("Statuses (comma-separated)", { name: "statuses", class: "wide" }),
+        field("Fields (name:type, …)", { name: "fields", class: "wide", placeholder: "amount:number, note:string" }),
+      ], "Create ticket type", async (values) => {
+        await api("POST", "/api/ticket-types", {
+          name: values.name,
+          statuses: (values.statuses ?? "").split(",").map((item) => item.trim()).filter(Boolean),
+          fields: parseFields(values.fields ?? ""),
+        });
+        await ctx.reload();
+        return `Ticket type ${values.name} created.`;
+      });
+      main.append(heading("Ticket types"), create, said, list);
+      this.update();
+    },
+    update() {
+      if (!ctx.data.loaded) {
+        replace(list, loading());
+        return;
+      }
+      replace(list, ctx.data.ticketTypes.length === 0 ? h("p", { class: "muted" }, "No ticket types yet.") : ctx.data.ticketTypes.map(typeSection));
     },
   };
 }
