@@ -150,6 +150,22 @@ impl CronSchedule {
         Ok(())
     }
 
+    /// The next `count` ticks after `after` (fewer when the pattern ends).
+    pub fn next_ticks(&self, after: DateTime<Utc>, count: usize) -> Vec<DateTime<Utc>> {
+        let mut ticks = Vec::with_capacity(count);
+        let mut at = after;
+        while ticks.len() < count {
+            match self.next_after(at) {
+                Some(next) => {
+                    ticks.push(next);
+                    at = next;
+                }
+                None => break,
+            }
+        }
+        ticks
+    }
+
     /// A person's reading of the pattern ("At 07:00 on Monday through Friday").
     pub fn describe(&self) -> String {
         self.cron.describe()

@@ -1796,6 +1796,33 @@ async fn validate_checks_a_definition_without_saving_it() {
     assert_eq!(fine.json["valid"], true);
     assert_eq!(fine.json["problems"], json!([]));
     assert_eq!(fine.json["warnings"][0]["path"], "steps[0].input.message");
+    let timed = harness
+        .post(
+            "/api/automations/validate",
+            &token,
+            json!({"name": "Mornings", "trigger": {"type": "schedule", "cron": "0 7 * * MON-FRI",
+                    "timezone": "Europe/Prague"},
+                   "steps": [{"name": "say", "op": "flow/log", "input": {"message": "morning"}}]}),
+        )
+        .await;
+    assert_eq!(timed.json["valid"], true, "{}", timed.json);
+    let next = timed.json["schedule"]["next"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(next.len(), 5, "the next five fire times: {}", timed.json);
+    assert!(
+        next.windows(2)
+            .all(|pair| pair[0].as_str() < pair[1].as_str()),
+        "in order: {next:?}"
+    );
+    assert!(
+        timed.json["schedule"]["describe"]
+            .as_str()
+            .is_some_and(|text| text.contains("07:00")),
+        "{}",
+        timed.json
+    );
     assert_eq!(
         items(&harness.get("/api/automations", &token).await).len(),
         0,

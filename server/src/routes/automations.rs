@@ -225,7 +225,9 @@ fn with_warnings(view: &mut Value, stored: &StoredAutomation) {
 /// `POST /api/automations/validate`: the checks of a save, nothing written. Always 200
 /// for a JSON body: `{"valid", "problems": [{path, message}], "warnings": [...]}` — the
 /// problems a save would answer 422 with, at their paths (an editor shows them as the
-/// definition is typed), and the warnings a save would answer beside the automation.
+/// definition is typed), and the warnings a save would answer beside the automation. A
+/// valid schedule also gets `schedule: {describe, next: [5 instants]}`: how the cron
+/// reads and when it fires next.
 pub async fn validate_only(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
@@ -242,12 +244,32 @@ pub async fn validate_only(
         .into_iter()
         .map(|warning| json!({"path": warning.path, "message": warning.message}))
         .collect();
-    Ok(Json(json!({
+    let mut answer = json!({
         "valid": problems.is_empty(),
         "problems": problems,
         "warnings": warnings,
-    })))
+    });
+    if let Some(Automation {
+        trigger: Trigger::Schedule { cron, timezone },
+        ..
+    }) = &automation
+        && let Ok(schedule) =
+            fronta_automation::schedule::CronSchedule::parse(cron, timezone.as_deref())
+    {
+        answer["schedule"] = json!({
+            "describe": schedule.describe(),
+            "next": schedule
+                .next_ticks(chrono::Utc::now(), NEXT_TICKS_SHOWN)
+                .iter()
+                .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+                .collect::<Vec<_>>(),
+        });
+    }
+    Ok(Json(answer))
 }
+
+/// How many coming ticks of a schedule the validate call shows.
+pub const NEXT_TICKS_SHOWN: usize = 5;
 
 pub async fn list(
     TenantAuth(tenant): TenantAuth,
