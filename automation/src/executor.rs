@@ -306,6 +306,10 @@ impl ExecState {
         let ended = self.steps.last().map(|last| last.status.as_str());
         let suppressed = ended == Some("suppressed");
         let ended_failed = ended == Some("failed") || suppressed;
+        let previous_worker = self.starts.last().map_or_else(
+            || "a worker".to_owned(),
+            |start| format!("worker {}", start.worker),
+        );
         let after_error = run
             .last_error
             .as_deref()
@@ -358,8 +362,8 @@ impl ExecState {
             line(
                 "reclaimed",
                 format!(
-                    "the previous worker's lease expired (it stopped or lost the database); \
-                     reclaim {} — the run goes on from its last checkpoint",
+                    "the previous worker's lease expired ({previous_worker}: it stopped or lost \
+                     the database); reclaim {} — the run goes on from its last checkpoint",
                     now_seen.reclaims
                 ),
             );
