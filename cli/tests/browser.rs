@@ -278,7 +278,7 @@ impl Browser {
     }
 
     /// Type `text` into the first element matching `css`, once there is one.
-    async fn type_into(&self, css: &str, text: &str) {
+    async fn type_into(&self, css: &str, text: impl Into<TypingData>) {
         self.driver
             .query(By::Css(css))
             .wait(PATIENCE, POLL)
@@ -697,6 +697,76 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "{types}"
     );
     browser.shot("08c-ticket-types").await;
+
+    // 5b. An automation written on the page: a problem shown at its path as it is typed,
+    // saved with the keyboard, edited to version 2, its diff, a rollback to version 1.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    let broken = json!({"name": "Returns", "trigger": {"type": "manual"},
+        "steps": [{"name": "note", "op": "flow/teleport", "input": {"message": "one"}}]});
+    browser.set_value("#definition", &broken.to_string()).await;
+    browser
+        .until(
+            "the problem at its path",
+            "return document.querySelector(\"#problems li[data-path^='steps[0]']\") || null",
+        )
+        .await;
+    browser.shot("08d-editor-problem").await;
+    let fixed = json!({"name": "Returns", "trigger": {"type": "manual"},
+        "steps": [{"name": "note", "op": "flow/log", "input": {"message": "one"}}]});
+    browser.set_value("#definition", &fixed.to_string()).await;
+    browser
+        .until(
+            "the definition checked valid",
+            "return document.querySelector('#check-status')?.innerText === 'Valid.' || null",
+        )
+        .await;
+    browser.type_into("#definition", Key::Control + "s").await;
+    browser
+        .until(
+            "version 1 saved, on the automation's own page",
+            "return (location.hash.startsWith('#/automations/') && !location.hash.endsWith('/new') \
+             && document.querySelector(\"#versions tr[data-version='1']\")) || null",
+        )
+        .await;
+    let edited = json!({"name": "Returns", "trigger": {"type": "manual"},
+        "steps": [{"name": "note", "op": "flow/log", "input": {"message": "two"}}]});
+    browser.set_value("#definition", &edited.to_string()).await;
+    browser.click("#save").await;
+    browser
+        .until(
+            "version 2 saved",
+            "return document.querySelector('#save-status')?.innerText === 'Saved as version 2.' || null",
+        )
+        .await;
+    browser.click("#versions button[data-diff='2']").await;
+    let changes = browser.text_of("the diff", "#diff ul.changes").await;
+    assert!(
+        changes.contains("note.input.message")
+            && changes.contains("\"one\"")
+            && changes.contains("\"two\""),
+        "the diff names the path, before and after: {changes}"
+    );
+    browser.click("#versions button[data-rollback='1']").await;
+    browser
+        .until(
+            "the rollback to version 1 as version 3",
+            "return document.querySelector(\"#versions tr[data-version='3']\")?.innerText.includes('current') || null",
+        )
+        .await;
+    let definition = browser
+        .until(
+            "the editor shows version 1's definition",
+            "const t = document.querySelector('#definition'); return t && t.value.includes('\"one\"') ? t.value : null;",
+        )
+        .await;
+    assert!(
+        definition
+            .as_str()
+            .is_some_and(|text| !text.contains("two")),
+        "{definition}"
+    );
+    browser.shot("08e-editor-versions").await;
 
     // 5b. An incident opens while the incidents page is open (no reload).
     browser.click("#nav a[href='#/incidents']").await;
