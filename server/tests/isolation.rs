@@ -265,6 +265,14 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             )],
         ),
         (
+            "POST",
+            "/api/automations/validate",
+            vec![NoIds(
+                "checks a definition against the caller's own ticket types; writes nothing and \
+                 names no object by id",
+            )],
+        ),
+        (
             "GET",
             "/api/automations/{id}",
             vec![ids(&[("id", "automation")], None)],
