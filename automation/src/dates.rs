@@ -8,6 +8,11 @@
 
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 
+/// `at` to the whole millisecond, as the stores keep instants and the API writes them.
+pub fn whole_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
+}
+
 /// Reads an ISO-8601 / RFC 3339 text as an instant in UTC.
 pub fn parse_instant(text: &str) -> Option<DateTime<Utc>> {
     let text = text.trim();

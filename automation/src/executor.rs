@@ -243,6 +243,17 @@ pub struct Seen {
     pub parks: u32,
 }
 
+impl Seen {
+    /// The counters of `run` as it is now.
+    pub fn of(run: &fronta_engine::Run) -> Self {
+        Self {
+            attempts: run.attempts,
+            reclaims: run.reclaims,
+            parks: run.parks,
+        }
+    }
+}
+
 /// The `op` of the step log's lifecycle lines (`retried`, `reclaimed`, `parked`,
 /// `retried by hand`): what happened to the run between two attempts.
 pub const LIFECYCLE_OP: &str = "run/lifecycle";
@@ -295,13 +306,15 @@ impl ExecState {
     /// retry by hand (the counters began again) — then remembers the counters. A new
     /// attempt (the first, or any of those) is noted in `starts` with `worker`; a run
     /// coming back from a snooze goes on in the same attempt.
-    pub fn note_lifecycle(&mut self, run: &fronta_engine::Run, worker: &str, now: DateTime<Utc>) {
+    pub fn note_lifecycle(
+        &mut self,
+        run: &fronta_engine::Run,
+        version: u32,
+        worker: &str,
+        now: DateTime<Utc>,
+    ) {
         let fresh = self.starts.is_empty() && self.steps.is_empty() && self.seen == Seen::default();
-        let now_seen = Seen {
-            attempts: run.attempts,
-            reclaims: run.reclaims,
-            parks: run.parks,
-        };
+        let now_seen = Seen::of(run);
         let before = self.seen;
         let ended = self.steps.last().map(|last| last.status.as_str());
         let suppressed = ended == Some("suppressed");
@@ -326,11 +339,6 @@ impl ExecState {
             || (now_seen.attempts == before.attempts
                 && now_seen.reclaims <= before.reclaims
                 && ended_failed);
-        let version = run
-            .payload
-            .get("automationVersion")
-            .and_then(Value::as_u64)
-            .unwrap_or(1);
         if by_hand && suppressed {
             line(
                 "retried by hand",
@@ -903,7 +911,12 @@ impl Runtime {
                 state
             }
         };
-        state.note_lifecycle(&ctx.run, &ctx.worker, Utc::now());
+        state.note_lifecycle(
+            &ctx.run,
+            payload.automation_version,
+            &ctx.worker,
+            Utc::now(),
+        );
         if let Some(until) = state.pause_until {
             let now = self.clock.now();
             if until > now {
@@ -1032,11 +1045,7 @@ impl Runtime {
             tracing::warn!(run = %ctx.run.id, error = %err, "could not log the loop guard on the ticket");
         }
         let mut state = ExecState::new(Context::from_params(payload.context.clone()));
-        state.seen = Seen {
-            attempts: ctx.run.attempts,
-            reclaims: ctx.run.reclaims,
-            parks: ctx.run.parks,
-        };
+        state.seen = Seen::of(&ctx.run);
         state.steps.push(StepLog::instant(
             "run",
             GUARD_OP,
@@ -1053,20 +1062,11 @@ impl Runtime {
     /// The chain of automation runs that led to this run, oldest first, by name:
     /// `"Ship" (run 01…) → "Unship" (run 01…) → this run`.
     async fn chain_text(&self, payload: &RunPayload, stored: &StoredAutomation) -> String {
-        let mut links: Vec<&OriginLink> = Vec::new();
-        let cause = payload.caused_by.as_ref();
-        let last = cause.map(|cause| OriginLink {
-            automation_id: cause.automation_id.clone(),
-            run_id: cause.run_id.clone(),
-        });
-        if let Some(cause) = cause {
-            links.extend(cause.chain.iter());
-        }
-        links.extend(last.iter());
+        let links = CausedBy::onward(payload.caused_by.as_ref());
         let mut names: std::collections::HashMap<String, String> = Default::default();
         names.insert(stored.id.to_string(), stored.automation.name.clone());
         let mut parts = Vec::with_capacity(links.len() + 1);
-        for link in links {
+        for link in &links {
             if !names.contains_key(&link.automation_id) {
                 let name = match link.automation_id.parse() {
                     Ok(id) => match self.automations.automation_get(payload.tenant, id).await {

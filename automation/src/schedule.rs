@@ -125,17 +125,15 @@ impl CronSchedule {
     /// no two of its next [`GAPS_CHECKED`] ticks are closer than `min_gap`. Else what is
     /// wrong, naming the limit.
     pub fn check_fires(&self, from: DateTime<Utc>, min_gap: Duration) -> Result<(), String> {
-        let Some(mut tick) = self.next_after(from) else {
+        let ticks = self.next_ticks(from, GAPS_CHECKED + 1);
+        if ticks.is_empty() {
             return Err(format!(
                 "cron never fires ({}): no date matches it",
                 self.describe()
             ));
-        };
-        for _ in 0..GAPS_CHECKED {
-            let Some(next) = self.next_after(tick) else {
-                return Ok(());
-            };
-            let gap = (next - tick).to_std().unwrap_or_default();
+        }
+        for pair in ticks.windows(2) {
+            let gap = (pair[1] - pair[0]).to_std().unwrap_or_default();
             if gap < min_gap {
                 return Err(format!(
                     "cron fires {} s apart ({}); a schedule runs at most every {} s \
@@ -145,7 +143,6 @@ impl CronSchedule {
                     min_gap.as_secs()
                 ));
             }
-            tick = next;
         }
         Ok(())
     }

@@ -551,7 +551,7 @@ pub struct GuardAdmission {
 impl GuardAdmission {
     /// An instant as admissions keep it: whole milliseconds.
     pub fn instant(at: DateTime<Utc>) -> DateTime<Utc> {
-        DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
+        crate::dates::whole_millis(at)
     }
 
     pub fn new(now: DateTime<Utc>, window: std::time::Duration, max: u32) -> Self {

@@ -67,8 +67,7 @@ pub fn of(
     starts: &[AttemptStart],
     now: DateTime<Utc>,
 ) -> Vec<Entry> {
-    // Instants as the API writes them elsewhere: whole milliseconds.
-    let now = DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap_or(now);
+    let now = crate::dates::whole_millis(now);
     let mut entries = Vec::with_capacity(steps.len() + starts.len() + 3);
     entries.push(Entry::of(
         run.created_at,

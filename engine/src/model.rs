@@ -151,6 +151,12 @@ impl RunStatus {
         }
     }
 
+    /// Whether a manual retry starts a run in this status: a failed one (from its
+    /// checkpoint) or a suppressed one (the guard does not stop a run started by hand).
+    pub fn is_retried_by_hand(self) -> bool {
+        matches!(self, RunStatus::Failed | RunStatus::Suppressed)
+    }
+
     pub fn is_terminal(self) -> bool {
         matches!(
             self,

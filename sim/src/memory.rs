@@ -567,7 +567,7 @@ impl RunStore for MemoryStore {
             let mut rows = self.lock()?;
             let seq = *rows.by_id.get(&id).ok_or(StoreError::NotFound)?;
             let run = rows.runs.get(&seq).ok_or(StoreError::NotFound)?;
-            if !matches!(run.status, RunStatus::Failed | RunStatus::Suppressed) {
+            if !run.status.is_retried_by_hand() {
                 return Ok(RetryReply::NotFailed(read(run, now).status));
             }
             if let Some(key) = run.unique_key.clone() {

@@ -781,8 +781,9 @@ pub fn retry(
     let Some((status, run_at, tenant, unique_key)) = found else {
         return Err(StoreError::NotFound);
     };
-    if status != FAILED && status != SUPPRESSED {
-        return Ok(RetryReply::NotFailed(status_of(status, run_at, now)));
+    let found = status_of(status, run_at, now);
+    if !found.is_retried_by_hand() {
+        return Ok(RetryReply::NotFailed(found));
     }
     let changed = conn
         .prepare_cached(

@@ -214,11 +214,10 @@ pub async fn create(
 /// but may not do what it reads as (`fronta_automation::validate::warnings`).
 fn with_warnings(view: &mut Value, stored: &StoredAutomation) {
     if let Value::Object(map) = view {
-        let warnings: Vec<Value> = fronta_automation::validate::warnings(&stored.automation)
-            .into_iter()
-            .map(|warning| json!({"path": warning.path, "message": warning.message}))
-            .collect();
-        map.insert("warnings".into(), Value::Array(warnings));
+        map.insert(
+            "warnings".into(),
+            json!(fronta_automation::validate::warnings(&stored.automation)),
+        );
     }
 }
 
@@ -237,13 +236,10 @@ pub async fn validate_only(
     let (value, _secret) = split_body(body, "", &mut problems);
     let context = validation_context(&app, tenant.id).await?;
     let automation = check(&value, &context, "", &mut problems);
-    let warnings: Vec<Value> = automation
+    let warnings = automation
         .as_ref()
         .map(fronta_automation::validate::warnings)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|warning| json!({"path": warning.path, "message": warning.message}))
-        .collect();
+        .unwrap_or_default();
     let mut answer = json!({
         "valid": problems.is_empty(),
         "problems": problems,

@@ -242,7 +242,7 @@ async fn retry_on_current(
     tenant: TenantId,
     run: &Run,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if !matches!(run.status, RunStatus::Failed | RunStatus::Suppressed) {
+    if !run.status.is_retried_by_hand() {
         return Err(not_failed(run.status));
     }
     let mut payload: RunPayload = serde_json::from_value(run.payload.clone()).map_err(|_| {
