@@ -73,7 +73,7 @@ function loading() {
 
 /** A failed request, said on the page where its data would be. */
 function failed(error) {
-  return h("p", { class: "error", role: "alert" }, error.describe ? error.describe() : String(error));
+  return h("p", { class: "error", role: "alert" }, described(error));
 }
 
 function automationName(ctx, id) {
@@ -95,22 +95,38 @@ function byNewest(a, b) {
   return (b.createdAt ?? "").localeCompare(a.createdAt ?? "") || (b.id ?? "").localeCompare(a.id ?? "");
 }
 
-/** A button that runs `action` once at a time and says on the page how it went. */
-function actionButton(label, action, status) {
-  const button = h("button", { type: "button" }, label);
-  button.addEventListener("click", async () => {
-    button.disabled = true;
-    status.textContent = `${label}…`;
-    status.className = "status";
-    try {
-      status.textContent = (await action()) ?? "Done.";
-    } catch (error) {
-      status.textContent = error.describe ? error.describe() : String(error);
-      status.className = "status error";
-    } finally {
-      button.disabled = false;
-    }
-  });
+/** A failed request as the page says it: what was called and what it answered. */
+function described(error) {
+  return error.describe ? error.describe() : String(error);
+}
+
+/**
+ * Run `action` with `button` disabled, saying on `status` that it runs, then what it
+ * answered (or, failing, `describe(error)`). Resolves to whether it succeeded.
+ */
+async function busy(button, status, label, action, describe) {
+  button.disabled = true;
+  status.textContent = `${label}…`;
+  status.className = "status";
+  try {
+    status.textContent = (await action()) ?? "Done.";
+    return true;
+  } catch (error) {
+    status.textContent = describe(error);
+    status.className = "status error";
+    return false;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+/**
+ * A button that runs `action` once at a time and says on the page how it went; a
+ * failure reads as `describe` says (by default the call and its answer).
+ */
+function actionButton(label, action, status, { attributes = {}, describe = described } = {}) {
+  const button = h("button", { type: "button", ...attributes }, label);
+  button.addEventListener("click", () => busy(button, status, label, action, describe));
   return button;
 }
 
@@ -878,7 +894,7 @@ function automationsView(ctx) {
 /** What a refused write says, for a person: the API's own sentence (an `in_use` answer names what uses it). */
 function refusal(error) {
   if (error && error.code && error.message) return `Not done: ${error.message}`;
-  return error?.describe ? error.describe() : String(error);
+  return described(error);
 }
 
 /** A labelled input. */
@@ -897,49 +913,29 @@ function smallForm(id, fields, buttonText, submit) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const values = Object.fromEntries(new FormData(form).entries());
-    button.disabled = true;
-    status.className = "status";
-    status.textContent = `${buttonText}…`;
-    try {
-      status.textContent = (await submit(values)) ?? "Done.";
-      form.reset();
-    } catch (error) {
-      status.textContent = refusal(error);
-      status.className = "status error";
-    } finally {
-      button.disabled = false;
-    }
+    if (await busy(button, status, buttonText, () => submit(values), refusal)) form.reset();
   });
   return form;
 }
 
-/** A button whose refusal reads as a sentence (see `refusal`). */
+/** A button of a setup page: its refusal reads as a sentence (see `refusal`). */
 function writeButton(label, action, status, attributes = {}) {
-  const button = h("button", { type: "button", ...attributes }, label);
-  button.addEventListener("click", async () => {
-    button.disabled = true;
-    status.className = "status";
-    status.textContent = `${label}…`;
-    try {
-      status.textContent = (await action()) ?? "Done.";
-    } catch (error) {
-      status.textContent = refusal(error);
-      status.className = "status error";
-    } finally {
-      button.disabled = false;
-    }
-  });
-  return button;
+  return actionButton(label, action, status, { attributes, describe: refusal });
+}
+
+/** After a write of a setup page: read the data again, then say `message` on `said`. */
+function reloader(ctx, said) {
+  return async (message) => {
+    await ctx.reload();
+    said.textContent = message;
+    return message;
+  };
 }
 
 function groupsView(ctx) {
   let list;
   const said = h("p", { class: "status", role: "status", id: "groups-status" });
-  async function reloaded(message) {
-    await ctx.reload();
-    said.textContent = message;
-    return message;
-  }
+  const reloaded = reloader(ctx, said);
   function memberRow(group, member, open) {
     const status = h("span", { class: "status", role: "status" });
     const count = open.get(member.id) ?? 0;
@@ -1035,11 +1031,7 @@ function listText(items) {
 function ticketTypesView(ctx) {
   let list;
   const said = h("p", { class: "status", role: "status", id: "types-status" });
-  async function reloaded(message) {
-    await ctx.reload();
-    said.textContent = message;
-    return message;
-  }
+  const reloaded = reloader(ctx, said);
   function typeSection(type) {
     const status = h("span", { class: "status", role: "status" });
     const statuses = h("input", { name: "statuses", value: listText(type.statuses ?? []), "aria-label": `Statuses of ${type.name}`, class: "wide" });
@@ -1157,7 +1149,7 @@ function automationEditor(ctx, id) {
         : null);
       return definition;
     } catch (error) {
-      say(checked, error.describe ? error.describe() : String(error), true);
+      say(checked, described(error), true);
       return null;
     }
   }
@@ -1191,7 +1183,7 @@ function automationEditor(ctx, id) {
         loadVersions();
       }
     } catch (error) {
-      say(status, `Not saved — ${error.describe ? error.describe() : String(error)}. Your draft is kept.`, true);
+      say(status, `Not saved — ${described(error)}. Your draft is kept.`, true);
       check();
     }
   }
@@ -1263,7 +1255,7 @@ function automationEditor(ctx, id) {
           title.textContent = `Edit automation ${automation.name}`;
           text.value = JSON.stringify(definitionOf(automation), null, 2);
         } catch (error) {
-          say(status, error.describe ? error.describe() : String(error), true);
+          say(status, described(error), true);
         }
       }
       check();
