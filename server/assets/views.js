@@ -859,7 +859,7 @@ function automationsView(ctx) {
     toggle.setAttribute("data-toggle", automation.id);
     const article = h("article", { class: "automation", dataset: { automation: automation.id } },
       h("h2", {}, automation.name, " ", badge(automation.enabled ? "enabled" : "paused")),
-      h("p", {}, h("strong", {}, "Trigger: "), triggerText(automation.trigger), ` · ${automation.steps?.length ?? 0} steps`,
+      h("p", {}, h("strong", {}, "Trigger: "), triggerText(automation.trigger), ` · ${automation.steps?.length ?? 0} ${automation.steps?.length === 1 ? "step" : "steps"}`,
         automation.signed ? " · signed webhooks" : "", " · ",
         h("a", { href: `#/runs?automation=${encodeURIComponent(automation.id)}` }, "its runs"), " · ",
         h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { edit: automation.name } }, "edit")),
@@ -873,7 +873,7 @@ function automationsView(ctx) {
       return;
     }
     const automations = [...ctx.data.automations.values()];
-    replace(list, automations.length === 0 ? h("p", { class: "muted" }, "No automations yet: write one with “New automation”, or send a setup to POST /api/apply.") : automations.map(card));
+    replace(list, automations.length === 0 ? h("p", { class: "muted" }, "No automations yet: write one with “New automation”, or send a setup to POST /api/apply.") : automations.map((automation) => card(automation)));
   }
   return {
     title: "Automations",
