@@ -178,6 +178,38 @@ impl<'de> Deserialize<'de> for Op {
     }
 }
 
+/// The catalogue as the editor reads it (`GET /api/catalogue`): every op with its
+/// inputs (required first) and outputs, and the vocabulary of triggers and conditions —
+/// so a form offers exactly what a save accepts.
+pub fn as_json() -> serde_json::Value {
+    use crate::model::{EventKind, Match, Operator, ParamType, PollSource};
+    let ops: Vec<serde_json::Value> = Op::KNOWN
+        .iter()
+        .map(|op| {
+            serde_json::json!({
+                "op": op.as_str(),
+                "required": op.required_inputs(),
+                "optional": op.optional_inputs(),
+                "outputs": op.outputs(),
+                "connector": op.is_connector(),
+            })
+        })
+        .collect();
+    let operators: Vec<serde_json::Value> = Operator::KNOWN
+        .iter()
+        .map(|operator| serde_json::json!({"operator": operator.as_str(), "takesValue": operator.takes_value()}))
+        .collect();
+    serde_json::json!({
+        "ops": ops,
+        "triggers": ["webhook", "event", "poll", "schedule", "manual"],
+        "events": [EventKind::TicketCreated.as_str(), EventKind::TicketChanged.as_str()],
+        "paramTypes": ParamType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
+        "pollSources": [PollSource::Http.as_str(), PollSource::Messages.as_str(), PollSource::Mail.as_str()],
+        "operators": operators,
+        "matches": [Match::All.as_str(), Match::Any.as_str()],
+    })
+}
+
 /// The catalogue's op names joined for messages: `ticket/upsert, ticket/set-type, …`.
 pub(crate) fn known_names() -> String {
     Op::KNOWN
@@ -230,6 +262,35 @@ mod tests {
             !Op::TicketUpsert.takes_input("phase"),
             "a phase is not an input"
         );
+    }
+
+    #[test]
+    fn the_editors_catalogue_lists_every_op_with_its_inputs() {
+        let catalogue = as_json();
+        let ops = catalogue["ops"].as_array().expect("ops");
+        assert_eq!(ops.len(), Op::KNOWN.len(), "every op of the catalogue");
+        let upsert = ops
+            .iter()
+            .find(|op| op["op"] == "ticket/upsert")
+            .expect("upsert");
+        assert_eq!(
+            upsert["required"],
+            serde_json::json!(["externalId"]),
+            "required inputs"
+        );
+        assert!(
+            upsert["optional"]
+                .as_array()
+                .is_some_and(|o| o.contains(&serde_json::json!("tags"))),
+            "optional inputs"
+        );
+        let empty = catalogue["operators"]
+            .as_array()
+            .expect("operators")
+            .iter()
+            .find(|o| o["operator"] == "isEmpty")
+            .expect("isEmpty");
+        assert_eq!(empty["takesValue"], false, "isEmpty takes no value");
     }
 
     #[test]

@@ -278,6 +278,13 @@ fn schemas() -> Value {
             "valid": {"type": "boolean"},
             "problems": {"type": "array", "items": {"type": "object"}},
             "warnings": {"type": "array", "items": {"type": "object"}}})),
+        "Catalogue": object(&["ops", "triggers", "events", "paramTypes", "pollSources", "operators", "matches"], json!({
+            "ops": {"type": "array", "items": object(&["op", "required", "optional", "outputs", "connector"], json!({
+                "op": text, "required": texts, "optional": texts, "outputs": texts, "connector": {"type": "boolean"}}))},
+            "triggers": texts, "events": texts, "paramTypes": texts, "pollSources": texts,
+            "operators": {"type": "array", "items": object(&["operator", "takesValue"], json!({
+                "operator": text, "takesValue": {"type": "boolean"}}))},
+            "matches": texts})),
         "CancelAnswer": object(&["runId", "cancel", "status"], json!({
             "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
         "Incident": object(&["id", "title", "impact", "status", "count"], json!({

@@ -265,6 +265,13 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             )],
         ),
         (
+            "GET",
+            "/api/catalogue",
+            vec![NoIds(
+                "the catalogue of ops: the same for every tenant, no tenant's data",
+            )],
+        ),
+        (
             "POST",
             "/api/automations/validate",
             vec![NoIds(

@@ -264,6 +264,13 @@ pub async fn validate_only(
     Ok(Json(answer))
 }
 
+/// `GET /api/catalogue`: the ops with their inputs and outputs, and the vocabulary of
+/// triggers and conditions (`fronta_automation::catalogue::as_json`) — what the editor's
+/// form offers. The same for every tenant; a token is still needed, like every `/api/`.
+pub async fn catalogue(TenantAuth(_tenant): TenantAuth) -> Json<Value> {
+    Json(fronta_automation::catalogue::as_json())
+}
+
 /// How many coming ticks of a schedule the validate call shows.
 pub const NEXT_TICKS_SHOWN: usize = 5;
 

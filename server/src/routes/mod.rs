@@ -190,6 +190,12 @@ fn table() -> Routes {
             ],
         )
         .add(
+            "/api/catalogue",
+            get(automations::catalogue),
+            [op(get_, "The step ops with their inputs and outputs, and the trigger and condition vocabulary")
+                .answers(200, "Catalogue")],
+        )
+        .add(
             "/api/automations/validate",
             post(automations::validate_only),
             [op(post_, "Check an automation without saving it: every problem at its path, and the warnings")
