@@ -259,6 +259,19 @@ pub trait DeskStore: Send + Sync + 'static {
         origin: Origin,
     ) -> DeskResult<TicketWrite>;
     async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket>;
+    /// The tenant's ticket with this external id, if there is one (a read: no lock).
+    async fn ticket_by_external_id(
+        &self,
+        tenant: TenantId,
+        external_id: &str,
+    ) -> DeskResult<Option<Ticket>>;
+    /// The open-ticket count of each member of the group, as least busy reads it (a
+    /// member without open tickets may be absent: 0). An unknown group is `NotFound`.
+    async fn member_open_counts(
+        &self,
+        tenant: TenantId,
+        group: GroupId,
+    ) -> DeskResult<BTreeMap<MemberId, i64>>;
     async fn ticket_log(&self, tenant: TenantId, id: TicketId) -> DeskResult<Vec<TicketLogEntry>>;
     async fn ticket_log_append(
         &self,

@@ -583,6 +583,43 @@ impl DeskStore for PgStore {
         ticket_get(&mut Db::new(&mut conn, self), tenant, id, Lock::None).await
     }
 
+    async fn ticket_by_external_id(
+        &self,
+        tenant: TenantId,
+        external_id: &str,
+    ) -> DeskResult<Option<Ticket>> {
+        let mut conn = self.desk_connection().await?;
+        ticket_by_external_id(
+            &mut Db::new(&mut conn, self),
+            tenant,
+            external_id,
+            Lock::None,
+        )
+        .await
+    }
+
+    async fn member_open_counts(
+        &self,
+        tenant: TenantId,
+        group: GroupId,
+    ) -> DeskResult<BTreeMap<MemberId, i64>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        group_get(&mut db, tenant, group, Lock::None).await?;
+        let rows: Vec<(Uuid, i64)> = sqlx::query_as(
+            "SELECT m.id, o.open FROM desk_members m \
+             JOIN desk_member_open o ON o.member = m.id WHERE m.group_id = $1",
+        )
+        .bind(group.0)
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(member, open)| (MemberId(member), open))
+            .collect())
+    }
+
     async fn ticket_log(&self, tenant: TenantId, id: TicketId) -> DeskResult<Vec<TicketLogEntry>> {
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);

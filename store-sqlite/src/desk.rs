@@ -435,6 +435,40 @@ impl DeskStore for SqliteStore {
             .await
     }
 
+    async fn ticket_by_external_id(
+        &self,
+        tenant: TenantId,
+        external_id: &str,
+    ) -> DeskResult<Option<Ticket>> {
+        let external_id = external_id.to_owned();
+        self.desk_read(move |conn| ticket_by_external_id(conn, tenant, &external_id))
+            .await
+    }
+
+    async fn member_open_counts(
+        &self,
+        tenant: TenantId,
+        group: GroupId,
+    ) -> DeskResult<BTreeMap<MemberId, i64>> {
+        self.desk_read(move |conn| {
+            group_get(conn, tenant, group)?;
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT m.id, o.open FROM desk_members m \
+                     JOIN desk_member_open o ON o.member = m.id WHERE m.group_id = ?1",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map([key(&group.0)], |row| {
+                    Ok((MemberId(uuid_at(row, 0)?), row.get::<_, i64>(1)?))
+                })
+                .map_err(sql_err)?;
+            rows.collect::<rusqlite::Result<BTreeMap<_, _>>>()
+                .map_err(sql_err)
+        })
+        .await
+    }
+
     async fn ticket_log(&self, tenant: TenantId, id: TicketId) -> DeskResult<Vec<TicketLogEntry>> {
         self.desk_read(move |conn| {
             ticket_get(conn, tenant, id)?;

@@ -2567,6 +2567,72 @@ pub async fn least_busy_assigns_to_the_member_with_fewest_open_tickets(
 }
 
 /// Closed tickets do not count: a member whose tickets are all closed is the least busy.
+/// The reads a dry run plans its writes on: the ticket of an external id (only in its
+/// own tenant) and the open counts least busy reads (closed tickets leave them).
+pub async fn a_dry_run_reads_what_the_writes_read(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let team = desk
+        .team(
+            desk.acme,
+            "warehouse",
+            &[("Eva", 5), ("Jan", 5), ("Petr", 5)],
+        )
+        .await;
+    let group = desk
+        .store
+        .group_by_name(desk.acme, "warehouse")
+        .await
+        .expect("the group reads");
+    let first = desk.ticket(desk.acme, "order-1").await;
+    let second = desk.ticket(desk.acme, "order-2").await;
+    desk.assign(desk.acme, first.id, team[0].id).await;
+    desk.assign(desk.acme, second.id, team[0].id).await;
+    let third = desk.ticket(desk.acme, "order-3").await;
+    desk.assign(desk.acme, third.id, team[1].id).await;
+    desk.close(desk.acme, third.id).await;
+
+    let found = desk
+        .store
+        .ticket_by_external_id(desk.acme, "order-2")
+        .await
+        .expect("the read answers");
+    assert_eq!(
+        found.map(|t| t.id),
+        Some(second.id),
+        "order-2 is found by its external id"
+    );
+    let missing = desk
+        .store
+        .ticket_by_external_id(desk.globex, "order-2")
+        .await
+        .expect("the read answers");
+    assert_eq!(missing, None, "another tenant's external id is not found");
+    assert_eq!(
+        desk.store
+            .ticket_by_external_id(desk.acme, "order-9")
+            .await
+            .expect("the read answers"),
+        None,
+        "an external id nobody used"
+    );
+
+    let counts = desk
+        .store
+        .member_open_counts(desk.acme, group.id)
+        .await
+        .expect("the counts read");
+    let count = |member: &Member| counts.get(&member.id).copied().unwrap_or(0);
+    assert_eq!(
+        (count(&team[0]), count(&team[1]), count(&team[2])),
+        (2, 0, 0),
+        "Eva holds 2 open tickets, Jan's one is closed, Petr has none: {counts:?}"
+    );
+    assert_not_found(
+        desk.store.member_open_counts(desk.globex, group.id).await,
+        "another tenant's group",
+    );
+}
+
 pub async fn closed_tickets_do_not_count_towards_least_busy(factory: &dyn DeskStoreFactory) {
     let desk = Desk::open(factory).await;
     let team = desk

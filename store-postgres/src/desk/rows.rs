@@ -349,16 +349,20 @@ pub(crate) async fn ticket_get(
     one(db, query, ticket_of, TICKET).await
 }
 
-/// The tenant's ticket with `external_id`, locked for the write that looks.
+/// The tenant's ticket with `external_id`; a write that looks locks it (`Lock::Update`).
 pub(crate) async fn ticket_by_external_id(
     db: &mut Db<'_>,
     tenant: TenantId,
     external_id: &str,
+    lock: Lock,
 ) -> DeskSql<Option<Ticket>> {
-    let row = sqlx::query(concat!(
-        "SELECT ",
-        ticket_columns!(),
-        " FROM desk_tickets WHERE tenant = $1 AND external_id = $2 FOR UPDATE"
+    let row = sqlx::query(locked!(
+        lock,
+        concat!(
+            "SELECT ",
+            ticket_columns!(),
+            " FROM desk_tickets WHERE tenant = $1 AND external_id = $2"
+        )
     ))
     .bind(tenant.0)
     .bind(external_id)

@@ -195,13 +195,13 @@ pub(crate) async fn ticket_upsert(
         upsert.group.as_deref(),
     )
     .await?;
-    let target = match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
+    let target = match ticket_by_external_id(db, tenant, &upsert.external_id, Lock::Update).await? {
         Some(found) => UpsertTarget::Existing(Box::new(found)),
         None => {
             // Not there yet: take the tenant's create lock, then look again — a create of
             // the same external id that committed while this one waited is found now.
             let last = lock_counter(db, tenant).await?;
-            match ticket_by_external_id(db, tenant, &upsert.external_id).await? {
+            match ticket_by_external_id(db, tenant, &upsert.external_id, Lock::Update).await? {
                 Some(found) => UpsertTarget::Existing(Box::new(found)),
                 None => UpsertTarget::New {
                     tenant,
