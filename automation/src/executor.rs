@@ -168,7 +168,7 @@ pub struct StepLog {
 impl StepLog {
     /// A line of no duration at `at`: what the run itself did or met (a lifecycle line, a
     /// failure no step wrote, a hold).
-    fn instant(
+    pub(crate) fn instant(
         name: impl Into<String>,
         op: impl Into<String>,
         status: &str,
@@ -262,7 +262,7 @@ pub const LIFECYCLE_OP: &str = "run/lifecycle";
 pub const GUARD_OP: &str = "run/loop-guard";
 
 impl ExecState {
-    fn new(context: Context) -> Self {
+    pub(crate) fn new(context: Context) -> Self {
         Self {
             stack: vec![Frame {
                 block: Vec::new(),
@@ -663,7 +663,7 @@ pub fn prepare_run(
     dispatcher.prepare(run_request(stored, trigger, context))
 }
 
-enum Failure {
+pub(crate) enum Failure {
     /// Ends the run now, with an incident.
     Fatal { step: String, message: String },
     /// Try again (the checkpoint holds the step that failed).
@@ -672,6 +672,42 @@ enum Failure {
         message: String,
         after: Option<Duration>,
     },
+}
+
+/// The run a walk belongs to, as the walk needs it: its id and counters for the log
+/// lines, its stop signal, where its checkpoints go, and — for a dry run — what stands
+/// in for the outside (`crate::dry_run`).
+pub(crate) struct Walker<'a> {
+    pub run_id: String,
+    pub attempts: u32,
+    pub max_retries: u32,
+    pub signal: fronta_engine::registry::StopSignal,
+    /// `None`: nothing is kept (a dry run).
+    pub checkpointer: Option<&'a fronta_engine::registry::Checkpointer>,
+    pub dry: Option<&'a crate::dry_run::Dry>,
+}
+
+impl<'a> Walker<'a> {
+    /// The walker of a claimed run.
+    fn of(ctx: &'a RunContext) -> Self {
+        Walker {
+            run_id: ctx.run.id.to_string(),
+            attempts: ctx.run.attempts,
+            max_retries: ctx.run.max_retries,
+            signal: ctx.signal.clone(),
+            checkpointer: Some(&ctx.checkpointer),
+            dry: None,
+        }
+    }
+
+    /// Checkpoint `state` (a dry run keeps nothing and always succeeds); `Err` means
+    /// the lease is lost.
+    async fn save(&self, state: &ExecState) -> Result<(), fronta_engine::LeaseLost> {
+        match self.checkpointer {
+            Some(checkpointer) => checkpointer.save(state.encode()).await,
+            None => Ok(()),
+        }
+    }
 }
 
 impl Runtime {
@@ -932,12 +968,18 @@ impl Runtime {
                 .poll_first(&ctx, &payload, &stored, *source, settings, &mut state)
                 .await
             {
-                Ok(PollStep::Go) => self.walk(&ctx, &payload, &stored, &mut state).await,
+                Ok(PollStep::Go) => {
+                    self.walk(&Walker::of(&ctx), &payload, &stored, &mut state)
+                        .await
+                }
                 Ok(PollStep::Ended) => Ok(None),
                 Ok(PollStep::Snooze(wait)) => Ok(Some(wait)),
                 Err(failure) => Err(failure),
             },
-            _ => self.walk(&ctx, &payload, &stored, &mut state).await,
+            _ => {
+                self.walk(&Walker::of(&ctx), &payload, &stored, &mut state)
+                    .await
+            }
         };
         if matches!(walked, Ok(None) | Err(Failure::Fatal { .. })) {
             self.guard_withdraw_unchanged(&ctx, &payload, &stored, &state)
@@ -1114,19 +1156,19 @@ impl Runtime {
     }
 
     /// Walk from the cursor. `Ok(Some(d))` = snooze for `d`; `Ok(None)` = finished.
-    async fn walk(
+    pub(crate) async fn walk(
         &self,
-        ctx: &RunContext,
+        walker: &Walker<'_>,
         payload: &RunPayload,
         stored: &StoredAutomation,
         state: &mut ExecState,
     ) -> Result<Option<Duration>, Failure> {
         let tree = &stored.automation.steps;
         loop {
-            if ctx.signal.is_stopped() {
+            if walker.signal.is_stopped() {
                 // A cancel between two steps ends the log with its line (a shutdown or a
                 // lost lease gives the run back: it goes on from here, nothing to say).
-                if ctx.signal.reason() == Some(fronta_engine::registry::StopReason::Cancel) {
+                if walker.signal.reason() == Some(fronta_engine::registry::StopReason::Cancel) {
                     state.steps.push(StepLog::instant(
                         "run",
                         LIFECYCLE_OP,
@@ -1134,7 +1176,7 @@ impl Runtime {
                         "cancelled between two steps: nothing after this line ran".into(),
                         Utc::now(),
                     ));
-                    let _ = ctx.checkpointer.save(state.encode()).await;
+                    let _ = walker.save(state).await;
                 }
                 return Err(Failure::Retry {
                     step: String::new(),
@@ -1260,17 +1302,40 @@ impl Runtime {
                         tenant: payload.tenant,
                         origin: Origin::Automation {
                             automation_id: stored.id.to_string(),
-                            run_id: ctx.run.id.to_string(),
+                            run_id: walker.run_id.to_string(),
                             chain: CausedBy::onward(payload.caused_by.as_ref()),
                         },
                         automation_id: stored.id.to_string(),
                         automation_name: stored.automation.name.clone(),
-                        run_id: ctx.run.id.to_string(),
+                        run_id: walker.run_id.to_string(),
                         step_name: action.name.clone(),
-                        stop: ctx.signal.clone(),
+                        stop: walker.signal.clone(),
                         max_pause: self.max_pause,
+                        dry: walker.dry.is_some(),
                     };
-                    let result = match self.act(action, &state.context, &env).await {
+                    let acted = match walker.dry {
+                        Some(dry) if action.op.is_connector() && !dry.live => {
+                            match dry.stand_in(action, &state.context) {
+                                Some(done) => Ok(done),
+                                None => {
+                                    // Not called and not mocked: the tree goes on without
+                                    // its outputs, and its line says so.
+                                    state.steps.push(StepLog {
+                                        name: action.name.clone(),
+                                        op: action.op.as_str().into(),
+                                        status: crate::dry_run::NOT_CALLED.into(),
+                                        started_at: started,
+                                        finished_at: Utc::now(),
+                                        message: crate::dry_run::not_called(action, &state.context),
+                                        outputs: None,
+                                    });
+                                    continue;
+                                }
+                            }
+                        }
+                        _ => self.act(action, &state.context, &env).await,
+                    };
+                    let result = match acted {
                         Ok(done) => Ok(done),
                         Err(ActionError::Template(message)) => {
                             back_up(state);
@@ -1285,14 +1350,14 @@ impl Runtime {
                             state.steps.push(StepLog {
                                 name: action.name.clone(),
                                 op: action.op.as_str().into(),
-                                status: stopped_status(&ctx.signal).into(),
+                                status: stopped_status(&walker.signal).into(),
                                 started_at: started,
                                 finished_at: Utc::now(),
                                 message: message.clone(),
                                 outputs: None,
                             });
-                            tracing::info!(run = %ctx.run.id, step = %action.name, %message, "connector call abandoned");
-                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            tracing::info!(run = %walker.run_id, step = %action.name, %message, "connector call abandoned");
+                            let _ = walker.save(state).await;
                             return Err(Failure::Retry {
                                 step: action.name.clone(),
                                 message,
@@ -1320,8 +1385,8 @@ impl Runtime {
                                 message: message.clone(),
                                 outputs: None,
                             });
-                            tracing::info!(run = %ctx.run.id, step = %action.name, ?wait, %message, "step not run now: run snoozed");
-                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            tracing::info!(run = %walker.run_id, step = %action.name, ?wait, %message, "step not run now: run snoozed");
+                            let _ = walker.save(state).await;
                             return Ok(Some(wait));
                         }
                     };
@@ -1330,7 +1395,10 @@ impl Runtime {
                             let published = state
                                 .context
                                 .publish_outputs(&action.name, done.outputs.clone());
-                            let mut message = done.message;
+                            let mut message = match walker.dry {
+                                Some(dry) => dry.said(done.message),
+                                None => done.message,
+                            };
                             if !published.bare_taken.is_empty() {
                                 message.push_str(&format!(
                                     " (kept the earlier {} ; this step's are under {}.*)",
@@ -1342,7 +1410,7 @@ impl Runtime {
                                 state.ticket = Some((ticket.id.to_string(), ticket.human_id()));
                             }
                             state.changed_tickets |= action.op.changes_tickets();
-                            tracing::debug!(run = %ctx.run.id, step = %action.name, op = action.op.as_str(), %message, "step done");
+                            tracing::debug!(run = %walker.run_id, step = %action.name, op = action.op.as_str(), %message, "step done");
                             state.steps.push(StepLog {
                                 name: action.name.clone(),
                                 op: action.op.as_str().into(),
@@ -1369,10 +1437,7 @@ impl Runtime {
                             // after a crash repeats a log line only: no checkpoint either.
                             let last = done.snooze.is_none() && finished(tree, &state.stack);
                             let outside_effect = action.op.has_outside_effect();
-                            if !last
-                                && outside_effect
-                                && ctx.checkpointer.save(state.encode()).await.is_err()
-                            {
+                            if !last && outside_effect && walker.save(state).await.is_err() {
                                 return Err(Failure::Retry {
                                     step: action.name.clone(),
                                     message: "lease lost".into(),
@@ -1384,7 +1449,11 @@ impl Runtime {
                             }
                             // A pause that holds runs in flight stops this one at its next
                             // step (the step just done is checkpointed).
-                            if !last && outside_effect && self.held_now(stored).await {
+                            if !last
+                                && outside_effect
+                                && walker.dry.is_none()
+                                && self.held_now(stored).await
+                            {
                                 return Ok(Some(Duration::ZERO));
                             }
                         }
@@ -1406,11 +1475,11 @@ impl Runtime {
                                 finished_at: Utc::now(),
                                 message: format!(
                                     "{message} ({})",
-                                    retry_note(retryable, ctx.run.attempts, ctx.run.max_retries)
+                                    retry_note(retryable, walker.attempts, walker.max_retries)
                                 ),
                                 outputs: None,
                             });
-                            let _ = ctx.checkpointer.save(state.encode()).await;
+                            let _ = walker.save(state).await;
                             return Err(if retryable {
                                 Failure::Retry {
                                     step: action.name.clone(),
@@ -1676,6 +1745,7 @@ impl Runtime {
             step_name: POLL_STEP.into(),
             stop: ctx.signal.clone(),
             max_pause: self.max_pause,
+            dry: false,
         }
     }
 
@@ -1911,18 +1981,8 @@ impl Runtime {
             .unwrap_or_else(|| "(deleted automation)".into());
         tracing::error!(run = %ctx.run.id, automation = %payload.automation_id, tenant = %payload.tenant, step, message, "automation run failed");
         let ticket = state.and_then(|state| state.ticket.clone());
-        let (title, impact) = match &ticket {
-            Some((_, number)) => (
-                format!("The automation for ticket {number} did not finish; we lost no data."),
-                format!(
-                    "\"{name}\" stopped before it finished ticket {number}. The ticket and everything received are kept; the rest of the automation did not run."
-                ),
-            ),
-            None => (
-                format!("The automation \"{name}\" did not finish; we lost no data."),
-                "Everything received is kept; the rest of the automation did not run.".to_string(),
-            ),
-        };
+        let (title, impact) =
+            failure_incident(&name, ticket.as_ref().map(|(_, number)| number.as_str()));
         let report = IncidentReport {
             cause: format!("automation:{}:step:{step}", payload.automation_id),
             title,
@@ -1957,6 +2017,23 @@ impl Runtime {
             )
             .await;
         }
+    }
+}
+
+/// The title and impact of the incident a failed run of automation `name` opens — words a
+/// customer reads — over the ticket it was working on, if any.
+pub(crate) fn failure_incident(name: &str, ticket: Option<&str>) -> (String, String) {
+    match ticket {
+        Some(number) => (
+            format!("The automation for ticket {number} did not finish; we lost no data."),
+            format!(
+                "\"{name}\" stopped before it finished ticket {number}. The ticket and everything received are kept; the rest of the automation did not run."
+            ),
+        ),
+        None => (
+            format!("The automation \"{name}\" did not finish; we lost no data."),
+            "Everything received is kept; the rest of the automation did not run.".to_string(),
+        ),
     }
 }
 

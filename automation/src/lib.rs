@@ -58,6 +58,7 @@ pub mod connector;
 pub mod context;
 pub mod contract;
 pub mod dates;
+pub mod dry_run;
 pub mod errors;
 pub mod executor;
 pub mod mcp;

@@ -216,6 +216,8 @@ pub struct StepEnv<'a> {
     pub stop: fronta_engine::registry::StopSignal,
     /// The longest `flow/pause` ([`Runtime::max_pause`](crate::executor::Runtime)).
     pub max_pause: Duration,
+    /// A dry run (`crate::dry_run`): a pause is said, not waited.
+    pub dry: bool,
 }
 
 /// Run one built-in op with its rendered input.
@@ -400,7 +402,12 @@ pub async fn perform(
         Op::FlowPause => {
             let pause = pause_of(input.get("seconds"), env.max_pause).map_err(StepError::fatal)?;
             let seconds = pause.as_secs_f64();
-            if pause <= INLINE_PAUSE_LIMIT {
+            if env.dry {
+                Ok(StepDone {
+                    message: format!("would pause {seconds} s, then go on (a test does not wait)"),
+                    ..StepDone::default()
+                })
+            } else if pause <= INLINE_PAUSE_LIMIT {
                 tokio::time::sleep(pause).await;
                 Ok(StepDone {
                     message: format!("paused {seconds} s"),

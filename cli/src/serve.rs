@@ -112,6 +112,10 @@ pub struct ServeArgs {
     /// refused on save.
     #[arg(long, env = "FRONTA_MIN_SCHEDULE_INTERVAL", default_value = "10s", value_parser = duration::parse)]
     min_schedule_interval: Duration,
+    /// How long a dry run of an automation (the editor's Test, `POST
+    /// /api/automations/test`) may take before it stops and answers what it did so far.
+    #[arg(long, env = "FRONTA_TEST_TIME_LIMIT", default_value = "30s", value_parser = duration::parse)]
+    test_time_limit: Duration,
     #[command(flatten)]
     lead: LeadArgs,
     #[command(flatten)]
@@ -168,6 +172,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         webhook_store_deadline: args.webhook_store_deadline,
         min_schedule_interval: args.min_schedule_interval,
         max_pause: args.outside.max_pause,
+        test_time_limit: args.test_time_limit,
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");

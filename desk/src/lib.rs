@@ -8,6 +8,7 @@
 
 pub mod changes;
 pub mod model;
+pub mod overlay;
 pub mod plan;
 pub mod rules;
 pub mod store;

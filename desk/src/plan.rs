@@ -716,6 +716,45 @@ pub fn group_has_no_members(group: &Group, ticket: &Ticket) -> DeskError {
     ))
 }
 
+/// The loads least busy weighs for assigning `old`: each member's open count, less the
+/// ticket itself where that member holds it (see [`assign_least_busy`]).
+pub fn loads_for<'a>(
+    old: &Ticket,
+    members: &'a [Member],
+    open: &BTreeMap<MemberId, i64>,
+) -> Vec<Load<'a>> {
+    members
+        .iter()
+        .map(|member| {
+            let count = open.get(&member.id).copied().unwrap_or(0);
+            let holds_this_one = !old.closed
+                && old
+                    .assignee
+                    .as_ref()
+                    .is_some_and(|assignee| assignee.id == member.id);
+            let count = count - i64::from(holds_this_one);
+            Load {
+                member,
+                open: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
+            }
+        })
+        .collect()
+}
+
+/// The loads as a log line reads them: `Eva 0 open of 5, Jan 1 open of 5`.
+pub fn reasoning(loads: &[Load<'_>]) -> String {
+    loads
+        .iter()
+        .map(|load| {
+            format!(
+                "{} {} open of {}",
+                load.member.name, load.open, load.member.capacity
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The plan of `ticket_assign_least_busy`: `members` are the group's, `open` their open
 /// ticket counts as the store read them under its lock (a member without a count has
 /// none). The ticket being assigned does not count against anybody: re-running the step
@@ -732,35 +771,11 @@ pub fn assign_least_busy(
     if members.is_empty() {
         return Err(group_has_no_members(group, &old));
     }
-    let loads: Vec<Load<'_>> = members
-        .iter()
-        .map(|member| {
-            let count = open.get(&member.id).copied().unwrap_or(0);
-            let holds_this_one = !old.closed
-                && old
-                    .assignee
-                    .as_ref()
-                    .is_some_and(|assignee| assignee.id == member.id);
-            let count = count - i64::from(holds_this_one);
-            Load {
-                member,
-                open: u32::try_from(count.max(0)).unwrap_or(u32::MAX),
-            }
-        })
-        .collect();
+    let loads = loads_for(&old, members, open);
     let chosen = rules::least_busy(&loads).ok_or_else(|| {
         DeskError::Internal("invariant: least_busy picks somebody from a non-empty group".into())
     })?;
-    let reasoning = loads
-        .iter()
-        .map(|load| {
-            format!(
-                "{} {} open of {}",
-                load.member.name, load.open, load.member.capacity
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
+    let reasoning = reasoning(&loads);
     let mut new = old.clone();
     new.assignee = Some(Assignee {
         id: chosen.id,

@@ -132,6 +132,23 @@ impl App {
         })
     }
 
+    /// What a dry run reads through and is bounded by: this process's stores, its
+    /// guarded connectors (called only by a live test) and its secrets.
+    pub(crate) fn dry_runner(&self) -> fronta_automation::dry_run::DryRunner {
+        let ports = &self.inner.ports;
+        fronta_automation::dry_run::DryRunner {
+            desk: ports.desk.clone(),
+            automations: ports.automations.clone(),
+            connectors: ports.connectors.clone(),
+            secrets: Some(SecretVault {
+                store: ports.secrets.clone(),
+                cipher: ports.secret_cipher.clone(),
+            }),
+            max_pause: self.inner.config.max_pause,
+            time_limit: self.inner.config.test_time_limit,
+        }
+    }
+
     pub fn config(&self) -> &ServerConfig {
         &self.inner.config
     }

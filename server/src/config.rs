@@ -75,6 +75,9 @@ pub struct ServerConfig {
     /// The longest `flow/pause` an automation may have (`--max-pause`): a longer literal
     /// is refused on save (the executor holds templated values to the same bound).
     pub max_pause: Duration,
+    /// How long a dry run (`POST /api/automations/test`) may walk before it stops and
+    /// answers what it did so far (`--test-time-limit`).
+    pub test_time_limit: Duration,
 }
 
 impl Default for ServerConfig {
@@ -102,6 +105,7 @@ impl Default for ServerConfig {
                 fronta_automation::validate::MIN_SCHEDULE_INTERVAL_SEC,
             ),
             max_pause: fronta_automation::steps::MAX_PAUSE,
+            test_time_limit: fronta_automation::dry_run::DEFAULT_TIME_LIMIT,
         }
     }
 }

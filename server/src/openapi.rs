@@ -306,6 +306,9 @@ fn schemas() -> Value {
     if let (Value::Object(all), Value::Object(versions)) = (&mut all, version_schemas()) {
         all.extend(versions);
     }
+    if let (Value::Object(all), Value::Object(dry_runs)) = (&mut all, dry_run_schemas()) {
+        all.extend(dry_runs);
+    }
     all
 }
 
@@ -327,6 +330,35 @@ fn version_schemas() -> Value {
         "Rollback": object(&["version"], json!({"version": number})),
         "PauseBody": object(&[], json!({"inFlight": {"enum": ["finish", "hold"]}})),
         "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]}})),
+    })
+}
+
+/// The schemas of a dry run (`…/test`).
+fn dry_run_schemas() -> Value {
+    let text = json!({"type": "string"});
+    let texts = json!({"type": "array", "items": {"type": "string"}});
+    json!({
+        "DryRunBody": object(&[], json!({
+            "automation": {"type": "object", "description": "POST /api/automations/test only: the unsaved definition"},
+            "version": {"type": "integer", "minimum": 1, "description": "POST /api/automations/{id}/test only"},
+            "body": {"description": "webhook or manual trigger: the body"},
+            "ticket": {"description": "event trigger: \"TK-12\", 12 or the ticket's id"},
+            "change": {"type": "object", "description": "with ticket: {\"<field>\": {\"from\", \"to\"}}"},
+            "run": {"type": "string", "description": "a past run whose input is replayed"},
+            "items": {"type": "array", "description": "poll trigger: the items as if polled"},
+            "mocks": {"type": "object", "description": "connector step name → its outputs"},
+            "connectors": {"enum": ["mock", "live"]}})),
+        "DryRun": object(&["dryRun", "automation", "status", "input", "steps", "writes", "events", "notes"], json!({
+            "dryRun": {"enum": [true]}, "automation": {"type": "object"},
+            "status": {"enum": ["completed", "failed", "would retry", "stopped"]},
+            "error": {"type": ["string", "null"]}, "input": {"type": "object"},
+            "steps": {"type": "array", "items": {"type": "object"}},
+            "writes": {"type": "array", "items": object(&["summary"], json!({"summary": text, "log": text}))},
+            "events": {"type": "array", "items": object(&["event", "ticket", "change", "wouldStart", "notStarted"], json!({
+                "event": text, "ticket": text, "change": {"type": "object"},
+                "wouldStart": {"type": "array", "items": {"type": "object"}},
+                "notStarted": {"type": "array", "items": {"type": "object"}}}))},
+            "incident": {"type": ["object", "null"]}, "notes": texts})),
     })
 }
 

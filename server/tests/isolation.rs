@@ -273,6 +273,19 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
         ),
         (
             "POST",
+            "/api/automations/test",
+            vec![NoIds(
+                "dry-runs a definition over the caller's own tenant: its reads are scoped to it \
+                 and it writes nothing",
+            )],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/test",
+            vec![ids(&[("id", "automation")], Some(json!({})))],
+        ),
+        (
+            "POST",
             "/api/automations/validate",
             vec![NoIds(
                 "checks a definition against the caller's own ticket types; writes nothing and \

@@ -29,7 +29,7 @@
 //! validated against today's ticket types like any save; 422 when it no longer fits).
 //! Unknown versions answer 404 `not_found`; a deleted automation's history too.
 //!
-//! Left out: dry runs.
+//! Dry runs are `crate::routes::dry_runs`.
 
 use axum::Json;
 use axum::extract::{Path, Request, State};
@@ -292,7 +292,11 @@ pub async fn list(
     )?))
 }
 
-async fn get_stored(app: &App, tenant: TenantId, id: &str) -> Result<StoredAutomation, ApiError> {
+pub(crate) async fn get_stored(
+    app: &App,
+    tenant: TenantId,
+    id: &str,
+) -> Result<StoredAutomation, ApiError> {
     let id: AutomationId = parse_id(id, "automation")?;
     app.automations()
         .automation_get(tenant, id)
@@ -425,7 +429,7 @@ fn version_number(text: &str) -> Result<u32, ApiError> {
         .ok_or_else(|| ApiError::bad_request(format!("{text:?} is not a version number (1, 2, …)")))
 }
 
-async fn version_of(
+pub(crate) async fn version_of(
     app: &App,
     stored: &StoredAutomation,
     number: u32,

@@ -20,6 +20,7 @@ pub mod admin;
 pub mod apply;
 pub mod automations;
 pub mod desk;
+pub mod dry_runs;
 pub mod health;
 pub mod mcp_servers;
 pub mod runs;
@@ -196,6 +197,13 @@ fn table() -> Routes {
                 .answers(200, "Catalogue")],
         )
         .add(
+            "/api/automations/test",
+            post(dry_runs::test_unsaved),
+            [op(post_, "Dry-run an unsaved definition on a sample input: the step log a run would write, writing nothing")
+                .body("DryRunBody")
+                .answers(200, "DryRun")],
+        )
+        .add(
             "/api/automations/validate",
             post(automations::validate_only),
             [op(post_, "Check an automation without saving it: every problem at its path, and the warnings")
@@ -214,6 +222,13 @@ fn table() -> Routes {
                     .answers(200, "Automation"),
                 op(delete_, "Delete an automation").answers(204, ""),
             ],
+        )
+        .add(
+            "/api/automations/{id}/test",
+            post(dry_runs::test_saved),
+            [op(post_, "Dry-run a saved automation (current version, or \"version\") on a sample input, writing nothing")
+                .body("DryRunBody")
+                .answers(200, "DryRun")],
         )
         .add(
             "/api/automations/{id}/pause",
