@@ -8,8 +8,15 @@
 //! automation, sees a failed request said on the page, reads the page on a phone-sized
 //! window without sideways scrolling, and signs in as the admin.
 //!
-//! Screenshots of each step go to `target/test-output/browser/` (and one named
-//! `failure-….png` when a wait gives up).
+//! A second scenario starts from a fresh tenant and builds the seed's firm with the
+//! page's controls alone, no JSON typed: the groups and ticket types on their setup
+//! pages, then three automations through the editor's form (webhook parameters, ops and
+//! inputs, a condition with a then-block, steps moved), problems marked at their fields
+//! as they are typed, each saved with Ctrl+S and read back through the API; an order
+//! then reaches a warehouse person; the editor on a phone.
+//!
+//! Screenshots of each step go to `target/test-output/browser/` (the second scenario's
+//! to `editor/` under it; one named `failure-….png` when a wait gives up).
 //!
 //! When chromedriver or chromium is missing the test fails, naming the apt packages;
 //! `FRONTA_SKIP_BROWSER=1` skips it explicitly (and says so loudly).
@@ -1611,6 +1618,21 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         .await;
     assert!(browser.fits_width().await, "the editor fits a phone's width");
     browser.shot("12-phone-editor").await;
+    browser
+        .scroll_to("#form [data-path='trigger.params']")
+        .await;
+    let stacked = browser
+        .driver
+        .execute(
+            "return getComputedStyle(document.querySelector(\"#form tr[data-path='trigger.params[0]']\")).display",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(stacked, json!("block"), "the parameters' table stacks on a phone");
+    browser.shot("12b-phone-parameters").await;
     browser.scroll_to("#form [data-path='steps[1]']").await;
     assert!(
         browser.fits_width().await,

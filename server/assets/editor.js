@@ -193,10 +193,11 @@ function controlId() {
   return `editor-control-${controlCounter}`;
 }
 
-/** A labelled control in a `.form-field` (the place its problem is said). */
-function labelled(label, control, extra = null) {
+/** A labelled control in a `.form-field` (the place its problem is said); `extra` (a button) beside the label. */
+function labelled(label, control, extra = null, attributes = {}) {
   if (!control.id) control.id = controlId();
-  return h("div", { class: "form-field" }, h("label", { for: control.id }, label), control, extra);
+  const name = h("label", { for: control.id }, label);
+  return h("div", { class: "form-field", ...attributes }, extra ? h("div", { class: "field-label" }, name, extra) : name, control);
 }
 
 /** A text input for `path` showing `value`; `onText(text, input)` on every keystroke. */
@@ -403,7 +404,7 @@ function actionForm(editor, step, path) {
     switchOp(step, opOf(catalogue, next), next);
     editor.structure(fieldPath(path, "op"));
   });
-  const fields = [labelled("Op", op)];
+  const fields = [labelled("Op", op, null, { class: "form-field op-field" })];
   if (entry?.connector || step.service !== undefined) {
     fields.push(keyField(editor, "Service", step, "service", fieldPath(path, "service"), "text", { placeholder: "the service's name" }));
   }
@@ -839,7 +840,7 @@ export function automationEditor(ctx, id) {
       panes.className = `editor-panes layout-${value}`;
       for (const button of buttons) button.setAttribute("aria-pressed", String(button.dataset.layout === value));
     }
-    choose(layout);
+    panes.className = `editor-panes layout-${layout}`;
     return h("div", { class: "layout-switch", role: "group", "aria-label": "Show the definition as" }, buttons);
   }
 
