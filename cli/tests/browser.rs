@@ -772,7 +772,9 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         )
         .await;
     assert!(
-        marked.as_str().is_some_and(|text| text.contains("unknown op")),
+        marked
+            .as_str()
+            .is_some_and(|text| text.contains("unknown op")),
         "the message is under the control: {marked}"
     );
     assert_eq!(
@@ -1316,7 +1318,11 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
             browser
                 .click(&format!("#add-member-{group} button[type='submit']"))
                 .await;
-            let counted = format!("({} {})", count + 1, if count == 0 { "member" } else { "members" });
+            let counted = format!(
+                "({} {})",
+                count + 1,
+                if count == 0 { "member" } else { "members" }
+            );
             browser
                 .until(
                     &format!("{member} in {group}"),
@@ -1351,9 +1357,18 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
     assert_eq!(status, 200, "{groups}");
     let names: Vec<&str> = groups["items"]
         .as_array()
-        .map(|items| items.iter().filter_map(|group| group["name"].as_str()).collect())
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|group| group["name"].as_str())
+                .collect()
+        })
         .unwrap_or_default();
-    assert_eq!(names, ["warehouse", "shipping", "IT"], "the groups: {groups}");
+    assert_eq!(
+        names,
+        ["warehouse", "shipping", "IT"],
+        "the groups: {groups}"
+    );
 
     let [orders, assign, errors] = built_automations();
 
@@ -1376,7 +1391,9 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         .click("#form button[data-key='trigger.params#add']")
         .await;
     browser.fill("trigger.params[1].name", "orderId").await;
-    browser.fill("trigger.params[1].path", "data.order.id").await;
+    browser
+        .fill("trigger.params[1].path", "data.order.id")
+        .await;
     let example = browser
         .until(
             "the example body of both parameters",
@@ -1421,9 +1438,13 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         "a list that does not parse is said at its field: {unparsed}"
     );
     browser.shot("05-list-does-not-parse").await;
-    browser.type_into("#form [data-path='steps[0].input.tags']", "]").await;
+    browser
+        .type_into("#form [data-path='steps[0].input.tags']", "]")
+        .await;
     browser.unmarked("steps[0].input.tags").await;
-    browser.until_valid("the orders automation checked valid").await;
+    browser
+        .until_valid("the orders automation checked valid")
+        .await;
     browser.shot("06-orders-built").await;
     let orders_id = browser.save_with_keyboard("steps[0].input.tags", 1).await;
     assert_eq!(
@@ -1470,15 +1491,21 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         nested.contains("missing input \"group\""),
         "a problem inside a then-block is said at its field: {nested}"
     );
-    browser.scroll_to("#form [data-path='steps[0].then[0]']").await;
+    browser
+        .scroll_to("#form [data-path='steps[0].then[0]']")
+        .await;
     browser.shot("08-nested-problem-marked").await;
     browser
         .fill("steps[0].then[0].input.group", "warehouse")
         .await;
-    browser.until_valid("the event automation checked valid").await;
+    browser
+        .until_valid("the event automation checked valid")
+        .await;
     browser.scroll_to("#form [data-path='steps[0]']").await;
     browser.shot("09-condition-built").await;
-    let assign_id = browser.save_with_keyboard("steps[0].then[0].input.group", 1).await;
+    let assign_id = browser
+        .save_with_keyboard("steps[0].then[0].input.group", 1)
+        .await;
     assert_eq!(
         saved_definition(&address, &token, &assign_id),
         assign,
@@ -1489,9 +1516,13 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
     // steps, one moved up into its place.
     browser.click("#nav a[href='#/automations']").await;
     browser.click("#new-automation").await;
-    browser.fill("name", "Errors from the document converter").await;
+    browser
+        .fill("name", "Errors from the document converter")
+        .await;
     browser.fill("trigger.params[0].name", "message").await;
-    browser.fill("trigger.params[0].path", "errors.0.message").await;
+    browser
+        .fill("trigger.params[0].path", "errors.0.message")
+        .await;
     browser
         .until(
             "the example body with an array",
@@ -1555,7 +1586,9 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         json!("steps[1]#up"),
         "the focus stays on the moved step's button"
     );
-    browser.until_valid("the errors automation checked valid").await;
+    browser
+        .until_valid("the errors automation checked valid")
+        .await;
     browser.scroll_to("#form [data-path='steps[1]']").await;
     browser.shot("10-errors-built").await;
     let errors_id = browser.save_with_keyboard("steps[2].input.impact", 1).await;
@@ -1564,6 +1597,70 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         errors,
         "the saved definition is what the form built"
     );
+
+    // 3d. The other triggers as forms (not saved): a schedule with its next fire times
+    // beside the cron and a cron problem at its field; a poll's fields.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    browser
+        .click("#form button[data-key='steps[0]#remove']")
+        .await;
+    browser
+        .choose("#form select[data-path='trigger.type']", "schedule")
+        .await;
+    browser
+        .until(
+            "five fire times beside the cron",
+            "return document.querySelectorAll('#schedule-beside .next-fires li').length === 5 || null",
+        )
+        .await;
+    browser.fill("trigger.cron", "0 7 * *").await;
+    let cron = browser.marked("trigger.cron").await;
+    assert!(
+        cron.contains("4 fields"),
+        "a cron problem is said at the cron: {cron}"
+    );
+    browser.fill("trigger.cron", "30 6 * * MON-FRI").await;
+    browser.fill("trigger.timezone", "Europe/Prague").await;
+    browser.unmarked("trigger.cron").await;
+    let beside = browser
+        .until(
+            "the describe text of the new cron",
+            "const e = document.querySelector('#schedule-beside'); \
+             return e && e.querySelectorAll('.next-fires li').length === 5 && !e.closest('.form-section').querySelector('.invalid') ? e.innerText : null;",
+        )
+        .await;
+    assert!(
+        beside
+            .as_str()
+            .is_some_and(|text| text.contains("Schedule:")),
+        "the schedule is described beside its fields: {beside}"
+    );
+    browser.scroll_to("#form [data-path='trigger']").await;
+    browser.shot("10b-schedule-trigger").await;
+    browser
+        .choose("#form select[data-path='trigger.type']", "poll")
+        .await;
+    for path in [
+        "trigger.source",
+        "trigger.intervalSec",
+        "trigger.request",
+        "trigger.items",
+        "trigger.cursor",
+    ] {
+        browser
+            .until(
+                &format!("the poll's field {path}"),
+                &format!("return document.querySelector(\"#form [data-path='{path}']\") || null"),
+            )
+            .await;
+    }
+    let request = browser.marked("trigger.request").await;
+    assert!(
+        request.contains("url"),
+        "an http poll without a request is said at the request: {request}"
+    );
+    browser.shot("10c-poll-trigger").await;
 
     // 4. The firm works: an order through the webhook becomes a ticket that the event
     // automation hands to a warehouse person.
@@ -1616,7 +1713,10 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
     browser
         .click("#editor .layout-switch button[data-layout='form']")
         .await;
-    assert!(browser.fits_width().await, "the editor fits a phone's width");
+    assert!(
+        browser.fits_width().await,
+        "the editor fits a phone's width"
+    );
     browser.shot("12-phone-editor").await;
     browser
         .scroll_to("#form [data-path='trigger.params']")
@@ -1631,7 +1731,11 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         .expect("the script runs")
         .json()
         .clone();
-    assert_eq!(stacked, json!("block"), "the parameters' table stacks on a phone");
+    assert_eq!(
+        stacked,
+        json!("block"),
+        "the parameters' table stacks on a phone"
+    );
     browser.shot("12b-phone-parameters").await;
     browser.scroll_to("#form [data-path='steps[1]']").await;
     assert!(
@@ -1645,7 +1749,9 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         .await
         .expect("navigated");
     browser.until_valid("the condition on a phone").await;
-    browser.scroll_to("#form [data-path='steps[0].then[0]']").await;
+    browser
+        .scroll_to("#form [data-path='steps[0].then[0]']")
+        .await;
     assert!(
         browser.fits_width().await,
         "a nested block fits a phone's width"

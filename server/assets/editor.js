@@ -548,7 +548,7 @@ function markAt(root, problem) {
 /** Clear every mark of `root`. */
 function clearMarks(root) {
   for (const message of root.querySelectorAll(".field-problem")) message.remove();
-  for (const marked of root.querySelectorAll(".invalid")) {
+  for (const marked of root.querySelectorAll(".invalid, [aria-describedby]")) {
     marked.classList.remove("invalid");
     marked.removeAttribute("aria-invalid");
     marked.removeAttribute("aria-describedby");
@@ -614,7 +614,7 @@ export function automationEditor(ctx, id) {
     /** The schedule's describe text and next fire times, beside the cron fields. */
     showSchedule() {
       if (!this.scheduleBeside) return;
-      replace(this.scheduleBeside, this.schedule ? scheduleText(this.schedule) : h("p", { class: "muted" }, "The next fire times show once the schedule is valid."));
+      replace(this.scheduleBeside, this.schedule ? scheduleText(this.schedule) : h("p", { class: "muted" }, "The next fire times show once the automation is valid."));
     },
   };
 
@@ -626,7 +626,7 @@ export function automationEditor(ctx, id) {
   function scheduleText(schedule) {
     return [
       h("p", {}, h("strong", {}, "Schedule: "), schedule.describe),
-      h("p", { class: "muted" }, "Next: "),
+      h("p", { class: "muted" }, "Next, in this browser's time zone:"),
       h("ol", { class: "next-fires" }, schedule.next.map((at) => h("li", {}, h("time", { datetime: at }, new Date(at).toLocaleString())))),
     ];
   }
