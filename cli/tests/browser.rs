@@ -1661,6 +1661,46 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         "an http poll without a request is said at the request: {request}"
     );
     browser.shot("10c-poll-trigger").await;
+    // A forEach with a step in its body, and a condition whose operator takes no value.
+    browser.add_step("steps", "forEach").await;
+    browser.fill("steps[0].items", "[\"a\", \"b\"]").await;
+    browser.fill("steps[0].as", "line").await;
+    browser.add_step("steps[0].steps", "action").await;
+    browser
+        .fill("steps[0].steps[0].input.message", "line {{line}}")
+        .await;
+    browser.add_step("steps", "condition").await;
+    browser.fill("steps[1].rules[0].field", "_poll.items").await;
+    browser
+        .choose(
+            "#form select[data-path='steps[1].rules[0].operator']",
+            "isEmpty",
+        )
+        .await;
+    let definition = browser
+        .until(
+            "the value gone with an operator that takes none",
+            "return document.querySelector(\"#form [data-path='steps[1].rules[0].value']\") === null \
+             && document.querySelector('#definition').value.includes('isEmpty') \
+             ? document.querySelector('#definition').value : null;",
+        )
+        .await;
+    let definition: Value = serde_json::from_str(definition.as_str().unwrap_or_default())
+        .expect("the JSON the form wrote parses");
+    assert_eq!(
+        definition["steps"][0],
+        json!({"name": "each1", "type": "forEach", "items": ["a", "b"], "as": "line",
+               "steps": [{"name": "step1", "op": "flow/log", "input": {"message": "line {{line}}"}}]}),
+        "the forEach the form wrote"
+    );
+    assert_eq!(
+        definition["steps"][1]["rules"],
+        json!([{"field": "_poll.items", "operator": "isEmpty"}]),
+        "a rule without a value"
+    );
+    browser.unmarked("steps[0].steps[0].input.message").await;
+    browser.scroll_to("#form [data-path='steps[0]']").await;
+    browser.shot("10d-for-each").await;
 
     // 4. The firm works: an order through the webhook becomes a ticket that the event
     // automation hands to a warehouse person.
