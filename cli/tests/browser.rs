@@ -1468,8 +1468,37 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
     browser
         .click("#form button[data-key='steps[0]#remove']")
         .await;
-    browser.add_step("steps", "condition").await;
-    browser.fill("steps[0].name", "isOrder").await;
+    // The condition is added with the keyboard alone: a letter picks the kind, Enter
+    // presses the button, and the focus lands in the new step's name.
+    browser
+        .type_into("#form select[data-key='steps#kind']", "c")
+        .await;
+    browser
+        .type_into("#form button[data-key='steps#add']", Key::Enter)
+        .await;
+    browser
+        .until(
+            "the focus in the new condition's name",
+            "return document.activeElement?.dataset.path === 'steps[0].name' \
+             && document.querySelector(\"#form li[data-path='steps[0]']\")?.classList.contains('kind-condition') || null",
+        )
+        .await;
+    browser
+        .driver
+        .active_element()
+        .await
+        .expect("the focused field")
+        .send_keys(Key::Control + "a")
+        .await
+        .expect("the name is selected");
+    browser
+        .driver
+        .active_element()
+        .await
+        .expect("the focused field")
+        .send_keys("isOrder")
+        .await
+        .expect("typed over");
     browser.fill("steps[0].rules[0].field", "ticket.type").await;
     browser
         .choose("#form select[data-path='steps[0].rules[0].operator']", "eq")

@@ -125,7 +125,8 @@ export function readValue(text, kind, previous) {
     }
   }
   if (kind === "number" && /^-?\d+(\.\d+)?$/.test(trimmed)) return { value: Number(trimmed) };
-  if (kind === "text" && previous !== undefined && typeof previous !== "string") {
+  // A value that was a number, a boolean or a list stays one when the text still reads as one.
+  if (kind !== "number" && previous !== undefined && previous !== null && typeof previous !== "string") {
     try {
       return { value: JSON.parse(trimmed) };
     } catch {
@@ -541,7 +542,8 @@ function markAt(root, problem) {
     target.setAttribute("aria-describedby", described);
     (target.closest(".form-field, td") ?? target.parentElement).append(message);
   } else {
-    (target.querySelector(":scope > .problem-slot, :scope > fieldset > .problem-slot") ?? target).append(message);
+    const slot = target.querySelector(":scope > .problem-slot, :scope > fieldset > .problem-slot, :scope > td > .problem-slot");
+    (slot ?? target).append(message);
   }
 }
 
