@@ -1264,6 +1264,18 @@ impl Browser {
     }
 }
 
+/// Ask `probe` (an API read) until it answers something; that answer.
+async fn until_api<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = probe() {
+            return found;
+        }
+        assert!(started.elapsed() < PATIENCE, "gave up waiting for: {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// The saved definition of automation `id` through the API: name, trigger, steps.
 fn saved_definition(address: &str, token: &str, id: &str) -> Value {
     let (status, automation) = call(
@@ -1766,6 +1778,61 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         "a warehouse person has the order: {card}"
     );
     browser.shot("11-order-assigned").await;
+    // And an error of the document converter opens a ticket for IT and an incident.
+    let (status, automation) = call(
+        &address,
+        "GET",
+        &format!("/api/automations/{errors_id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{automation}");
+    let url = automation["webhookUrl"].as_str().expect("a webhook URL");
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        &url[base.len()..],
+        None,
+        Some(json!({"errors": [{"message": "PDF too large"}]})),
+    );
+    assert_eq!(status, 202, "the error is accepted: {accepted}");
+    let run = until_api("the error's run completed", || {
+        let (_, run) = call(
+            &address,
+            "GET",
+            &format!(
+                "/api/runs/{}",
+                accepted["runId"].as_str().unwrap_or_default()
+            ),
+            Some(&token),
+            None,
+        );
+        matches!(run["status"].as_str(), Some("completed" | "failed")).then_some(run)
+    })
+    .await;
+    assert_eq!(run["status"], "completed", "the run: {run}");
+    let (status, tickets) = call(
+        &address,
+        "GET",
+        "/api/tickets?type=error",
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{tickets}");
+    let ticket = &tickets["items"][0];
+    assert_eq!(ticket["title"], "PDF too large", "{tickets}");
+    assert!(
+        ["Karel", "Lenka", "Milan"]
+            .iter()
+            .any(|member| ticket["assignee"]["name"] == *member),
+        "an IT person has the error: {ticket}"
+    );
+    let (status, incidents) = call(&address, "GET", "/api/incidents", Some(&token), None);
+    assert_eq!(status, 200, "{incidents}");
+    assert_eq!(
+        incidents["items"][0]["title"], "The document converter failed",
+        "{incidents}"
+    );
 
     // 5. A phone: the editor fits the width; the outline and the parameters stack.
     browser

@@ -385,7 +385,7 @@ function stepForm(editor, steps, index, path) {
     : kind === "forEach" ? forEachForm(editor, step, path) : actionForm(editor, step, path);
   return h("li", { class: `step-item kind-${kind}`, dataset: { path } },
     h("fieldset", {},
-      h("legend", {}, `${index + 1}. ${label}`),
+      h("legend", {}, `${index + 1}. ${label}`, kind === "action" && step.op ? h("span", { class: "legend-op" }, ` · ${step.op}`) : null),
       h("div", { class: "problem-slot" }),
       h("div", { class: "step-head" }, labelled("Step name", name), itemButtons(editor, steps, index, path, `step ${step.name || index + 1}`)),
       body));
