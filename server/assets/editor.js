@@ -37,6 +37,9 @@ const SAMPLES = { number: 42, boolean: true, date: "2026-01-31T09:30:00Z", objec
 /** The biggest array index an example body spells out. */
 const MAX_EXAMPLE_INDEX = 20;
 
+/** Inputs whose value names one of the tenant's groups, ticket types or statuses: the field offers those names. */
+const SUGGESTED = { group: "editor-groups", type: "editor-types", status: "editor-statuses" };
+
 /** A new automation to start from. */
 function starterDefinition() {
   return {
@@ -201,11 +204,11 @@ function labelled(label, control, extra = null, attributes = {}) {
   return h("div", { class: "form-field", ...attributes }, extra ? h("div", { class: "field-label" }, name, extra) : name, control);
 }
 
-/** A text input for `path` showing `value`; `onText(text, input)` on every keystroke. */
+/** A text input for `path` showing `value`; `onText(text)` on every keystroke. */
 function textInput(path, value, onText, attributes = {}) {
   return h("input", {
     type: "text", value: shown(value), spellcheck: "false", autocomplete: "off",
-    dataset: { path, key: path }, oninput: (event) => onText(event.target.value, event.target), ...attributes,
+    dataset: { path, key: path }, oninput: (event) => onText(event.target.value), ...attributes,
   });
 }
 
@@ -336,8 +339,8 @@ function pollForm(editor, trigger) {
     trigger.source === "mail"
       ? h("p", { class: "muted" }, "A mail poll's mailbox (host, user, password, folder) is edited in the JSON.")
       : h("div", { class: "fields" },
-        labelled("Request (JSON object: method, url, headers…)", textInput("trigger.request", request, (text, input) =>
-          editor.setValue(trigger, "request", text, "json", "trigger.request", input), { class: "code" })),
+        labelled("Request (JSON object: method, url, headers…)", textInput("trigger.request", request, (text) =>
+          editor.setValue(trigger, "request", text, "json", "trigger.request"), { class: "code" })),
         keyField(editor, "Items (path in the answer)", trigger, "items", "trigger.items", "text", { placeholder: "body.items" }),
         keyField(editor, "Cursor (path in an item)", trigger, "cursor", "trigger.cursor", "text", { placeholder: "id" })));
 }
@@ -438,8 +441,8 @@ function inputsForm(editor, step, entry, path) {
     const keyPath = fieldPath(path, key);
     const kind = inputKind(key);
     const hint = kind === "json" ? (key === "tags" ? "a JSON list: [\"a\", \"b\"]" : "a JSON object: {\"a\": 1}") : "";
-    const control = textInput(keyPath, input[key], (text, element) => editor.setValue(input, key, text, kind, keyPath, element),
-      { placeholder: hint || (required.includes(key) ? "required" : ""), class: kind === "json" ? "code" : null });
+    const control = textInput(keyPath, input[key], (text) => editor.setValue(input, key, text, kind, keyPath),
+      { placeholder: hint || (required.includes(key) ? "required" : ""), class: kind === "json" ? "code" : null, list: SUGGESTED[key] });
     const remove = required.includes(key) ? null : smallButton("Remove", `Remove input ${key}`, `${keyPath}#remove`, () => {
       delete input[key];
       editor.structure(`${path}#add`);
@@ -595,7 +598,8 @@ export function automationEditor(ctx, id) {
     },
     /** The shape changed (a step added, moved, an op switched): write the JSON, redraw, focus `focusKey`. */
     structure(focusKey) {
-      for (const path of [...this.localProblems.keys()]) this.localProblems.delete(path);
+      // The redraw shows the model's values, so no field keeps text that did not parse.
+      this.localProblems.clear();
       writeJson();
       renderForm(focusKey);
     },
@@ -623,6 +627,18 @@ export function automationEditor(ctx, id) {
   function say(element, message, isError = false) {
     element.textContent = message;
     element.className = isError ? "status error" : "status";
+  }
+
+  /** The names the fields of `SUGGESTED` offer: the tenant's groups, ticket types and their statuses. */
+  function suggestions() {
+    const types = ctx.data.ticketTypes ?? [];
+    const names = {
+      group: (ctx.data.groups ?? []).map((group) => group.name),
+      type: types.map((type) => type.name),
+      status: [...new Set(types.flatMap((type) => type.statuses ?? []))],
+    };
+    return Object.entries(SUGGESTED).map(([key, listId]) =>
+      h("datalist", { id: listId }, names[key].map((name) => h("option", { value: name }))));
   }
 
   function scheduleText(schedule) {
@@ -655,7 +671,8 @@ export function automationEditor(ctx, id) {
       h("section", { class: "form-section" },
         h("div", { class: "fields" }, labelled("Name", name), h("div", { class: "form-field checkbox" }, h("label", {}, enabled, " Enabled")))),
       triggerForm(editor),
-      h("section", { class: "form-section steps-section" }, h("h2", {}, "Steps"), blockForm(editor, model, "steps", "steps", "the automation")));
+      h("section", { class: "form-section steps-section" }, h("h2", {}, "Steps"), blockForm(editor, model, "steps", "steps", "the automation")),
+      suggestions());
     markAll();
     if (focusKey) {
       const again = formRoot.querySelector(`[data-key="${CSS.escape(focusKey)}"]`);
