@@ -854,6 +854,12 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             .is_some_and(|text| !text.contains("two")),
         "{definition}"
     );
+    browser
+        .until(
+            "the form shows version 1's definition too",
+            "return document.querySelector(\"#form [data-path='steps[0].input.message']\")?.value === 'one' || null",
+        )
+        .await;
     browser.shot("08e-editor-versions").await;
 
     // 5b. An incident opens while the incidents page is open (no reload).
