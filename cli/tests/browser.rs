@@ -8,8 +8,15 @@
 //! automation, sees a failed request said on the page, reads the page on a phone-sized
 //! window without sideways scrolling, and signs in as the admin.
 //!
-//! Screenshots of each step go to `target/test-output/browser/` (and one named
-//! `failure-….png` when a wait gives up).
+//! A second scenario starts from a fresh tenant and builds the seed's firm with the
+//! page's controls alone, no JSON typed: the groups and ticket types on their setup
+//! pages, then three automations through the editor's form (webhook parameters, ops and
+//! inputs, a condition with a then-block, steps moved), problems marked at their fields
+//! as they are typed, each saved with Ctrl+S and read back through the API; an order
+//! then reaches a warehouse person; the editor on a phone.
+//!
+//! Screenshots of each step go to `target/test-output/browser/` (the second scenario's
+//! to `editor/` under it; one named `failure-….png` when a wait gives up).
 //!
 //! When chromedriver or chromium is missing the test fails, naming the apt packages;
 //! `FRONTA_SKIP_BROWSER=1` skips it explicitly (and says so loudly).
@@ -23,6 +30,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use thirtyfour::components::SelectElement;
 use thirtyfour::prelude::*;
 
 const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
@@ -97,11 +105,20 @@ fn browser_binaries() -> Option<(PathBuf, PathBuf)> {
     }
 }
 
-/// Where screenshots go: `target/test-output/browser/`, emptied first.
-fn output_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-output/browser");
-    let _ = std::fs::remove_dir_all(&dir);
+/// Where a test's screenshots go: `target/test-output/browser/` and `under` it (`""` for
+/// the folder itself), its screenshots of an earlier run removed first (only files: the
+/// tests run side by side, each with its own folder).
+fn output_dir(under: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-output/browser")
+        .join(under);
     std::fs::create_dir_all(&dir).expect("the screenshot folder");
+    for entry in std::fs::read_dir(&dir).expect("the screenshot folder is read") {
+        let path = entry.expect("a folder entry").path();
+        if path.extension().is_some_and(|extension| extension == "png") {
+            let _ = std::fs::remove_file(path);
+        }
+    }
     dir
 }
 
@@ -202,6 +219,24 @@ fn start_chromedriver(binary: &Path) -> (Process, u16) {
         );
         std::thread::sleep(POLL);
     }
+}
+
+/// chromedriver and a headless Chromium session on it, its screenshots going to `shots`.
+async fn open_browser(chromedriver: &Path, chromium: &Path, shots: PathBuf) -> (Process, Browser) {
+    let (process, port) = start_chromedriver(chromedriver);
+    let mut caps = DesiredCapabilities::chrome();
+    for arg in CHROMIUM_ARGS {
+        caps.add_arg(arg).expect("a Chromium switch");
+    }
+    caps.set_binary(&chromium.to_string_lossy())
+        .expect("the Chromium binary");
+    // In a workspace build thirtyfour's HTTP client shares reqwest with the connectors,
+    // whose rustls needs a crypto provider chosen: ring, as everywhere in fronta.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
+        .await
+        .expect("a Chromium session");
+    (process, Browser { driver, shots })
 }
 
 /// The browser session and where its screenshots go.
@@ -310,6 +345,34 @@ impl Browser {
             .unwrap_or_else(|err| panic!("{css} takes keys: {err}"));
     }
 
+    /// Choose the option of value `value` in the first `<select>` matching `css`, as a
+    /// person picking it from the list.
+    async fn choose(&self, css: &str, value: &str) {
+        let element = self
+            .driver
+            .query(By::Css(css))
+            .wait(PATIENCE, POLL)
+            .first()
+            .await
+            .unwrap_or_else(|err| panic!("{css} is on the page: {err}"));
+        SelectElement::new(&element)
+            .await
+            .unwrap_or_else(|err| panic!("{css} is a select: {err}"))
+            .select_by_value(value)
+            .await
+            .unwrap_or_else(|err| panic!("{css} offers {value}: {err}"));
+    }
+
+    /// Scroll the first element matching `css` to the middle of the window (before a
+    /// screenshot of it).
+    async fn scroll_to(&self, css: &str) {
+        let script = format!(
+            "const e = document.querySelector({}); if (e) e.scrollIntoView({{block: 'center'}}); return e !== null;",
+            serde_json::to_string(css).expect("a string")
+        );
+        self.until(&format!("{css} to scroll to"), &script).await;
+    }
+
     /// Whether the page fits the window's width (no sideways scrolling).
     async fn fits_width(&self) -> bool {
         self.driver
@@ -358,7 +421,7 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     let Some((chromedriver, chromium)) = browser_binaries() else {
         return;
     };
-    let shots = output_dir();
+    let shots = output_dir("");
     let dir = tempfile::tempdir().expect("tempdir");
     let (_server, address) = serve(&dir.path().join("browser.db"));
     let base = format!("http://{address}");
@@ -401,20 +464,7 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the full URL with scheme and host: {webhook_url}"
     );
 
-    let (_chromedriver, port) = start_chromedriver(&chromedriver);
-    let mut caps = DesiredCapabilities::chrome();
-    for arg in CHROMIUM_ARGS {
-        caps.add_arg(arg).expect("a Chromium switch");
-    }
-    caps.set_binary(&chromium.to_string_lossy())
-        .expect("the Chromium binary");
-    // In a workspace build thirtyfour's HTTP client shares reqwest with the connectors,
-    // whose rustls needs a crypto provider chosen: ring, as everywhere in fronta.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let driver = WebDriver::new(format!("http://127.0.0.1:{port}"), caps)
-        .await
-        .expect("a Chromium session");
-    let browser = Browser { driver, shots };
+    let (_chromedriver, browser) = open_browser(&chromedriver, &chromium, shots).await;
 
     // 1. Sign-in: nothing of the tenant before it; a wrong token is refused on the page.
     browser.driver.goto(&base).await.expect("the page opens");
@@ -711,7 +761,45 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             "return document.querySelector(\"#problems li[data-path^='steps[0]']\") || null",
         )
         .await;
+    // The form followed the typed JSON, and marks the problem at the op's own control.
+    let marked = browser
+        .until(
+            "the unknown op marked in the form",
+            "const s = document.querySelector(\"#form select[data-path='steps[0].op']\"); \
+             return s && s.value === 'flow/teleport' && s.classList.contains('invalid') \
+             && s.getAttribute('aria-invalid') === 'true' \
+             ? s.closest('.form-field').innerText : null;",
+        )
+        .await;
+    assert!(
+        marked
+            .as_str()
+            .is_some_and(|text| text.contains("unknown op")),
+        "the message is under the control: {marked}"
+    );
+    assert_eq!(
+        browser
+            .driver
+            .find(By::Css("#form input[data-path='name']"))
+            .await
+            .expect("the name field")
+            .value()
+            .await
+            .expect("its value")
+            .as_deref(),
+        Some("Returns"),
+        "the form shows the typed JSON's name"
+    );
     browser.shot("08d-editor-problem").await;
+    // JSON that does not parse leaves the form as it was, and says so.
+    browser.type_into("#definition", "{").await;
+    browser
+        .until(
+            "the form says the JSON does not parse",
+            "return document.querySelector('#form-status')?.innerText.includes('does not parse') \
+             && document.querySelector(\"#form input[data-path='name']\")?.value === 'Returns' || null",
+        )
+        .await;
     let fixed = json!({"name": "Returns", "trigger": {"type": "manual"},
         "steps": [{"name": "note", "op": "flow/log", "input": {"message": "one"}}]});
     browser.set_value("#definition", &fixed.to_string()).await;
@@ -766,6 +854,12 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             .is_some_and(|text| !text.contains("two")),
         "{definition}"
     );
+    browser
+        .until(
+            "the form shows version 1's definition too",
+            "return document.querySelector(\"#form [data-path='steps[0].input.message']\")?.value === 'one' || null",
+        )
+        .await;
     browser.shot("08e-editor-versions").await;
 
     // 5b. An incident opens while the incidents page is open (no reload).
@@ -1042,6 +1136,769 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the admin reads the detail: {detail}"
     );
     browser.shot("15-admin-incident-detail").await;
+
+    browser.driver.quit().await.expect("the session ends");
+}
+
+/// The firm of the seed, for a person who builds it on the page: the groups with their
+/// members, and the ticket types with their statuses.
+const FIRM_GROUPS: [(&str, &[&str]); 3] = [
+    ("warehouse", &["Eva", "Petr", "Jana"]),
+    ("shipping", &["Ota", "Iva"]),
+    ("IT", &["Karel", "Lenka", "Milan"]),
+];
+const FIRM_TYPES: [(&str, &str); 2] = [
+    ("order", "waiting-to-pack, shipped"),
+    ("error", "new, solved"),
+];
+
+/// The automations the form builds, as the API must then answer them.
+fn built_automations() -> [Value; 3] {
+    [
+        json!({
+            "name": "Orders from the web shop",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "kind", "path": "kind", "type": "string", "required": true},
+                {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
+            "steps": [{"name": "ticket", "op": "ticket/upsert",
+                "input": {"externalId": "order-{{orderId}}", "title": "Order {{orderId}}",
+                          "type": "order", "status": "waiting-to-pack", "tags": ["waiting-to-pack"]}}]
+        }),
+        json!({
+            "name": "New orders to the warehouse",
+            "trigger": {"type": "event", "event": "ticket.created"},
+            "steps": [{"name": "isOrder", "type": "condition", "match": "all",
+                "rules": [{"field": "ticket.type", "operator": "eq", "value": "order"}],
+                "then": [{"name": "assign", "op": "ticket/assign-least-busy",
+                          "input": {"ticket": "{{ticket.id}}", "group": "warehouse"}}],
+                "else": []}]
+        }),
+        json!({
+            "name": "Errors from the document converter",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "message", "path": "errors.0.message", "type": "string", "required": true}]},
+            "steps": [
+                {"name": "ticket", "op": "ticket/upsert",
+                 "input": {"externalId": "error-{{message}}", "title": "{{message}}", "type": "error"}},
+                {"name": "assign", "op": "ticket/assign-least-busy",
+                 "input": {"ticket": "{{ticket.id}}", "group": "IT"}},
+                {"name": "alarm", "op": "incident/create",
+                 "input": {"title": "The document converter failed", "impact": "{{message}}"}}
+            ]
+        }),
+    ]
+}
+
+impl Browser {
+    /// Wait until the editor's check of the definition says `Valid.`.
+    async fn until_valid(&self, what: &str) {
+        self.until(
+            what,
+            "return document.querySelector('#check-status')?.innerText === 'Valid.' || null",
+        )
+        .await;
+    }
+
+    /// Type `text` into the form's control at validator path `path` (over what is there).
+    async fn fill(&self, path: &str, text: &str) {
+        self.set_value(&format!("#form [data-path='{path}']"), text)
+            .await;
+    }
+
+    /// Press Ctrl+S in the form's control at `path` and wait for the editor of the saved
+    /// automation (version `version` in its list); its id.
+    async fn save_with_keyboard(&self, path: &str, version: u32) -> String {
+        self.type_into(&format!("#form [data-path='{path}']"), Key::Control + "s")
+            .await;
+        let id = self
+            .until(
+                &format!("version {version} saved"),
+                &format!(
+                    "return (location.hash.startsWith('#/automations/') && !location.hash.endsWith('/new') \
+                     && document.querySelector(\"#versions tr[data-version='{version}']\") \
+                     && document.querySelector('#check-status')?.innerText === 'Valid.') \
+                     ? decodeURIComponent(location.hash.split('/')[2]) : null"
+                ),
+            )
+            .await;
+        id.as_str().expect("an automation id").to_owned()
+    }
+
+    /// Add a step of `kind` to the block at `path` with the block's own controls.
+    async fn add_step(&self, path: &str, kind: &str) {
+        self.choose(&format!("#form select[data-key='{path}#kind']"), kind)
+            .await;
+        self.click(&format!("#form button[data-key='{path}#add']"))
+            .await;
+    }
+
+    /// Add the optional input `key` to the action at `path` and type `text` into it.
+    async fn add_input(&self, path: &str, key: &str, text: &str) {
+        self.choose(&format!("#form select[data-key='{path}.input#which']"), key)
+            .await;
+        self.click(&format!("#form button[data-key='{path}.input#add']"))
+            .await;
+        self.fill(&format!("{path}.input.{key}"), text).await;
+    }
+
+    /// Wait until the control at `path` is marked with a problem; the message under it.
+    async fn marked(&self, path: &str) -> String {
+        let value = self
+            .until(
+                &format!("the problem marked at {path}"),
+                &format!(
+                    "const c = document.querySelector(\"#form [data-path='{path}']\"); \
+                     if (!c || !c.classList.contains('invalid') || c.getAttribute('aria-invalid') !== 'true') return null; \
+                     const m = document.getElementById((c.getAttribute('aria-describedby') || '').split(' ')[0]); \
+                     return m ? m.innerText : null;"
+                ),
+            )
+            .await;
+        value.as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Wait until the control at `path` carries no mark.
+    async fn unmarked(&self, path: &str) {
+        self.until(
+            &format!("no problem left at {path}"),
+            &format!(
+                "const c = document.querySelector(\"#form [data-path='{path}']\"); \
+                 return (c && !c.classList.contains('invalid') && !c.hasAttribute('aria-invalid')) || null;"
+            ),
+        )
+        .await;
+    }
+}
+
+/// Ask `probe` (an API read) until it answers something; that answer.
+async fn until_api<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let started = Instant::now();
+    loop {
+        if let Some(found) = probe() {
+            return found;
+        }
+        assert!(started.elapsed() < PATIENCE, "gave up waiting for: {what}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// The saved definition of automation `id` through the API: name, trigger, steps.
+fn saved_definition(address: &str, token: &str, id: &str) -> Value {
+    let (status, automation) = call(
+        address,
+        "GET",
+        &format!("/api/automations/{id}"),
+        Some(token),
+        None,
+    );
+    assert_eq!(status, 200, "the automation is read: {automation}");
+    json!({"name": automation["name"], "trigger": automation["trigger"], "steps": automation["steps"]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
+    let Some((chromedriver, chromium)) = browser_binaries() else {
+        return;
+    };
+    let shots = output_dir("editor");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, address) = serve(&dir.path().join("editor.db"));
+    let base = format!("http://{address}");
+    let (status, tenant) = call(
+        &address,
+        "POST",
+        "/api/admin/tenants",
+        Some(ADMIN),
+        Some(json!({"name": "Fresh firm"})),
+    );
+    assert_eq!(status, 201, "a fresh tenant: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (_chromedriver, browser) = open_browser(&chromedriver, &chromium, shots).await;
+    browser.driver.goto(&base).await.expect("the page opens");
+    browser
+        .type_into("#token", token.clone() + Key::Enter)
+        .await;
+    browser
+        .text_of("the overview after sign-in", "#tiles .tile")
+        .await;
+
+    // 1. The groups and their members, on the Groups page.
+    browser.click("#nav a[href='#/groups']").await;
+    for (group, members) in FIRM_GROUPS {
+        browser
+            .type_into("#new-group input[name='name']", group)
+            .await;
+        browser.click("#new-group button[type='submit']").await;
+        for (count, member) in members.iter().enumerate() {
+            browser
+                .type_into(&format!("#add-member-{group} input[name='name']"), *member)
+                .await;
+            browser
+                .click(&format!("#add-member-{group} button[type='submit']"))
+                .await;
+            let counted = format!(
+                "({} {})",
+                count + 1,
+                if count == 0 { "member" } else { "members" }
+            );
+            browser
+                .until(
+                    &format!("{member} in {group}"),
+                    &format!(
+                        "return document.querySelector(\"#groups .group[data-group='{group}'] h2\")?.innerText.includes('{counted}') || null"
+                    ),
+                )
+                .await;
+        }
+    }
+    browser.shot("01-groups").await;
+
+    // 2. The ticket types and their statuses, on the Ticket types page.
+    browser.click("#nav a[href='#/ticket-types']").await;
+    for (name, statuses) in FIRM_TYPES {
+        browser
+            .type_into("#new-type input[name='name']", name)
+            .await;
+        browser
+            .type_into("#new-type input[name='statuses']", statuses)
+            .await;
+        browser.click("#new-type button[type='submit']").await;
+        browser
+            .text_of(
+                &format!("the ticket type {name}"),
+                &format!("#ticket-types .ticket-type[data-type='{name}']"),
+            )
+            .await;
+    }
+    browser.shot("02-ticket-types").await;
+    let (status, groups) = call(&address, "GET", "/api/groups", Some(&token), None);
+    assert_eq!(status, 200, "{groups}");
+    let names: Vec<&str> = groups["items"]
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|group| group["name"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(
+        names,
+        ["warehouse", "shipping", "IT"],
+        "the groups: {groups}"
+    );
+
+    let [orders, assign, errors] = built_automations();
+
+    // 3a. "Orders from the web shop" through the form: the starter's parameter edited,
+    // a second one added, the step switched to ticket/upsert (its required input marked
+    // while it is empty), optional inputs added, a list typed badly then well.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    browser
+        .until(
+            "the form of the starter definition",
+            "return document.querySelector(\"#form [data-path='trigger.params[0].name']\") || null",
+        )
+        .await;
+    browser.shot("03-new-automation").await;
+    browser.fill("name", "Orders from the web shop").await;
+    browser.fill("trigger.params[0].name", "kind").await;
+    browser.fill("trigger.params[0].path", "kind").await;
+    browser
+        .click("#form button[data-key='trigger.params#add']")
+        .await;
+    browser.fill("trigger.params[1].name", "orderId").await;
+    browser
+        .fill("trigger.params[1].path", "data.order.id")
+        .await;
+    let example = browser
+        .until(
+            "the example body of both parameters",
+            "const e = document.querySelector('#example-body'); return e && e.innerText.includes('\"order\"') ? e.innerText : null;",
+        )
+        .await;
+    let example: Value =
+        serde_json::from_str(example.as_str().unwrap_or_default()).expect("the example is JSON");
+    assert_eq!(
+        example,
+        json!({"kind": "kind", "data": {"order": {"id": "orderId"}}}),
+        "the example body nests by path"
+    );
+    browser.fill("steps[0].name", "ticket").await;
+    browser
+        .choose("#form select[data-path='steps[0].op']", "ticket/upsert")
+        .await;
+    let missing = browser.marked("steps[0].input.externalId").await;
+    assert!(
+        missing.contains("missing input \"externalId\""),
+        "the empty required input is said at its field: {missing}"
+    );
+    browser.scroll_to("#form [data-path='steps[0]']").await;
+    browser.shot("04-required-input-marked").await;
+    browser
+        .fill("steps[0].input.externalId", "order-{{orderId}}")
+        .await;
+    browser.unmarked("steps[0].input.externalId").await;
+    browser
+        .add_input("steps[0]", "title", "Order {{orderId}}")
+        .await;
+    browser.add_input("steps[0]", "type", "order").await;
+    browser
+        .add_input("steps[0]", "status", "waiting-to-pack")
+        .await;
+    browser
+        .add_input("steps[0]", "tags", "[\"waiting-to-pack\"")
+        .await;
+    let unparsed = browser.marked("steps[0].input.tags").await;
+    assert!(
+        unparsed.contains("not valid JSON"),
+        "a list that does not parse is said at its field: {unparsed}"
+    );
+    browser.shot("05-list-does-not-parse").await;
+    browser
+        .type_into("#form [data-path='steps[0].input.tags']", "]")
+        .await;
+    browser.unmarked("steps[0].input.tags").await;
+    browser
+        .until_valid("the orders automation checked valid")
+        .await;
+    browser.shot("06-orders-built").await;
+    let orders_id = browser.save_with_keyboard("steps[0].input.tags", 1).await;
+    assert_eq!(
+        saved_definition(&address, &token, &orders_id),
+        orders,
+        "the saved definition is what the form built"
+    );
+    browser.shot("07-orders-saved").await;
+
+    // 3b. An event automation: a condition on the ticket's type whose then-block assigns
+    // the least busy warehouse person.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    browser.fill("name", "New orders to the warehouse").await;
+    browser
+        .choose("#form select[data-path='trigger.type']", "event")
+        .await;
+    browser
+        .choose("#form select[data-path='trigger.event']", "ticket.created")
+        .await;
+    browser
+        .click("#form button[data-key='steps[0]#remove']")
+        .await;
+    // The condition is added with the keyboard alone: a letter picks the kind, Enter
+    // presses the button, and the focus lands in the new step's name.
+    browser
+        .type_into("#form select[data-key='steps#kind']", "c")
+        .await;
+    browser
+        .type_into("#form button[data-key='steps#add']", Key::Enter)
+        .await;
+    browser
+        .until(
+            "the focus in the new condition's name",
+            "return document.activeElement?.dataset.path === 'steps[0].name' \
+             && document.querySelector(\"#form li[data-path='steps[0]']\")?.classList.contains('kind-condition') || null",
+        )
+        .await;
+    browser
+        .driver
+        .active_element()
+        .await
+        .expect("the focused field")
+        .send_keys(Key::Control + "a")
+        .await
+        .expect("the name is selected");
+    browser
+        .driver
+        .active_element()
+        .await
+        .expect("the focused field")
+        .send_keys("isOrder")
+        .await
+        .expect("typed over");
+    browser.fill("steps[0].rules[0].field", "ticket.type").await;
+    browser
+        .choose("#form select[data-path='steps[0].rules[0].operator']", "eq")
+        .await;
+    browser.fill("steps[0].rules[0].value", "order").await;
+    browser.add_step("steps[0].then", "action").await;
+    browser.fill("steps[0].then[0].name", "assign").await;
+    browser
+        .choose(
+            "#form select[data-path='steps[0].then[0].op']",
+            "ticket/assign-least-busy",
+        )
+        .await;
+    browser
+        .fill("steps[0].then[0].input.ticket", "{{ticket.id}}")
+        .await;
+    let nested = browser.marked("steps[0].then[0].input.group").await;
+    assert!(
+        nested.contains("missing input \"group\""),
+        "a problem inside a then-block is said at its field: {nested}"
+    );
+    browser
+        .scroll_to("#form [data-path='steps[0].then[0]']")
+        .await;
+    browser.shot("08-nested-problem-marked").await;
+    browser
+        .fill("steps[0].then[0].input.group", "warehouse")
+        .await;
+    browser
+        .until_valid("the event automation checked valid")
+        .await;
+    browser.scroll_to("#form [data-path='steps[0]']").await;
+    browser.shot("09-condition-built").await;
+    let assign_id = browser
+        .save_with_keyboard("steps[0].then[0].input.group", 1)
+        .await;
+    assert_eq!(
+        saved_definition(&address, &token, &assign_id),
+        assign,
+        "the saved condition is what the form built"
+    );
+
+    // 3c. "Errors from the document converter": a parameter inside an array, three
+    // steps, one moved up into its place.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    browser
+        .fill("name", "Errors from the document converter")
+        .await;
+    browser.fill("trigger.params[0].name", "message").await;
+    browser
+        .fill("trigger.params[0].path", "errors.0.message")
+        .await;
+    browser
+        .until(
+            "the example body with an array",
+            "return document.querySelector('#example-body')?.innerText.includes('\"errors\": [') || null",
+        )
+        .await;
+    browser.fill("steps[0].name", "ticket").await;
+    browser
+        .choose("#form select[data-path='steps[0].op']", "ticket/upsert")
+        .await;
+    browser
+        .fill("steps[0].input.externalId", "error-{{message}}")
+        .await;
+    browser.add_input("steps[0]", "title", "{{message}}").await;
+    browser.add_input("steps[0]", "type", "eror").await;
+    let unknown = browser.marked("steps[0].input.type").await;
+    assert!(
+        unknown.contains("unknown ticket type \"eror\""),
+        "an unknown ticket type is said at its field: {unknown}"
+    );
+    browser.fill("steps[0].input.type", "error").await;
+    browser.unmarked("steps[0].input.type").await;
+    browser.add_step("steps", "action").await;
+    browser.fill("steps[1].name", "alarm").await;
+    browser
+        .choose("#form select[data-path='steps[1].op']", "incident/create")
+        .await;
+    browser
+        .fill("steps[1].input.title", "The document converter failed")
+        .await;
+    browser.fill("steps[1].input.impact", "{{message}}").await;
+    browser.add_step("steps", "action").await;
+    browser.fill("steps[2].name", "assign").await;
+    browser
+        .choose(
+            "#form select[data-path='steps[2].op']",
+            "ticket/assign-least-busy",
+        )
+        .await;
+    browser.fill("steps[2].input.ticket", "{{ticket.id}}").await;
+    browser.fill("steps[2].input.group", "IT").await;
+    browser.click("#form button[data-key='steps[2]#up']").await;
+    browser
+        .until(
+            "the assign step moved up",
+            "return document.querySelector(\"#form [data-path='steps[1].name']\")?.value === 'assign' || null",
+        )
+        .await;
+    let focused = browser
+        .driver
+        .execute(
+            "return document.activeElement?.dataset.key ?? null",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(
+        focused,
+        json!("steps[1]#up"),
+        "the focus stays on the moved step's button"
+    );
+    browser
+        .until_valid("the errors automation checked valid")
+        .await;
+    browser.scroll_to("#form [data-path='steps[1]']").await;
+    browser.shot("10-errors-built").await;
+    let errors_id = browser.save_with_keyboard("steps[2].input.impact", 1).await;
+    assert_eq!(
+        saved_definition(&address, &token, &errors_id),
+        errors,
+        "the saved definition is what the form built"
+    );
+
+    // 3d. The other triggers as forms (not saved): a schedule with its next fire times
+    // beside the cron and a cron problem at its field; a poll's fields.
+    browser.click("#nav a[href='#/automations']").await;
+    browser.click("#new-automation").await;
+    browser
+        .click("#form button[data-key='steps[0]#remove']")
+        .await;
+    browser
+        .choose("#form select[data-path='trigger.type']", "schedule")
+        .await;
+    browser
+        .until(
+            "five fire times beside the cron",
+            "return document.querySelectorAll('#schedule-beside .next-fires li').length === 5 || null",
+        )
+        .await;
+    browser.fill("trigger.cron", "0 7 * *").await;
+    let cron = browser.marked("trigger.cron").await;
+    assert!(
+        cron.contains("4 fields"),
+        "a cron problem is said at the cron: {cron}"
+    );
+    browser.fill("trigger.cron", "30 6 * * MON-FRI").await;
+    browser.fill("trigger.timezone", "Europe/Prague").await;
+    browser.unmarked("trigger.cron").await;
+    let beside = browser
+        .until(
+            "the describe text of the new cron",
+            "const e = document.querySelector('#schedule-beside'); \
+             return e && e.querySelectorAll('.next-fires li').length === 5 && !e.closest('.form-section').querySelector('.invalid') ? e.innerText : null;",
+        )
+        .await;
+    assert!(
+        beside
+            .as_str()
+            .is_some_and(|text| text.contains("Schedule:")),
+        "the schedule is described beside its fields: {beside}"
+    );
+    browser.scroll_to("#form [data-path='trigger']").await;
+    browser.shot("10b-schedule-trigger").await;
+    browser
+        .choose("#form select[data-path='trigger.type']", "poll")
+        .await;
+    for path in [
+        "trigger.source",
+        "trigger.intervalSec",
+        "trigger.request",
+        "trigger.items",
+        "trigger.cursor",
+    ] {
+        browser
+            .until(
+                &format!("the poll's field {path}"),
+                &format!("return document.querySelector(\"#form [data-path='{path}']\") || null"),
+            )
+            .await;
+    }
+    let request = browser.marked("trigger.request").await;
+    assert!(
+        request.contains("url"),
+        "an http poll without a request is said at the request: {request}"
+    );
+    browser.shot("10c-poll-trigger").await;
+    // A forEach with a step in its body, and a condition whose operator takes no value.
+    browser.add_step("steps", "forEach").await;
+    browser.fill("steps[0].items", "[\"a\", \"b\"]").await;
+    browser.fill("steps[0].as", "line").await;
+    browser.add_step("steps[0].steps", "action").await;
+    browser
+        .fill("steps[0].steps[0].input.message", "line {{line}}")
+        .await;
+    browser.add_step("steps", "condition").await;
+    browser.fill("steps[1].rules[0].field", "_poll.items").await;
+    browser
+        .choose(
+            "#form select[data-path='steps[1].rules[0].operator']",
+            "isEmpty",
+        )
+        .await;
+    let definition = browser
+        .until(
+            "the value gone with an operator that takes none",
+            "return document.querySelector(\"#form [data-path='steps[1].rules[0].value']\") === null \
+             && document.querySelector('#definition').value.includes('isEmpty') \
+             ? document.querySelector('#definition').value : null;",
+        )
+        .await;
+    let definition: Value = serde_json::from_str(definition.as_str().unwrap_or_default())
+        .expect("the JSON the form wrote parses");
+    assert_eq!(
+        definition["steps"][0],
+        json!({"name": "each1", "type": "forEach", "items": ["a", "b"], "as": "line",
+               "steps": [{"name": "step1", "op": "flow/log", "input": {"message": "line {{line}}"}}]}),
+        "the forEach the form wrote"
+    );
+    assert_eq!(
+        definition["steps"][1]["rules"],
+        json!([{"field": "_poll.items", "operator": "isEmpty"}]),
+        "a rule without a value"
+    );
+    browser.unmarked("steps[0].steps[0].input.message").await;
+    browser.scroll_to("#form [data-path='steps[0]']").await;
+    browser.shot("10d-for-each").await;
+
+    // 4. The firm works: an order through the webhook becomes a ticket that the event
+    // automation hands to a warehouse person.
+    let (status, automation) = call(
+        &address,
+        "GET",
+        &format!("/api/automations/{orders_id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{automation}");
+    let url = automation["webhookUrl"].as_str().expect("a webhook URL");
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        &url[base.len()..],
+        None,
+        Some(json!({"kind": "order.created", "data": {"order": {"id": "7001"}}})),
+    );
+    assert_eq!(status, 202, "the order is accepted: {accepted}");
+    browser.click("#nav a[href='#/tickets']").await;
+    let card = browser
+        .until(
+            "the order's ticket assigned on the board",
+            "const c = document.querySelector(\"#board .column[data-status='waiting-to-pack'] a.card\"); \
+             return c && c.querySelector('.assignee:not(.muted)') ? c.innerText : null;",
+        )
+        .await;
+    let card = card.as_str().unwrap_or_default();
+    assert!(
+        ["Eva", "Petr", "Jana"]
+            .iter()
+            .any(|member| card.contains(member)),
+        "a warehouse person has the order: {card}"
+    );
+    browser.shot("11-order-assigned").await;
+    // And an error of the document converter opens a ticket for IT and an incident.
+    let (status, automation) = call(
+        &address,
+        "GET",
+        &format!("/api/automations/{errors_id}"),
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{automation}");
+    let url = automation["webhookUrl"].as_str().expect("a webhook URL");
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        &url[base.len()..],
+        None,
+        Some(json!({"errors": [{"message": "PDF too large"}]})),
+    );
+    assert_eq!(status, 202, "the error is accepted: {accepted}");
+    let run = until_api("the error's run completed", || {
+        let (_, run) = call(
+            &address,
+            "GET",
+            &format!(
+                "/api/runs/{}",
+                accepted["runId"].as_str().unwrap_or_default()
+            ),
+            Some(&token),
+            None,
+        );
+        matches!(run["status"].as_str(), Some("completed" | "failed")).then_some(run)
+    })
+    .await;
+    assert_eq!(run["status"], "completed", "the run: {run}");
+    let (status, tickets) = call(
+        &address,
+        "GET",
+        "/api/tickets?type=error",
+        Some(&token),
+        None,
+    );
+    assert_eq!(status, 200, "{tickets}");
+    let ticket = &tickets["items"][0];
+    assert_eq!(ticket["title"], "PDF too large", "{tickets}");
+    assert!(
+        ["Karel", "Lenka", "Milan"]
+            .iter()
+            .any(|member| ticket["assignee"]["name"] == *member),
+        "an IT person has the error: {ticket}"
+    );
+    let (status, incidents) = call(&address, "GET", "/api/incidents", Some(&token), None);
+    assert_eq!(status, 200, "{incidents}");
+    assert_eq!(
+        incidents["items"][0]["title"], "The document converter failed",
+        "{incidents}"
+    );
+
+    // 5. A phone: the editor fits the width; the outline and the parameters stack.
+    browser
+        .driver
+        .set_window_rect(0, 0, 390, 844)
+        .await
+        .expect("a phone-sized window");
+    browser
+        .driver
+        .goto(format!("{base}/#/automations/{errors_id}"))
+        .await
+        .expect("navigated");
+    browser.until_valid("the editor on a phone").await;
+    browser
+        .click("#editor .layout-switch button[data-layout='form']")
+        .await;
+    assert!(
+        browser.fits_width().await,
+        "the editor fits a phone's width"
+    );
+    browser.shot("12-phone-editor").await;
+    browser
+        .scroll_to("#form [data-path='trigger.params']")
+        .await;
+    let stacked = browser
+        .driver
+        .execute(
+            "return getComputedStyle(document.querySelector(\"#form tr[data-path='trigger.params[0]']\")).display",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(
+        stacked,
+        json!("block"),
+        "the parameters' table stacks on a phone"
+    );
+    browser.shot("12b-phone-parameters").await;
+    browser.scroll_to("#form [data-path='steps[1]']").await;
+    assert!(
+        browser.fits_width().await,
+        "the outline fits a phone's width"
+    );
+    browser.shot("13-phone-steps").await;
+    browser
+        .driver
+        .goto(format!("{base}/#/automations/{assign_id}"))
+        .await
+        .expect("navigated");
+    browser.until_valid("the condition on a phone").await;
+    browser
+        .scroll_to("#form [data-path='steps[0].then[0]']")
+        .await;
+    assert!(
+        browser.fits_width().await,
+        "a nested block fits a phone's width"
+    );
+    browser.shot("14-phone-condition").await;
 
     browser.driver.quit().await.expect("the session ends");
 }

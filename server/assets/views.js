@@ -3,9 +3,11 @@
 // first load, after a reload, and on every stream event), `unmount` stops its timers.
 // Views read the data the shell keeps (`ctx.data`, filled by `app.js` and the stream)
 // and fetch what only they need (a run's step log, a ticket's log, webhook help).
+// The automation editor is its own module, `editor.js`, which shares the helpers exported here.
 
 import { h, replace, when, between, json, badge, select } from "./dom.js";
 import { api, listAll, withQuery } from "./api.js";
+import { automationEditor } from "./editor.js";
 
 export const RUN_STATUSES = ["scheduled", "queued", "running", "completed", "failed", "cancelled", "suppressed"];
 export const TRIGGERS = ["webhook", "event", "poll", "schedule", "manual", "api"];
@@ -72,7 +74,7 @@ function loading() {
 }
 
 /** A failed request, said on the page where its data would be. */
-function failed(error) {
+export function failed(error) {
   return h("p", { class: "error", role: "alert" }, described(error));
 }
 
@@ -96,7 +98,7 @@ function byNewest(a, b) {
 }
 
 /** A failed request as the page says it: what was called and what it answered. */
-function described(error) {
+export function described(error) {
   return error.describe ? error.describe() : String(error);
 }
 
@@ -104,7 +106,7 @@ function described(error) {
  * Run `action` with `button` disabled, saying on `status` that it runs, then what it
  * answered (or, failing, `describe(error)`). Resolves to whether it succeeded.
  */
-async function busy(button, status, label, action, describe) {
+export async function busy(button, status, label, action, describe) {
   button.disabled = true;
   status.textContent = `${label}…`;
   status.className = "status";
@@ -124,13 +126,13 @@ async function busy(button, status, label, action, describe) {
  * A button that runs `action` once at a time and says on the page how it went; a
  * failure reads as `describe` says (by default the call and its answer).
  */
-function actionButton(label, action, status, { attributes = {}, describe = described } = {}) {
+export function actionButton(label, action, status, { attributes = {}, describe = described } = {}) {
   const button = h("button", { type: "button", ...attributes }, label);
   button.addEventListener("click", () => busy(button, status, label, action, describe));
   return button;
 }
 
-function table(headers, rows, caption) {
+export function table(headers, rows, caption) {
   return h("div", { class: "scroll" },
     h("table", {},
       caption ? h("caption", {}, caption) : null,
@@ -906,7 +908,7 @@ function field(label, attributes) {
  * A small form: `fields` (labelled inputs), a submit button, a status line; `submit` gets
  * the form's values by input name and answers what to say. A refusal keeps what was typed.
  */
-function smallForm(id, fields, buttonText, submit) {
+export function smallForm(id, fields, buttonText, submit) {
   const status = h("span", { class: "status", role: "status" });
   const button = h("button", { type: "submit" }, buttonText);
   const form = h("form", { class: "small-form", id }, fields, " ", button, " ", status);
@@ -919,7 +921,7 @@ function smallForm(id, fields, buttonText, submit) {
 }
 
 /** A button of a setup page: its refusal reads as a sentence (see `refusal`). */
-function writeButton(label, action, status, attributes = {}) {
+export function writeButton(label, action, status, attributes = {}) {
   return actionButton(label, action, status, { attributes, describe: refusal });
 }
 
@@ -1081,189 +1083,6 @@ function ticketTypesView(ctx) {
         return;
       }
       replace(list, ctx.data.ticketTypes.length === 0 ? h("p", { class: "muted" }, "No ticket types yet.") : ctx.data.ticketTypes.map(typeSection));
-    },
-  };
-}
-
-// ---- the automation editor (the definition as JSON) ----
-
-/** The fields of an automation's answer that are not part of its definition. */
-const READ_ONLY = ["id", "webhookUrl", "signed", "currentVersion", "inFlight", "createdAt", "updatedAt", "warnings"];
-/** How long typing may pause before the definition is checked. */
-const CHECK_DELAY_MS = 400;
-const DRAFT_KEY = "fronta.draft.";
-
-/** A new automation to start from. */
-function starterDefinition() {
-  return {
-    name: "New automation",
-    trigger: { type: "webhook", params: [{ name: "orderId", path: "data.order.id", type: "string", required: true }] },
-    steps: [{ name: "note", op: "flow/log", input: { message: "order {{orderId}}" } }],
-  };
-}
-
-function definitionOf(automation) {
-  const definition = { ...automation };
-  for (const key of READ_ONLY) delete definition[key];
-  return definition;
-}
-
-function automationEditor(ctx, id) {
-  const isNew = id === "new";
-  const draftKey = DRAFT_KEY + id;
-  let text;
-  let timer = null;
-  let checkGeneration = 0;
-  const problems = h("ul", { id: "problems", class: "problems" });
-  const checked = h("p", { id: "check-status", class: "status", role: "status" });
-  const scheduleInfo = h("div", { id: "schedule-next" });
-  const status = h("p", { class: "status", role: "status", id: "save-status" });
-  const versions = h("div", { id: "versions" });
-  const diff = h("div", { id: "diff" });
-  const title = h("h1", {}, isNew ? "New automation" : "Edit automation");
-
-  function say(element, message, isError = false) {
-    element.textContent = message;
-    element.className = isError ? "status error" : "status";
-  }
-
-  async function check() {
-    const generation = ++checkGeneration;
-    let definition;
-    try {
-      definition = JSON.parse(text.value);
-    } catch (error) {
-      replace(problems, h("li", {}, h("code", {}, "(the JSON)"), " ", `does not parse: ${error.message}`));
-      say(checked, "The JSON does not parse.", true);
-      return null;
-    }
-    try {
-      const answer = await api("POST", "/api/automations/validate", definition);
-      if (generation !== checkGeneration) return null;
-      replace(problems,
-        answer.problems.map((problem) => h("li", { dataset: { path: problem.path } }, h("code", {}, problem.path || "(the automation)"), " ", problem.message)),
-        answer.warnings.map((warning) => h("li", { class: "warning", dataset: { path: warning.path } }, h("code", {}, warning.path), " ", `warning: ${warning.message}`)));
-      say(checked, answer.valid ? (answer.warnings.length ? "Valid, with warnings." : "Valid.") : `${answer.problems.length} problem(s).`, !answer.valid);
-      replace(scheduleInfo, answer.schedule
-        ? [h("p", {}, h("strong", {}, "Schedule: "), answer.schedule.describe), h("p", { class: "muted" }, "Next: ", answer.schedule.next.map((at) => new Date(at).toLocaleString()).join(" · "))]
-        : null);
-      return definition;
-    } catch (error) {
-      say(checked, described(error), true);
-      return null;
-    }
-  }
-
-  function changed() {
-    sessionStorage.setItem(draftKey, text.value);
-    clearTimeout(timer);
-    timer = setTimeout(check, CHECK_DELAY_MS);
-  }
-
-  async function save() {
-    let definition;
-    try {
-      definition = JSON.parse(text.value);
-    } catch (error) {
-      say(status, `Not saved: the JSON does not parse (${error.message}). Your draft is kept.`, true);
-      return;
-    }
-    say(status, "Saving…");
-    try {
-      const saved = isNew
-        ? await api("POST", "/api/automations", definition)
-        : await api("PUT", `/api/automations/${encodeURIComponent(id)}`, definition);
-      sessionStorage.removeItem(draftKey);
-      ctx.data.automations.set(saved.id, saved);
-      say(status, `Saved as version ${saved.currentVersion}.`);
-      if (isNew) {
-        location.hash = `#/automations/${encodeURIComponent(saved.id)}`;
-      } else {
-        text.value = JSON.stringify(definitionOf(saved), null, 2);
-        loadVersions();
-      }
-    } catch (error) {
-      say(status, `Not saved — ${described(error)}. Your draft is kept.`, true);
-      check();
-    }
-  }
-
-  async function showDiff(version, against) {
-    try {
-      const answer = await api("GET", `/api/automations/${encodeURIComponent(id)}/versions/${version}/diff?against=${against}`);
-      replace(diff, h("h3", {}, `Version ${against} → ${version}`),
-        answer.changes.length === 0 ? h("p", { class: "muted" }, "No change.") :
-          h("ul", { class: "changes" }, answer.changes.map((change) => h("li", { dataset: { change: change.change } },
-            h("code", {}, change.path), ` ${change.change}`,
-            change.before !== undefined ? [" from ", h("code", {}, JSON.stringify(change.before))] : null,
-            change.after !== undefined ? [" to ", h("code", {}, JSON.stringify(change.after))] : null))));
-    } catch (error) {
-      replace(diff, failed(error));
-    }
-  }
-
-  async function loadVersions() {
-    if (isNew) return;
-    try {
-      const page = await api("GET", `/api/automations/${encodeURIComponent(id)}/versions`);
-      const rowStatus = h("span", { class: "status", role: "status" });
-      replace(versions, h("h2", {}, "Versions"),
-        table(["Version", "Saved", "By", ""], page.items.map((item) => h("tr", { dataset: { version: item.version } },
-          h("td", {}, String(item.version), item.current ? " (current)" : ""),
-          h("td", {}, when(item.createdAt)),
-          h("td", {}, item.createdBy),
-          h("td", {},
-            item.version > 1 ? h("button", { type: "button", onclick: () => showDiff(item.version, item.version - 1), dataset: { diff: item.version } }, "Diff with previous") : null, " ",
-            item.current ? null : writeButton("Roll back to this", async () => {
-              const saved = await api("POST", `/api/automations/${encodeURIComponent(id)}/rollback`, { version: item.version });
-              text.value = JSON.stringify(definitionOf(saved), null, 2);
-              sessionStorage.removeItem(draftKey);
-              loadVersions();
-              const message = `Rolled back: version ${item.version}'s definition is now version ${saved.currentVersion}.`;
-              say(status, message);
-              return message;
-            }, rowStatus, { "data-rollback": item.version })))), " "),
-        rowStatus);
-    } catch (error) {
-      replace(versions, failed(error));
-    }
-  }
-
-  return {
-    title: isNew ? "New automation" : "Edit automation",
-    async mount(main) {
-      text = h("textarea", { id: "definition", class: "definition", rows: 18, spellcheck: "false", "aria-label": "The automation as JSON", oninput: changed });
-      text.addEventListener("keydown", (event) => {
-        if ((event.ctrlKey || event.metaKey) && event.key === "s") {
-          event.preventDefault();
-          save();
-        }
-      });
-      const saveButton = h("button", { type: "button", id: "save", onclick: save }, "Save");
-      main.append(h("p", {}, h("a", { href: "#/automations" }, "← Automations")), title,
-        h("p", { class: "muted" }, "The definition as JSON (API.md). It is checked as you type; Ctrl+S saves. A draft stays in this tab until it is saved."),
-        checked, problems, scheduleInfo, text, h("p", { class: "actions" }, saveButton, " ", status), versions, diff);
-      const draft = sessionStorage.getItem(draftKey);
-      if (draft !== null) {
-        text.value = draft;
-        say(status, "Your unsaved draft is restored.");
-      } else if (isNew) {
-        text.value = JSON.stringify(starterDefinition(), null, 2);
-      } else {
-        try {
-          const automation = await api("GET", `/api/automations/${encodeURIComponent(id)}`);
-          title.textContent = `Edit automation ${automation.name}`;
-          text.value = JSON.stringify(definitionOf(automation), null, 2);
-        } catch (error) {
-          say(status, described(error), true);
-        }
-      }
-      check();
-      loadVersions();
-    },
-    update() {},
-    unmount() {
-      clearTimeout(timer);
     },
   };
 }

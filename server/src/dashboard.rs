@@ -53,7 +53,7 @@ const CSS: &str = "text/css; charset=utf-8";
 const SVG: &str = "image/svg+xml";
 
 /// Every file of the page. `/` is the page itself; the rest are loaded by it.
-pub const ASSETS: [Asset; 8] = [
+pub const ASSETS: [Asset; 9] = [
     Asset {
         path: "/",
         content_type: HTML,
@@ -93,6 +93,11 @@ pub const ASSETS: [Asset; 8] = [
         path: "/assets/views.js",
         content_type: JS,
         body: include_bytes!("../assets/views.js"),
+    },
+    Asset {
+        path: "/assets/editor.js",
+        content_type: JS,
+        body: include_bytes!("../assets/editor.js"),
     },
 ];
 
