@@ -1464,6 +1464,44 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         .until_valid("the orders automation checked valid")
         .await;
     browser.shot("06-orders-built").await;
+    // Tested before it is saved: the example body, edited to the shop's order, and the
+    // dry run's step log saying what the run would do, nothing written.
+    let prefilled = browser
+        .until(
+            "the test body prefilled with the webhook's example",
+            "const b = document.querySelector('#test-body'); return b && b.value.includes('\"order\"') ? b.value : null;",
+        )
+        .await;
+    assert!(
+        prefilled
+            .as_str()
+            .is_some_and(|body| body.contains("\"kind\"")),
+        "the example body has the parameters' paths: {prefilled}"
+    );
+    browser
+        .set_value(
+            "#test-body",
+            r#"{"kind": "order.created", "data": {"order": {"id": "5001"}}}"#,
+        )
+        .await;
+    browser.click("#test").await;
+    let said = browser
+        .until(
+            "the dry run says what it would do",
+            "const s = document.querySelector('#test-steps'); \
+             return s && s.innerText.includes('would create ticket order-5001') ? s.innerText : null;",
+        )
+        .await;
+    assert!(
+        said.as_str().is_some_and(|log| log.contains("type order")),
+        "the line names what the ticket would carry: {said}"
+    );
+    let status = browser.text_of("the test's status", "#test-status").await;
+    assert!(status.contains("Nothing was written"), "{status}");
+    browser.shot("06b-orders-tested").await;
+    let (status, tickets) = call(&address, "GET", "/api/tickets", Some(&token), None);
+    assert_eq!(status, 200, "{tickets}");
+    assert_eq!(tickets["items"], json!([]), "the test created no ticket");
     let orders_id = browser.save_with_keyboard("steps[0].input.tags", 1).await;
     assert_eq!(
         saved_definition(&address, &token, &orders_id),

@@ -17,6 +17,7 @@
 import { h, replace, when } from "./dom.js";
 import { api } from "./api.js";
 import { described, failed, table, writeButton } from "./views.js";
+import { testPanel } from "./testpanel.js";
 
 /** The fields of an automation's answer that are not part of its definition. */
 const READ_ONLY = ["id", "webhookUrl", "signed", "currentVersion", "inFlight", "createdAt", "updatedAt", "warnings"];
@@ -579,6 +580,18 @@ export function automationEditor(ctx, id) {
   const formRoot = h("div", { id: "form", class: "automation-form" });
   const formNote = h("p", { id: "form-status", class: "status", role: "status" });
   const panes = h("div", { class: "editor-panes" });
+  const tester = testPanel({
+    definition: () => {
+      try {
+        const parsed = JSON.parse(text.value);
+        return parsed && typeof parsed === "object" && !Array.isArray(parsed) ? parsed : null;
+      } catch {
+        return null;
+      }
+    },
+    example: exampleBody,
+    automationId: isNew ? null : id,
+  });
 
   /** What the form and the marks need; the form's builders call back through it. */
   const editor = {
@@ -731,6 +744,7 @@ export function automationEditor(ctx, id) {
     }
     editor.localProblems.clear();
     renderForm();
+    tester.refresh();
   }
 
   async function check() {
@@ -764,6 +778,7 @@ export function automationEditor(ctx, id) {
 
   function changed() {
     sessionStorage.setItem(draftKey, text.value);
+    tester.refresh();
     clearTimeout(timer);
     timer = setTimeout(check, CHECK_DELAY_MS);
   }
@@ -885,7 +900,7 @@ export function automationEditor(ctx, id) {
         h("p", {}, h("a", { href: "#/automations" }, "← Automations")), title,
         h("p", { class: "muted" }, "Edit the automation as a form or as JSON (API.md): each follows the other. It is checked as you type, problems show at their fields; Ctrl+S saves from any field. A draft stays in this tab until it is saved."),
         layoutSwitch(), checked, problems, scheduleInfo, panes,
-        h("p", { class: "actions" }, saveButton, " ", status), versions, diff);
+        h("p", { class: "actions" }, saveButton, " ", status), tester.element, versions, diff);
       root.addEventListener("keydown", (event) => {
         if ((event.ctrlKey || event.metaKey) && event.key === "s") {
           event.preventDefault();

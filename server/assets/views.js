@@ -391,7 +391,7 @@ function stepMessage(step) {
 }
 
 /** One entry of a run's timeline: a step as the step log shows it, or what happened to the run. */
-function timelineEntry(entry, steps) {
+export function timelineEntry(entry, steps) {
   if (entry.kind !== "step") {
     const tone = entry.kind === "ended" ? String(entry.status) : "lifecycle";
     return h("li", { class: `step step-event step-${tone.replace(/\s+/g, "-")}` },

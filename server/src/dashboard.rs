@@ -53,7 +53,7 @@ const CSS: &str = "text/css; charset=utf-8";
 const SVG: &str = "image/svg+xml";
 
 /// Every file of the page. `/` is the page itself; the rest are loaded by it.
-pub const ASSETS: [Asset; 9] = [
+pub const ASSETS: [Asset; 10] = [
     Asset {
         path: "/",
         content_type: HTML,
@@ -98,6 +98,11 @@ pub const ASSETS: [Asset; 9] = [
         path: "/assets/editor.js",
         content_type: JS,
         body: include_bytes!("../assets/editor.js"),
+    },
+    Asset {
+        path: "/assets/testpanel.js",
+        content_type: JS,
+        body: include_bytes!("../assets/testpanel.js"),
     },
 ];
 
