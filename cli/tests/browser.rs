@@ -860,6 +860,32 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             "return document.querySelector(\"#form [data-path='steps[0].input.message']\")?.value === 'one' || null",
         )
         .await;
+    // Any two versions compared: 1 and 3 (its rollback) are the same, 2 and 3 are not.
+    browser.click("#diff-from option[value='1']").await;
+    browser.click("#diff-to option[value='3']").await;
+    browser.click("#diff-show").await;
+    browser
+        .until(
+            "versions 1 and 3 compared",
+            "const d = document.querySelector('#diff'); \
+             return d && d.innerText.includes('Version 1 → 3') && d.innerText.includes('No change.') || null",
+        )
+        .await;
+    browser.click("#diff-from option[value='2']").await;
+    browser.click("#diff-show").await;
+    let changes = browser
+        .until(
+            "versions 2 and 3 compared",
+            "const d = document.querySelector('#diff'); \
+             return d && d.innerText.includes('Version 2 → 3') && d.querySelector('ul.changes') ? d.innerText : null",
+        )
+        .await;
+    assert!(
+        changes
+            .as_str()
+            .is_some_and(|text| text.contains("\"two\"") && text.contains("\"one\"")),
+        "from version 2's message to version 3's: {changes}"
+    );
     browser.shot("08e-editor-versions").await;
 
     // 5b. An incident opens while the incidents page is open (no reload).

@@ -854,10 +854,26 @@ export function automationEditor(ctx, id) {
               say(status, message);
               return message;
             }, rowStatus, { "data-rollback": item.version })))), " "),
+        page.items.length > 1 ? versionPicker(page.items) : null,
         rowStatus);
     } catch (error) {
       replace(versions, failed(error));
     }
+  }
+
+  /** Any two versions compared: "from" one "to" another (newest and the one before at first). */
+  function versionPicker(items) {
+    const numbers = items.map((item) => item.version);
+    const choice = (id, label, chosen) => {
+      const control = h("select", { id, "aria-label": label },
+        numbers.map((number) => h("option", { value: String(number) }, `version ${number}`)));
+      control.value = String(chosen);
+      return control;
+    };
+    const from = choice("diff-from", "Compare from version", numbers[1]);
+    const to = choice("diff-to", "Compare to version", numbers[0]);
+    const show = h("button", { type: "button", id: "diff-show", onclick: () => showDiff(Number(to.value), Number(from.value)) }, "Show the diff");
+    return h("p", { class: "actions" }, h("label", { for: "diff-from" }, "Compare "), from, h("label", { for: "diff-to" }, " with "), to, " ", show);
   }
 
   /** The layout switch: Form, JSON, or both side by side (the default on a wide window). */

@@ -56,7 +56,7 @@ export function testPanel({ definition, example, automationId }) {
     fields.body = fields.ticket = fields.change = fields.items = null;
     if (type === "webhook" || type === "manual") {
       const start = type === "webhook" ? JSON.stringify(example(trigger.params ?? []), null, 2) : "";
-      fields.body = area("test-body", type === "webhook" ? "The body the webhook receives" : "The body of a manual run (optional)", 8, start);
+      fields.body = area("test-body", type === "webhook" ? "The body the webhook receives" : "The body of a manual run (optional)", type === "webhook" ? 8 : 3, start);
       fields.body.addEventListener("input", () => { bodyTouched = true; });
       parts.push(h("label", { for: "test-body" }, type === "webhook" ? "Body (the webhook's example, edit it):" : "Body (optional):"), fields.body);
     } else if (type === "event") {
