@@ -420,3 +420,95 @@ async fn a_dry_run_says_what_it_would_do_and_writes_nothing_on_postgres() {
     .await
     .expect("the scenario ran");
 }
+
+/// A live test calls the service through the same connectors as a run; a call that
+/// outlasts the test's time limit (`FRONTA_TEST_TIME_LIMIT=2s`) stops the test, which
+/// answers what it did so far. A saved automation is tested at an older version too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_test_calls_the_service_and_stops_at_the_time_limit() {
+    use std::process::{Command, Stdio};
+    let service = wiremock::MockServer::start().await;
+    wiremock::Mock::given(wiremock::matchers::path("/count"))
+        .respond_with(wiremock::ResponseTemplate::new(200).set_body_json(json!({"count": 3})))
+        .mount(&service)
+        .await;
+    wiremock::Mock::given(wiremock::matchers::path("/slow"))
+        .respond_with(
+            wiremock::ResponseTemplate::new(200)
+                .set_delay(Duration::from_secs(30))
+                .set_body_json(json!({"count": 0})),
+        )
+        .mount(&service)
+        .await;
+    let base = service.uri();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let database = dir.path().join("live.db");
+        let mut child = Command::new(support::FRONTA)
+            .arg("--database")
+            .arg(&database)
+            .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+            .env("RUST_LOG", "warn")
+            .env("FRONTA_ADMIN_TOKEN", ADMIN)
+            .env("FRONTA_HTTP_ALLOW", "127.0.0.1")
+            .env("FRONTA_TEST_TIME_LIMIT", "2s")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("fronta serve starts");
+        let address = support::listening_address(&mut child);
+        let server = Server::of(child, address, ADMIN);
+        let token = server.tenant("Live");
+        let call = |path: &str| {
+            json!({"name": "Count", "trigger": {"type": "manual"}, "steps": [
+                {"name": "lookup", "op": "http/request", "service": "counter",
+                 "input": {"url": format!("{base}{path}"), "timeoutSec": 60}},
+                {"name": "say", "op": "flow/log", "input": {"message": "{{lookup.body.count}} open"}}]})
+        };
+        let answer = server.ok(
+            "POST",
+            "/api/automations/test",
+            &token,
+            Some(json!({"automation": call("/count"), "connectors": "live"})),
+        );
+        assert_eq!(answer["status"], "completed", "{answer}");
+        has(&answer, "say ok: 3 open");
+
+        let answer = server.ok(
+            "POST",
+            "/api/automations/test",
+            &token,
+            Some(json!({"automation": call("/slow"), "connectors": "live"})),
+        );
+        assert_eq!(answer["status"], "stopped", "{answer}");
+        has(&answer, "run stopped: the test's time limit (2 s; --test-time-limit, FRONTA_TEST_TIME_LIMIT) was reached");
+
+        // A saved automation at an older version: v1 logs "one", v2 "two".
+        let saved = server.ok(
+            "POST",
+            "/api/automations",
+            &token,
+            Some(json!({"name": "Say", "trigger": {"type": "manual"},
+                        "steps": [{"name": "say", "op": "flow/log", "input": {"message": "one"}}]})),
+        );
+        let id = saved["id"].as_str().expect("an id");
+        server.ok(
+            "PUT",
+            &format!("/api/automations/{id}"),
+            &token,
+            Some(json!({"name": "Say", "trigger": {"type": "manual"},
+                        "steps": [{"name": "say", "op": "flow/log", "input": {"message": "two"}}]})),
+        );
+        let current = server.ok("POST", &format!("/api/automations/{id}/test"), &token, Some(json!({})));
+        assert_eq!(current["automation"]["version"], 2, "{current}");
+        has(&current, "say ok: two");
+        let older = server.ok("POST", &format!("/api/automations/{id}/test"), &token, Some(json!({"version": 1})));
+        assert_eq!(older["automation"]["version"], 1, "{older}");
+        has(&older, "say ok: one");
+        let (status, missing) = server.call("POST", &format!("/api/automations/{id}/test"), &token, Some(json!({"version": 7})));
+        assert_eq!(status, 404, "{missing}");
+        server.stop();
+    })
+    .await
+    .expect("the live tests ran");
+}
