@@ -1848,6 +1848,53 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
         "a warehouse person has the order: {card}"
     );
     browser.shot("11-order-assigned").await;
+    // The webhook's run on the runs page, completed.
+    let order_run = accepted["runId"].as_str().expect("a run id").to_owned();
+    browser.click("#nav a[href='#/runs']").await;
+    browser
+        .until(
+            "the order's run completed on the runs page",
+            &format!(
+                "return document.querySelector(\"#runs-list tr[data-run='{order_run}'][data-status='completed']\") || null"
+            ),
+        )
+        .await;
+    browser.shot("11b-order-run").await;
+    // Edited in the form: version 2, its diff, and a rollback to version 1 (as version 3).
+    browser
+        .driver
+        .goto(format!("{base}/#/automations/{orders_id}"))
+        .await
+        .expect("the editor opens");
+    browser.until_valid("the orders automation opened").await;
+    browser
+        .fill("steps[0].input.title", "Web order {{orderId}}")
+        .await;
+    browser.save_with_keyboard("steps[0].input.title", 2).await;
+    browser.click("#versions button[data-diff='2']").await;
+    let changes = browser
+        .text_of("the diff of version 2", "#diff ul.changes")
+        .await;
+    assert!(
+        changes.contains("ticket.input.title")
+            && changes.contains("\"Order {{orderId}}\"")
+            && changes.contains("\"Web order {{orderId}}\""),
+        "the diff names the field, before and after: {changes}"
+    );
+    browser.click("#versions button[data-rollback='1']").await;
+    browser
+        .until(
+            "the rollback to version 1 as version 3, shown in the form",
+            "return (document.querySelector(\"#versions tr[data-version='3']\")?.innerText.includes('current') \
+             && document.querySelector(\"#form [data-path='steps[0].input.title']\")?.value === 'Order {{orderId}}') || null",
+        )
+        .await;
+    assert_eq!(
+        saved_definition(&address, &token, &orders_id),
+        orders,
+        "version 3 is version 1's definition"
+    );
+    browser.shot("11c-orders-rolled-back").await;
     // And an error of the document converter opens a ticket for IT and an incident.
     let (status, automation) = call(
         &address,
