@@ -6,7 +6,7 @@
 //!   values, loop passes, rendered templates, `MAX_ACTIONS` — over a
 //!   [`fronta_desk::overlay::Overlay`]: every built-in step computes what it *would* do
 //!   with the desk's own plans on the tenant's current data ("would create ticket
-//!   order-5001 as TK-8 (type order, tags waiting-to-pack)", "would assign TK-3 to Eva
+//!   order-5001 as TK-8 (type order, tags [waiting-to-pack])", "would assign TK-3 to Eva
 //!   (warehouse: Eva 0 open of 5, Jan 1 open of 5)"), and its line says that.
 //! - Nothing is written: no run, ticket, log line, incident, checkpoint, cursor, guard
 //!   row. The loop guard is not consulted (no run exists to count), a pause is said and

@@ -427,15 +427,7 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     let base = format!("http://{address}");
 
     // The firm, through the API as an operator would set it up.
-    let (status, tenant) = call(
-        &address,
-        "POST",
-        "/api/admin/tenants",
-        Some(ADMIN),
-        Some(json!({"name": "Acme"})),
-    );
-    assert_eq!(status, 201, "a tenant: {tenant}");
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = tenant_token(&address, "Acme");
     let (status, applied) = call(&address, "POST", "/api/apply", Some(&token), Some(setup()));
     assert_eq!(status, 200, "the setup applies: {applied}");
     let (status, automations) = call(&address, "GET", "/api/automations", Some(&token), None);
@@ -1308,6 +1300,19 @@ async fn until_api<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// A new tenant's token, made with the admin token.
+fn tenant_token(address: &str, name: &str) -> String {
+    let (status, tenant) = call(
+        address,
+        "POST",
+        "/api/admin/tenants",
+        Some(ADMIN),
+        Some(json!({"name": name})),
+    );
+    assert_eq!(status, 201, "a tenant: {tenant}");
+    tenant["token"].as_str().expect("a tenant token").to_owned()
+}
+
 /// The saved definition of automation `id` through the API: name, trigger, steps.
 fn saved_definition(address: &str, token: &str, id: &str) -> Value {
     let (status, automation) = call(
@@ -1330,15 +1335,7 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (_server, address) = serve(&dir.path().join("editor.db"));
     let base = format!("http://{address}");
-    let (status, tenant) = call(
-        &address,
-        "POST",
-        "/api/admin/tenants",
-        Some(ADMIN),
-        Some(json!({"name": "Fresh firm"})),
-    );
-    assert_eq!(status, 201, "a fresh tenant: {tenant}");
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let token = tenant_token(&address, "Fresh firm");
     let (_chromedriver, browser) = open_browser(&chromedriver, &chromium, shots).await;
     browser.driver.goto(&base).await.expect("the page opens");
     browser

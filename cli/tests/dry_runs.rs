@@ -135,7 +135,7 @@ fn scenario(server: &Server, snapshot: &dyn Fn() -> Snapshot) {
     );
     has(
         &answer,
-        "ticket ok: would create ticket order-5002 as TK-2 (type order, status waiting-to-pack, tags waiting-to-pack)",
+        "ticket ok: would create ticket order-5002 as TK-2 (type order, status waiting-to-pack, tags [waiting-to-pack])",
     );
     assert_eq!(
         answer["input"]["orderId"], "5002",

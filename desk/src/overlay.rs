@@ -213,29 +213,9 @@ impl Overlay {
     }
 }
 
-/// "type order, status new, group warehouse, tags a, b" of a planned ticket.
+/// " (type order, status new, tags [a, b])" of a planned ticket ([`plan::carried`]).
 fn what_it_carries(ticket: &Ticket) -> String {
-    let mut parts = Vec::new();
-    for (name, value) in [
-        ("type", &ticket.ticket_type),
-        ("status", &ticket.status),
-        ("group", &ticket.group),
-    ] {
-        if let Some(value) = value {
-            parts.push(format!("{name} {value}"));
-        }
-    }
-    if !ticket.tags.is_empty() {
-        parts.push(format!("tags {}", ticket.tags.join(", ")));
-    }
-    if !ticket.fields.is_empty() {
-        let fields: Vec<String> = ticket
-            .fields
-            .iter()
-            .map(|(name, value)| format!("{name} = {value}"))
-            .collect();
-        parts.push(format!("fields {}", fields.join(", ")));
-    }
+    let parts = plan::carried(ticket);
     if parts.is_empty() {
         String::new()
     } else {

@@ -572,6 +572,31 @@ fn create(
     if let Some(external_id) = &ticket.external_id {
         parts.push(format!("external id {external_id}"));
     }
+    parts.extend(carried(&ticket));
+    let mut message = format!(
+        "{} created by {by}: {}",
+        ticket.human_id(),
+        parts.join("; ")
+    );
+    if let Some(note) = &upsert.note {
+        message.push_str(&format!(" (event: {note})"));
+    }
+    Ok(TicketPlan {
+        row: RowWrite::Insert,
+        log: Some(line(now, "created", message, run_id)),
+        write: TicketWrite {
+            ticket,
+            created: true,
+            change: BTreeMap::new(),
+        },
+        counts_moved: Vec::new(),
+    })
+}
+
+/// What a new ticket carries, as its creation's log line names it: `type order`, `status
+/// new`, `group warehouse`, `tags [a, b]`, `fields {…}` (those it has).
+pub fn carried(ticket: &Ticket) -> Vec<String> {
+    let mut parts = Vec::new();
     for (name, value) in [
         ("type", &ticket.ticket_type),
         ("status", &ticket.status),
@@ -592,24 +617,7 @@ fn create(
             .collect();
         parts.push(format!("fields {}", serde_json::Value::Object(fields)));
     }
-    let mut message = format!(
-        "{} created by {by}: {}",
-        ticket.human_id(),
-        parts.join("; ")
-    );
-    if let Some(note) = &upsert.note {
-        message.push_str(&format!(" (event: {note})"));
-    }
-    Ok(TicketPlan {
-        row: RowWrite::Insert,
-        log: Some(line(now, "created", message, run_id)),
-        write: TicketWrite {
-            ticket,
-            created: true,
-            change: BTreeMap::new(),
-        },
-        counts_moved: Vec::new(),
-    })
+    parts
 }
 
 /// The checks of a change that need no storage: a title, when given, is not blank.
