@@ -36,8 +36,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use fronta_desk::overlay::{Overlay, Would};
-use fronta_desk::store::TicketFilter;
-use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
+use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket};
 use fronta_engine::registry::StopSignal;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -405,47 +404,21 @@ fn hint_missing_outputs(steps: &mut [StepLog]) {
     }
 }
 
-/// A ticket as a test names it: `TK-12`, `12` (its number) or its id.
+/// A ticket as a test names it: `"TK-12"`, `"12"`, `12` (its number) or its id.
 pub async fn find_ticket(
     desk: &dyn DeskStore,
     tenant: TenantId,
     reference: &Value,
 ) -> Result<Ticket, DeskError> {
-    let text = match reference {
-        Value::String(text) => text.trim().to_owned(),
-        Value::Number(number) => number.to_string(),
-        other => {
-            return Err(DeskError::Invalid(format!(
-                "\"ticket\" must be a ticket's number (\"TK-12\" or 12) or id, got {other}"
-            )));
+    match reference {
+        Value::String(text) => fronta_desk::store::find_ticket(desk, tenant, text).await,
+        Value::Number(number) => {
+            fronta_desk::store::find_ticket(desk, tenant, &number.to_string()).await
         }
-    };
-    let digits = text
-        .strip_prefix("TK-")
-        .or_else(|| text.strip_prefix("tk-"))
-        .unwrap_or(&text);
-    if let Ok(number) = digits.parse::<i64>() {
-        let found = desk
-            .ticket_list(
-                tenant,
-                TicketFilter {
-                    before_number: Some(number.saturating_add(1)),
-                    limit: 1,
-                    ..TicketFilter::default()
-                },
-            )
-            .await?;
-        return found
-            .into_iter()
-            .find(|ticket| ticket.number == number)
-            .ok_or(DeskError::NotFound(fronta_desk::store::names::TICKET));
+        other => Err(DeskError::Invalid(format!(
+            "\"ticket\" must be a ticket's number (\"TK-12\" or 12) or id, got {other}"
+        ))),
     }
-    let id: TicketId = text.parse().map_err(|_| {
-        DeskError::Invalid(format!(
-            "\"ticket\" must be a ticket's number (\"TK-12\" or 12) or id, got {text:?}"
-        ))
-    })?;
-    desk.ticket_get(tenant, id).await
 }
 
 /// The context an event run over `ticket` starts with: the ticket as read and the

@@ -999,7 +999,7 @@ impl Runtime {
                 )
                 .await;
                 Outcome::Done(Some(
-                    json!({ "steps": state.steps, "context": state.context, "starts": state.starts }),
+                    json!({ "steps": state.steps, "context": state.context, "starts": state.starts, "ticket": state.ticket }),
                 ))
             }
             Ok(Some(snooze)) => Outcome::Snooze(snooze),

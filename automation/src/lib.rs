@@ -67,6 +67,7 @@ pub mod poll;
 pub mod problem;
 pub mod refs;
 pub mod retry;
+pub mod run_search;
 pub mod schedule;
 pub mod scheduler;
 pub mod secrets;

@@ -257,17 +257,8 @@ pub(crate) struct WorkerArgs {
 
 #[derive(Subcommand, Debug)]
 enum RunsCommand {
-    /// Newest first.
-    List {
-        #[arg(long, value_parser = parse_status)]
-        status: Option<RunStatus>,
-        #[arg(long)]
-        kind: Option<String>,
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
-        #[arg(long)]
-        json: bool,
-    },
+    /// Newest first, filtered as `GET /api/runs` filters (every filter combines).
+    List(Box<ListArgs>),
     /// One run with every field.
     Show {
         id: String,
@@ -283,8 +274,48 @@ enum RunsCommand {
     },
 }
 
-fn parse_status(text: &str) -> Result<RunStatus, String> {
-    text.parse()
+/// `fronta runs list`: the search of `GET /api/runs` (`fronta_automation::run_search`).
+#[derive(clap::Args, Debug)]
+struct ListArgs {
+    /// One status or several, comma separated (failed,suppressed).
+    #[arg(long)]
+    status: Option<String>,
+    /// Only runs of this kind (automation, sleep, …).
+    #[arg(long)]
+    kind: Option<String>,
+    /// Only this tenant's runs (its id).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Only this automation's runs (its id).
+    #[arg(long)]
+    automation: Option<String>,
+    /// Only runs pinned to this version of their automation.
+    #[arg(long)]
+    version: Option<String>,
+    /// webhook, event, poll, schedule, manual or api.
+    #[arg(long)]
+    trigger: Option<String>,
+    /// Runs that touched this ticket: TK-12, 12 or its id (needs --tenant).
+    #[arg(long, requires = "tenant")]
+    ticket: Option<String>,
+    /// Created at or after (RFC 3339 instant or a date).
+    #[arg(long)]
+    since: Option<String>,
+    /// Created before (RFC 3339 instant or a date).
+    #[arg(long)]
+    until: Option<String>,
+    /// Text in the last error or a step's message (case folded).
+    #[arg(long)]
+    text: Option<String>,
+    /// Runs shown at most.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// Read at most this many runs to fill the page.
+    #[arg(long, default_value_t = 100_000)]
+    scan_max: usize,
+    /// Every field of every run, as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Logs go to stderr; `RUST_LOG` overrides the default level (`default`).
@@ -745,22 +776,66 @@ fn when(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
 }
 
 async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
-    let store = open_store(db, "fronta-runs").await?.runs();
+    let opened = open_store(db, "fronta-runs").await?;
+    let store = opened.runs();
     match command {
-        RunsCommand::List {
-            status,
-            kind,
-            limit,
-            json,
-        } => {
-            let runs = store
-                .run_list(RunFilter {
-                    status,
-                    kind,
-                    limit,
-                    ..RunFilter::default()
-                })
-                .await?;
+        RunsCommand::List(args) => {
+            let ListArgs {
+                status,
+                kind,
+                tenant,
+                automation,
+                version,
+                trigger,
+                ticket,
+                since,
+                until,
+                text,
+                limit,
+                scan_max,
+                json,
+            } = *args;
+            use fronta_automation::run_search::{self, RunSearch, SearchText};
+            let mut search = RunSearch::parse(&SearchText {
+                status: status.as_deref(),
+                automation: automation.as_deref(),
+                version: version.as_deref(),
+                trigger: trigger.as_deref(),
+                from: since.as_deref(),
+                to: until.as_deref(),
+                q: text.as_deref(),
+            })
+            .map_err(|err| anyhow::anyhow!(err))?;
+            if let (Some(ticket), Some(tenant)) = (&ticket, &tenant) {
+                let tenant: fronta_desk::TenantId = tenant
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("--tenant must be a tenant id, got {tenant:?}"))?;
+                let (_, desk, _) = opened.ports();
+                let found = fronta_desk::store::find_ticket(desk.as_ref(), tenant, ticket)
+                    .await
+                    .map_err(|err| anyhow::anyhow!("--ticket {ticket}: {err}"))?;
+                search.ticket = Some(found.id);
+            }
+            if limit == 0 {
+                bail!("--limit must be at least 1");
+            }
+            let found = run_search::search(
+                store.as_ref(),
+                tenant,
+                kind,
+                &search,
+                None,
+                limit.min(RunFilter::MAX_PAGE),
+                scan_max.max(1),
+            )
+            .await?;
+            if found.next.is_some() && found.runs.len() < limit {
+                eprintln!(
+                    "note: read {scan_max} runs (--scan-max) and found {} matching; older runs were not read",
+                    found.runs.len()
+                );
+            }
+            let runs = found.runs;
             if json {
                 println!("{}", serde_json::to_string_pretty(&runs)?);
             } else {

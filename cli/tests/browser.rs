@@ -581,6 +581,33 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the automation's name: {tile_text}"
     );
     browser.shot("04-runs-live").await;
+    // Searched by the ticket it created, then by text no run has.
+    browser.set_value("#filter-ticket", "TK-1").await;
+    browser.type_into("#filter-ticket", Key::Enter).await;
+    browser
+        .until(
+            "the search by ticket keeps the run",
+            &format!(
+                "return location.hash.includes('ticket=TK-1') && document.querySelector(\"{row}\") !== null || null"
+            ),
+        )
+        .await;
+    browser.shot("04b-runs-by-ticket").await;
+    browser.set_value("#filter-q", "no such words").await;
+    browser.type_into("#filter-q", Key::Enter).await;
+    browser
+        .until(
+            "the search by text finds nothing",
+            "return document.querySelector('#runs-list p.muted')?.innerText === 'No runs match.' || null",
+        )
+        .await;
+    browser.click("#nav a[href='#/runs']").await;
+    browser
+        .until(
+            "the unfiltered list again",
+            &format!("return document.querySelector(\"{row}\") !== null || null"),
+        )
+        .await;
 
     // 3. The run's page: its step log, the condition with the compared values.
     browser.click(&format!("{row} a")).await;

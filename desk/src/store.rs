@@ -291,6 +291,42 @@ pub trait DeskStore: Send + Sync + 'static {
     async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident>;
 }
 
+/// A ticket as a person names it: its number (`TK-12`, `12`) or its id. An unknown one
+/// (or another tenant's) is `NotFound`; text that is neither is `Invalid`.
+pub async fn find_ticket(
+    desk: &dyn DeskStore,
+    tenant: TenantId,
+    reference: &str,
+) -> DeskResult<Ticket> {
+    let text = reference.trim();
+    let digits = text
+        .strip_prefix("TK-")
+        .or_else(|| text.strip_prefix("tk-"))
+        .unwrap_or(text);
+    if let Ok(number) = digits.parse::<i64>() {
+        let found = desk
+            .ticket_list(
+                tenant,
+                TicketFilter {
+                    before_number: Some(number.saturating_add(1)),
+                    limit: 1,
+                    ..TicketFilter::default()
+                },
+            )
+            .await?;
+        return found
+            .into_iter()
+            .find(|ticket| ticket.number == number)
+            .ok_or(DeskError::NotFound(names::TICKET));
+    }
+    let id: TicketId = text.parse().map_err(|_| {
+        DeskError::Invalid(format!(
+            "a ticket is named by its number (\"TK-12\" or 12) or its id, got {text:?}"
+        ))
+    })?;
+    desk.ticket_get(tenant, id).await
+}
+
 /// What a ticket write announces: `ticket.created` or `ticket.changed`, with the ticket as
 /// committed, what changed, and who changed it. Stores hand it to their event sink inside
 /// the write's transaction, so the runs it triggers commit with the change or not at all.

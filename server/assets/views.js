@@ -290,7 +290,14 @@ function runsView(ctx, query) {
     status: query.get("status") ?? "",
     automation: query.get("automation") ?? "",
     trigger: query.get("trigger") ?? "",
+    ticket: query.get("ticket") ?? "",
+    from: query.get("from") ?? "",
+    to: query.get("to") ?? "",
+    q: query.get("q") ?? "",
   };
+  // Filters only the server can judge (the run's record, its creation time): a live
+  // change adds no run to the list, it only updates the runs the search found.
+  const searched = () => Boolean(filter.ticket || filter.from || filter.to || filter.q);
   const items = new Map();
   let list;
   let cursor = null;
@@ -299,9 +306,10 @@ function runsView(ctx, query) {
   let done = false;
 
   const matches = (run) =>
-    (!filter.status || run.status === filter.status)
+    (!filter.status || filter.status.split(",").includes(run.status))
     && (!filter.automation || run.automationId === filter.automation)
-    && (!filter.trigger || run.trigger === filter.trigger);
+    && (!filter.trigger || run.trigger === filter.trigger)
+    && (!searched() || items.has(run.id));
 
   function setFilter(name, value) {
     const next = { ...filter, [name]: value };
@@ -346,7 +354,19 @@ function runsView(ctx, query) {
     replace(filters,
       select("Status", "status", filter.status, [["", "any"], ...RUN_STATUSES.map((status) => [status, status])], (value) => setFilter("status", value)),
       select("Automation", "automation", filter.automation, [["", "any"], ...automations], (value) => setFilter("automation", value)),
-      select("Trigger", "trigger", filter.trigger, [["", "any"], ...TRIGGERS.map((trigger) => [trigger, trigger])], (value) => setFilter("trigger", value)));
+      select("Trigger", "trigger", filter.trigger, [["", "any"], ...TRIGGERS.map((trigger) => [trigger, trigger])], (value) => setFilter("trigger", value)),
+      textFilter("Ticket", "ticket", filter.ticket, "text", "TK-12"),
+      textFilter("From", "from", filter.from, "date"),
+      textFilter("To", "to", filter.to, "date"),
+      textFilter("Text", "q", filter.q, "search", "in errors and step messages"));
+  }
+
+  /** A filter typed rather than chosen: applied when it changes (Enter or leaving it). */
+  function textFilter(label, name, value, type, placeholder = "") {
+    const id = `filter-${name}`;
+    return h("label", { for: id }, `${label} `,
+      h("input", { id, name, type, value, placeholder, dataset: { key: id },
+        onchange: (event) => setFilter(name, event.target.value.trim()) }));
   }
 
   return {

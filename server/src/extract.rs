@@ -93,10 +93,43 @@ impl<T: DeserializeOwned> FromRequest<App> for JsonBody<T> {
 #[derive(Debug)]
 pub struct QueryParams<T>(pub T);
 
-impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for QueryParams<T> {
+/// The query parameters a route's query type takes: any other is a 400 naming it (a
+/// mistyped `?stauts=failed` must not silently list everything).
+pub trait QueryKeys {
+    const KEYS: &'static [&'static str];
+}
+
+impl<T: DeserializeOwned + QueryKeys + Send, S: Send + Sync> FromRequestParts<S>
+    for QueryParams<T>
+{
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
+            .await
+            .map_err(|rejection| ApiError::bad_request(rejection.body_text()))?;
+        let mut unknown: Vec<&str> = pairs
+            .iter()
+            .map(|(key, _)| key.as_str())
+            .filter(|key| !T::KEYS.contains(key))
+            .collect();
+        unknown.dedup();
+        if !unknown.is_empty() {
+            let takes = if T::KEYS.is_empty() {
+                "none".to_owned()
+            } else {
+                T::KEYS.join(", ")
+            };
+            return Err(ApiError::bad_request(format!(
+                "unknown query parameter{} {}: this route takes {takes}",
+                if unknown.len() == 1 { "" } else { "s" },
+                unknown
+                    .iter()
+                    .map(|key| format!("{key:?}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(value)| QueryParams(value))

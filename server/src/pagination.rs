@@ -21,6 +21,10 @@ pub struct PageParams {
     pub cursor: Option<String>,
 }
 
+impl crate::extract::QueryKeys for PageParams {
+    const KEYS: &'static [&'static str] = &["limit", "cursor"];
+}
+
 impl PageParams {
     /// The page size: the default when absent, clamped to `page_max`; 0 is refused.
     pub fn size(&self, config: &ServerConfig) -> Result<usize, ApiError> {

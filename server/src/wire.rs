@@ -13,7 +13,7 @@
 //! Left out: request bodies (next to the routes that read them).
 
 use chrono::{DateTime, Utc};
-use fronta_automation::executor::{AttemptStart, ExecState, RunPayload, StepLog};
+use fronta_automation::executor::{AttemptStart, RunPayload, StepLog};
 use fronta_automation::steps::ticket_json;
 use fronta_automation::store::StoredAutomation;
 use fronta_desk::{Group, Incident, Member, Tenant, Ticket, TicketLogEntry, TicketType};
@@ -71,27 +71,14 @@ pub fn run_automation_id(run: &Run) -> Option<String> {
 /// The step log of a run: the completed run's result holds it; a run still going (or
 /// failed) has it in its checkpoint.
 pub fn run_steps(run: &Run) -> Vec<StepLog> {
-    run_record(run).0
+    fronta_automation::run_search::record_of(run).steps
 }
 
-/// The step log and the attempts' starts of a run, from the completed run's result or
-/// else from its checkpoint.
+/// The step log and the attempts' starts of a run
+/// (`fronta_automation::run_search::record_of`).
 pub fn run_record(run: &Run) -> (Vec<StepLog>, Vec<AttemptStart>) {
-    if let Some(result) = run.result.as_ref()
-        && let Some(steps) = result.get("steps")
-        && let Ok(steps) = serde_json::from_value::<Vec<StepLog>>(steps.clone())
-    {
-        let starts = result
-            .get("starts")
-            .and_then(|starts| serde_json::from_value(starts.clone()).ok())
-            .unwrap_or_default();
-        return (steps, starts);
-    }
-    run.state
-        .as_deref()
-        .and_then(|bytes| ExecState::decode(bytes).ok())
-        .map(|state| (state.steps, state.starts))
-        .unwrap_or_default()
+    let record = fronta_automation::run_search::record_of(run);
+    (record.steps, record.starts)
 }
 
 impl RunView {

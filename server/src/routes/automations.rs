@@ -521,6 +521,10 @@ pub struct DiffQuery {
     against: Option<String>,
 }
 
+impl crate::extract::QueryKeys for DiffQuery {
+    const KEYS: &'static [&'static str] = &["against"];
+}
+
 pub async fn version_diff(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,

@@ -347,14 +347,25 @@ pub struct TicketQuery {
     assignee: Option<String>,
     #[serde(rename = "type")]
     ticket_type: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+impl crate::extract::QueryKeys for TicketQuery {
+    const KEYS: &'static [&'static str] = &[
+        "status", "tag", "closed", "assignee", "type", "limit", "cursor",
+    ];
 }
 
 pub async fn tickets(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     QueryParams(query): QueryParams<TicketQuery>,
-    QueryParams(page): QueryParams<PageParams>,
 ) -> Result<Json<Page<Value>>, ApiError> {
+    let page = PageParams {
+        limit: query.limit,
+        cursor: query.cursor.clone(),
+    };
     let size = page.size(app.config())?;
     let before_number = page
         .cursor

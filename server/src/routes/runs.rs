@@ -4,9 +4,11 @@
 //! A run belongs to the tenant whose id is its `tenant`; any other run answers the same
 //! 404 as an unknown id.
 //!
-//! Listing: newest first, `?status=&automation=&trigger=`. The store filters by tenant
-//! and status; `automation` (in the payload) and `trigger` are filtered here, reading
-//! the store page by page behind the cursor. To keep one request bounded, at most
+//! Listing: newest first, `?status=&automation=&version=&trigger=&ticket=&from=&to=&q=`
+//! (`fronta_automation::run_search`; `status` may list several, comma separated; `ticket`
+//! is `TK-12`, `12` or an id; `from`/`to` RFC 3339 instants or dates; any other parameter
+//! is a 400 naming it). The store filters by tenant and one status; the rest is filtered
+//! here, reading the store page by page behind the cursor. To keep one request bounded, at most
 //! `runs_scan_max` runs are read: a page may then hold fewer items than `limit` and still
 //! carry a `nextCursor` — follow it until it is `null`.
 //!
@@ -21,10 +23,10 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use fronta_automation::executor::{AUTOMATION_KIND, AUTOMATION_MAX_RETRIES, RunPayload};
-use fronta_automation::store::AutomationId;
+use fronta_automation::run_search::{self, RunSearch, SearchText};
 use fronta_desk::TenantId;
 use fronta_engine::store::{CancelReply, RetryReply};
-use fronta_engine::{EnqueueRequest, Run, RunFilter, RunId, RunStatus, Trigger};
+use fronta_engine::{EnqueueRequest, Run, RunId, RunStatus};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -34,91 +36,84 @@ use crate::error::ApiError;
 use crate::extract::QueryParams;
 use crate::pagination::{Page, PageParams};
 use crate::routes::automations::optional_body;
-use crate::wire::{RunView, run_automation_id};
+use crate::wire::RunView;
 
+/// `GET /api/runs`'s query: the search (`fronta_automation::run_search`) and the page.
 #[derive(Debug, Deserialize)]
 pub struct RunQuery {
     status: Option<String>,
     automation: Option<String>,
+    version: Option<String>,
     trigger: Option<String>,
+    ticket: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    q: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+impl crate::extract::QueryKeys for RunQuery {
+    const KEYS: &'static [&'static str] = &[
+        "status",
+        "automation",
+        "version",
+        "trigger",
+        "ticket",
+        "from",
+        "to",
+        "q",
+        "limit",
+        "cursor",
+    ];
 }
 
 pub async fn list(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     QueryParams(query): QueryParams<RunQuery>,
-    QueryParams(page): QueryParams<PageParams>,
 ) -> Result<Json<Page<RunView>>, ApiError> {
+    let page = PageParams {
+        limit: query.limit,
+        cursor: query.cursor.clone(),
+    };
     let size = page.size(app.config())?;
-    let status = query
-        .status
+    let mut search = RunSearch::parse(&SearchText {
+        status: query.status.as_deref(),
+        automation: query.automation.as_deref(),
+        version: query.version.as_deref(),
+        trigger: query.trigger.as_deref(),
+        from: query.from.as_deref(),
+        to: query.to.as_deref(),
+        q: query.q.as_deref(),
+    })
+    .map_err(ApiError::bad_request)?;
+    if let Some(ticket) = query
+        .ticket
         .as_deref()
-        .map(str::parse::<RunStatus>)
-        .transpose()
-        .map_err(ApiError::bad_request)?;
-    let trigger = query
-        .trigger
-        .as_deref()
-        .map(str::parse::<Trigger>)
-        .transpose()
-        .map_err(ApiError::bad_request)?;
-    let automation = query
-        .automation
-        .as_deref()
-        .map(|id| {
-            id.parse::<AutomationId>()
-                .map_err(|_| ApiError::bad_request("automation must be an automation id"))
-        })
-        .transpose()?
-        .map(|id| id.to_string());
-    let filtered_here = trigger.is_some() || automation.is_some();
-    let matches = |run: &Run| {
-        trigger.is_none_or(|trigger| run.trigger == trigger)
-            && automation
-                .as_ref()
-                .is_none_or(|id| run_automation_id(run).as_ref() == Some(id))
-    };
-    let batch = if filtered_here {
-        (size + 1).max(100)
-    } else {
-        size + 1
-    };
-    let scan_max = app.config().runs_scan_max;
-    let mut cursor = page.cursor_id()?.map(RunId);
-    let mut items: Vec<Run> = Vec::with_capacity(size);
-    let mut scanned = 0usize;
-    loop {
-        let runs = app
-            .runs()
-            .run_list(RunFilter {
-                status,
-                kind: None,
-                tenant: Some(tenant.id.to_string()),
-                before: cursor,
-                limit: batch,
-            })
-            .await?;
-        let exhausted = runs.len() < batch;
-        for run in runs {
-            scanned += 1;
-            cursor = Some(run.id);
-            if matches(&run) {
-                if items.len() == size {
-                    // One more matches: the page is full and there is a next one.
-                    let next_cursor = items.last().map(|run| run.id.to_string());
-                    return Ok(Json(page_of(items, next_cursor)));
-                }
-                items.push(run);
-            }
-            if scanned >= scan_max {
-                let next_cursor = cursor.map(|id| id.to_string());
-                return Ok(Json(page_of(items, next_cursor)));
-            }
-        }
-        if exhausted {
-            return Ok(Json(page_of(items, None)));
-        }
+        .filter(|text| !text.trim().is_empty())
+    {
+        search.ticket = Some(
+            fronta_desk::store::find_ticket(app.desk(), tenant.id, ticket)
+                .await
+                .map_err(|err| ApiError::desk(err, "ticket"))?
+                .id,
+        );
     }
+    let found = run_search::search(
+        app.runs(),
+        Some(tenant.id.to_string()),
+        None,
+        &search,
+        page.cursor_id()?.map(RunId),
+        size,
+        app.config().runs_scan_max,
+    )
+    .await?;
+    Ok(Json(page_of(
+        found.runs,
+        found.next.map(|id| id.to_string()),
+    )))
 }
 
 fn page_of(runs: Vec<Run>, next_cursor: Option<String>) -> Page<RunView> {
