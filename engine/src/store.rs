@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use crate::error::StoreError;
@@ -205,6 +206,62 @@ impl RunFilter {
     }
 }
 
+/// One batch of [`RunStore::run_prune`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prune {
+    /// Completed, failed, cancelled or suppressed.
+    pub status: RunStatus,
+    /// Only this tenant's runs (`None`: every tenant's) …
+    pub tenant: Option<String>,
+    /// … but none of these tenants' (they have their own retention).
+    pub skip_tenants: Vec<String>,
+    /// Ended before this instant.
+    pub finished_before: DateTime<Utc>,
+    /// A run with a unique key: ended before this instant as well.
+    pub keyed_finished_before: DateTime<Utc>,
+    /// Never these runs.
+    pub keep: Vec<RunId>,
+    /// Never the newest run of a unique key with one of these prefixes.
+    pub keep_newest_of: Vec<String>,
+    pub limit: usize,
+}
+
+impl Prune {
+    /// Whether this batch may delete `run` (`newest_of_its_key`: no later run has its
+    /// unique key) — the rule the stores' deletes encode, as the memory store applies it.
+    pub fn allows(&self, run: &Run, newest_of_its_key: bool) -> bool {
+        if run.status != self.status || !self.status.is_terminal() {
+            return false;
+        }
+        let Some(ended) = run.finished_at() else {
+            return false;
+        };
+        if ended >= self.finished_before {
+            return false;
+        }
+        if self
+            .tenant
+            .as_ref()
+            .is_some_and(|tenant| *tenant != run.tenant)
+            || self.skip_tenants.contains(&run.tenant)
+            || self.keep.contains(&run.id)
+        {
+            return false;
+        }
+        match &run.unique_key {
+            None => true,
+            Some(key) => {
+                ended < self.keyed_finished_before
+                    && !(newest_of_its_key
+                        && self
+                            .keep_newest_of
+                            .iter()
+                            .any(|prefix| key.starts_with(prefix.as_str())))
+            }
+        }
+    }
+}
+
 /// Runs by status, with the counters summed over them, in all and per kind.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -390,6 +447,16 @@ impl RunStats {
 /// `NotFailed(status)`, nothing changed; unknown id → `NotFound`; when another
 /// non-terminal run of the tenant holds its unique key → `Conflict`, nothing changed.
 ///
+/// Prune (`run_prune`, retention — [`crate::retention`]): deletes at most `limit` runs of
+/// the one finished `status` it names (completed, failed, cancelled or suppressed; a
+/// status that is not finished deletes nothing), oldest end first, whose end is before
+/// `finished_before` — and, for a run with a unique key, before `keyed_finished_before`
+/// too — of `tenant` (all tenants: `None`) but none of `skip_tenants`; never a run in
+/// `keep`, and never the newest run of a unique key that starts with one of
+/// `keep_newest_of`. The status is checked by the delete itself: a run that is not
+/// finished is never deleted, whatever it was when the caller looked. One short
+/// transaction; answers how many went.
+///
 /// Reads (`run_get`, `run_list`, `run_stats`) see committed data only; `run_list` is
 /// newest first; `scheduled` vs `queued` is judged against the store's now.
 ///
@@ -442,6 +509,8 @@ pub trait RunStore: Send + Sync + 'static {
     async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>>;
 
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>>;
+    /// Delete one bounded batch of finished runs; see the contract.
+    async fn run_prune(&self, prune: &Prune) -> StoreResult<u64>;
 
     async fn run_stats(&self) -> StoreResult<RunStats>;
 

@@ -246,6 +246,9 @@ impl RunStore for Broken {
     async fn run_list(&self, _: RunFilter) -> StoreResult<Vec<Run>> {
         self.gone().await
     }
+    async fn run_prune(&self, _: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        self.gone().await
+    }
     async fn run_stats(&self) -> StoreResult<RunStats> {
         self.gone().await
     }

@@ -81,6 +81,9 @@ impl<H: Hooks> RunStore for Hooked<H> {
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         self.store.run_list(filter).await
     }
+    async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        self.store.run_prune(prune).await
+    }
     async fn run_stats(&self) -> StoreResult<RunStats> {
         self.store.run_stats().await
     }

@@ -638,6 +638,35 @@ impl RunStore for MemoryStore {
         Ok(runs)
     }
 
+    async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        let mut rows = self.lock()?;
+        let mut newest: HashMap<(String, String), u64> = HashMap::new();
+        for (seq, run) in &rows.runs {
+            if let Some(key) = &run.unique_key {
+                newest.insert((run.tenant.clone(), key.clone()), *seq);
+            }
+        }
+        let mut doomed: Vec<(DateTime<Utc>, u64)> = rows
+            .runs
+            .iter()
+            .filter(|(seq, run)| {
+                let newest_of_its_key = run.unique_key.as_ref().is_some_and(|key| {
+                    newest.get(&(run.tenant.clone(), key.clone())) == Some(*seq)
+                });
+                prune.allows(run, newest_of_its_key)
+            })
+            .filter_map(|(seq, run)| run.finished_at().map(|ended| (ended, *seq)))
+            .collect();
+        doomed.sort();
+        doomed.truncate(prune.limit);
+        for (_, seq) in &doomed {
+            if let Some(run) = rows.runs.remove(seq) {
+                rows.by_id.remove(&run.id);
+            }
+        }
+        Ok(doomed.len() as u64)
+    }
+
     async fn run_stats(&self) -> StoreResult<RunStats> {
         let now = self.now();
         let rows = self.lock()?;

@@ -479,6 +479,9 @@ impl RunStore for Faulty {
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         self.inner.run_list(filter).await
     }
+    async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        self.inner.run_prune(prune).await
+    }
     async fn run_stats(&self) -> StoreResult<RunStats> {
         self.inner.run_stats().await
     }

@@ -691,6 +691,11 @@ impl RunStore for PgStore {
         runs::list(&mut conn, self.ctx(), &filter).await
     }
 
+    async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        let mut conn = self.connection().await?;
+        runs::prune(&mut conn, self.ctx(), prune).await
+    }
+
     async fn run_stats(&self) -> StoreResult<RunStats> {
         let mut conn = self.connection().await?;
         runs::stats(&mut conn, self.ctx()).await

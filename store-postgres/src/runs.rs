@@ -23,7 +23,7 @@ use fronta_engine::StoreError;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
-    HeartbeatReply, LeaseRenewal, RunFilter, RunStats,
+    HeartbeatReply, LeaseRenewal, Prune, RunFilter, RunStats,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, Row};
@@ -1283,6 +1283,52 @@ pub(crate) async fn list(
     ctx.trip();
     let rows = query.fetch_all(&mut *conn).await.map_err(map_err)?;
     rows.iter().map(run_of).collect()
+}
+
+/// The end of a finished run, as the retention index `runs_finished` (migration 16) reads it.
+const ENDED: &str = "COALESCE(r.completed_at, r.failed_at, r.cancelled_at)";
+
+/// `RunStore::run_prune`: one bounded delete, the status checked by the delete itself;
+/// rows another transaction holds are skipped (the next batch takes them). The batch is
+/// chosen once (a materialized CTE): a `LIMIT` inside `IN (…)` may be evaluated again
+/// and delete more than the batch.
+pub(crate) async fn prune(conn: &mut PgConnection, ctx: Ctx<'_>, prune: &Prune) -> SqlResult<u64> {
+    let code = match prune.status {
+        RunStatus::Completed => COMPLETED,
+        RunStatus::Failed => FAILED,
+        RunStatus::Cancelled => CANCELLED,
+        RunStatus::Suppressed => SUPPRESSED,
+        _ => return Ok(0),
+    };
+    let sql = format!(
+        "WITH doomed AS MATERIALIZED (\
+           SELECT r.id FROM runs r WHERE r.status = $1 AND {ENDED} < $2 \
+             AND (r.unique_key IS NULL OR {ENDED} < $3) \
+             AND ($4::text IS NULL OR r.tenant = $4) \
+             AND r.tenant <> ALL($5::text[]) \
+             AND r.id <> ALL($6::uuid[]) \
+             AND NOT (r.unique_key IS NOT NULL \
+               AND EXISTS (SELECT 1 FROM unnest($7::text[]) AS p(prefix) WHERE starts_with(r.unique_key, p.prefix)) \
+               AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.tenant = r.tenant \
+                 AND n.unique_key = r.unique_key AND n.id > r.id)) \
+           ORDER BY {ENDED} LIMIT $8 FOR UPDATE SKIP LOCKED) \
+         DELETE FROM runs USING doomed WHERE runs.id = doomed.id AND runs.status = $1"
+    );
+    let keep: Vec<Uuid> = prune.keep.iter().map(|id| id.0).collect();
+    ctx.trip();
+    let done = sqlx::query(AssertSqlSafe(sql))
+        .bind(code)
+        .bind(prune.finished_before)
+        .bind(prune.keyed_finished_before)
+        .bind(prune.tenant.as_deref())
+        .bind(&prune.skip_tenants)
+        .bind(&keep)
+        .bind(&prune.keep_newest_of)
+        .bind(i64::try_from(prune.limit).unwrap_or(i64::MAX))
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(done.rows_affected())
 }
 
 pub(crate) async fn stats(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<RunStats> {

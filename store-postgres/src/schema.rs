@@ -37,7 +37,14 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "automation versions", AUTOMATION_VERSIONS_V13),
     (14, "references by id", REFS_V14),
     (15, "suppressed runs", SUPPRESSED_V15),
+    (16, "finished runs by their end", RETENTION_V16),
 ];
+
+/// Retention (`RunStore::run_prune`) walks finished runs of one status, oldest end first.
+pub const RETENTION_V16: &str = r#"
+CREATE INDEX runs_finished ON runs (status, COALESCE(completed_at, failed_at, cancelled_at))
+    WHERE status >= 2;
+"#;
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
 /// the current definition, are bound to. `automations.refs` is NULL for a definition

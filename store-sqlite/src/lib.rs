@@ -418,6 +418,12 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
+        let prune = prune.clone();
+        self.write(move |_, conn, _| runs::prune(conn, &prune))
+            .await
+    }
+
     async fn run_stats(&self) -> StoreResult<RunStats> {
         self.read(runs::stats).await
     }

@@ -7,7 +7,7 @@ use fronta_engine::StoreError;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
-    HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
+    HandOff, HeartbeatReply, LeaseRenewal, Prune, RetryReply, RunFilter, RunStats,
 };
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
@@ -760,6 +760,69 @@ pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
         );
     }
     Ok(stats)
+}
+
+/// The end of a finished run, as the retention index `runs_finished` (migration 13) reads it.
+const ENDED: &str = "coalesce(r.completed_at, r.failed_at, r.cancelled_at)";
+
+/// `RunStore::run_prune`: one bounded delete inside the writer's transaction, the status
+/// checked by the delete itself.
+pub fn prune(conn: &Connection, prune: &Prune) -> SqlResult<u64> {
+    use rusqlite::types::Value as Sql;
+    let code = match prune.status {
+        RunStatus::Completed => COMPLETED,
+        RunStatus::Failed => FAILED,
+        RunStatus::Cancelled => CANCELLED,
+        RunStatus::Suppressed => SUPPRESSED,
+        _ => return Ok(0),
+    };
+    let mut sql = format!(
+        "DELETE FROM runs WHERE status = ?1 AND seq IN (\
+           SELECT r.seq FROM runs r WHERE r.status = ?1 AND {ENDED} < ?2 \
+             AND (r.unique_key IS NULL OR {ENDED} < ?3)"
+    );
+    let mut values: Vec<Sql> = vec![
+        Sql::Integer(code),
+        Sql::Integer(prune.finished_before.timestamp_millis()),
+        Sql::Integer(prune.keyed_finished_before.timestamp_millis()),
+    ];
+    let mut bind = |sql: &mut String, fragment: &str, value: Sql| {
+        values.push(value);
+        sql.push_str(&fragment.replace('?', &format!("?{}", values.len())));
+    };
+    if let Some(tenant) = &prune.tenant {
+        bind(&mut sql, " AND r.tenant = ?", Sql::Text(tenant.clone()));
+    }
+    for tenant in &prune.skip_tenants {
+        bind(&mut sql, " AND r.tenant <> ?", Sql::Text(tenant.clone()));
+    }
+    for id in &prune.keep {
+        bind(
+            &mut sql,
+            " AND r.id <> ?",
+            Sql::Blob(id.0.as_bytes().to_vec()),
+        );
+    }
+    for prefix in &prune.keep_newest_of {
+        bind(
+            &mut sql,
+            " AND NOT (r.unique_key IS NOT NULL AND substr(r.unique_key, 1, length(?)) = ?",
+            Sql::Text(prefix.clone()),
+        );
+        sql.push_str(
+            " AND NOT EXISTS (SELECT 1 FROM runs n WHERE n.tenant = r.tenant \
+               AND n.unique_key = r.unique_key AND n.seq > r.seq))",
+        );
+    }
+    bind(
+        &mut sql,
+        &format!(" ORDER BY {ENDED} LIMIT ?)"),
+        Sql::Integer(i64::try_from(prune.limit).unwrap_or(i64::MAX)),
+    );
+    let deleted = conn
+        .execute(&sql, rusqlite::params_from_iter(values))
+        .map_err(map_err)?;
+    Ok(deleted as u64)
 }
 
 pub fn retry(

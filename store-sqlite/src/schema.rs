@@ -19,6 +19,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (10, "poll cursors", POLL_CURSORS_V10),
     (11, "automation versions", AUTOMATION_VERSIONS_V11),
     (12, "references by id", REFS_V12),
+    (13, "finished runs by their end", RETENTION_V13),
 ];
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
@@ -124,6 +125,12 @@ CREATE TABLE mcp_servers (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
+"#;
+
+/// Retention (`RunStore::run_prune`) walks finished runs of one status, oldest end first.
+const RETENTION_V13: &str = r#"
+CREATE INDEX runs_finished ON runs (status, coalesce(completed_at, failed_at, cancelled_at))
+    WHERE status >= 2;
 "#;
 
 /// `RunStore::run_find_by_key`: the unique index `runs_unique_key` covers live runs only

@@ -169,6 +169,7 @@ macro_rules! conformance_suite {
             store_cases::find_by_key_finds_finished_runs_and_the_newest,
             store_cases::manual_retry_requeues_a_failed_run_from_its_checkpoint,
             store_cases::a_suppressed_run_is_terminal_and_started_by_a_manual_retry,
+            store_cases::prune_deletes_only_finished_runs_past_their_end_in_bounded_batches,
             store_cases::manual_retry_never_breaks_a_unique_key,
             store_cases::run_busy_tells_running_or_due_runs_from_idle,
             store_cases::put_back_turned_cancel_spends_no_counter,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimedRun, EngineError, EnqueueRequest, Enqueued, Finish,
     FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, OwnerToken, RunFilter, RunId,
-    RunStatus, StoreError, Trigger,
+    RunStatus, StoreError, Trigger, store::Prune,
 };
 
 use crate::StoreFactory;
@@ -2648,4 +2648,181 @@ pub async fn completion_clears_the_error_of_an_earlier_attempt(factory: &dyn Sto
     assert_eq!(stored.status, RunStatus::Completed);
     assert_eq!(stored.last_error, None, "no error left on a completed run");
     assert_eq!(stored.attempts, 1, "the failed attempt is still counted");
+}
+
+// ---------------------------------------------------------------------------------------
+// Retention
+// ---------------------------------------------------------------------------------------
+
+/// A run of `tenant` (with `key`, if any) taken to its end by `action` at the store's now.
+async fn ended(env: &Env, tenant: &str, key: Option<&str>, action: FinishAction) -> RunId {
+    let mut asked = request(KIND_A).tenant(tenant);
+    if let Some(key) = key {
+        asked = asked.unique_key(key);
+    }
+    let id = env.enqueue(asked).await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, id, "the one pending run is claimed");
+    env.finish(id, claimed.owner, action).await;
+    env.advance(Duration::from_secs(1));
+    id
+}
+
+fn complete() -> FinishAction {
+    FinishAction::Complete { result: None }
+}
+
+/// Retention deletes only finished runs of the status it names, whose end is past the
+/// cutoff (a keyed run's past the key cutoff too), oldest end first, at most `limit` a
+/// batch, never a kept run, the newest run of a kept key prefix, a run of a skipped
+/// tenant — and never a pending or running one.
+pub async fn prune_deletes_only_finished_runs_past_their_end_in_bounded_batches(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let c1 = ended(&env, "acme", None, complete()).await;
+    let c2 = ended(&env, "acme", None, complete()).await;
+    let s1 = ended(&env, "acme", Some("schedule:x"), complete()).await;
+    let s2 = ended(&env, "acme", Some("schedule:x"), complete()).await;
+    let w1 = ended(&env, "acme", Some("webhook:a:1"), complete()).await;
+    let c3 = ended(&env, "acme", None, complete()).await;
+    let b1 = ended(&env, "globex", None, complete()).await;
+    let failed = ended(
+        &env,
+        "acme",
+        None,
+        FinishAction::Fail {
+            error: "boom".into(),
+        },
+    )
+    .await;
+    let cancelled = ended(&env, "acme", None, FinishAction::Cancel).await;
+    let running = env.enqueue(request(KIND_A).tenant("acme")).await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, running);
+    let pending = env.enqueue(request(KIND_A).tenant("acme")).await;
+    let now = env.now();
+    let later = after(now, Duration::from_secs(3600));
+    let prune = |limit| Prune {
+        status: RunStatus::Completed,
+        tenant: None,
+        skip_tenants: Vec::new(),
+        finished_before: later,
+        keyed_finished_before: later,
+        keep: vec![c2],
+        keep_newest_of: vec!["schedule:".to_owned()],
+        limit,
+    };
+    let exists = |id: RunId| {
+        let store = env.store.clone();
+        async move { store.run_get(id).await.expect("a read").is_some() }
+    };
+
+    // Keyed runs whose end is within the key window stay, whatever the status cutoff.
+    let within_window = Prune {
+        keyed_finished_before: env.now() - chrono::Duration::hours(1),
+        ..prune(100)
+    };
+    assert_eq!(
+        env.store.run_prune(&within_window).await.expect("prune"),
+        3,
+        "c1, c3, b1"
+    );
+    assert!(
+        exists(s1).await && exists(w1).await,
+        "keyed runs within the window stay"
+    );
+    assert!(!exists(c1).await && !exists(c3).await && !exists(b1).await);
+
+    // Bounded batches, oldest end first: s1 (the older of its key) then w1.
+    assert_eq!(
+        env.store.run_prune(&prune(1)).await.expect("prune"),
+        1,
+        "one a batch"
+    );
+    assert!(
+        !exists(s1).await && exists(w1).await,
+        "the oldest end goes first"
+    );
+    assert_eq!(env.store.run_prune(&prune(1)).await.expect("prune"), 1);
+    assert!(!exists(w1).await);
+    assert_eq!(
+        env.store.run_prune(&prune(10)).await.expect("prune"),
+        0,
+        "nothing left to delete"
+    );
+    assert!(exists(c2).await, "a kept run stays");
+    assert!(exists(s2).await, "the newest run of a schedule stays");
+    for id in [failed, cancelled, running, pending] {
+        assert!(exists(id).await, "{id}: another status, or not finished");
+    }
+
+    // Another status; a status that is not finished deletes nothing.
+    for status in [RunStatus::Running, RunStatus::Queued, RunStatus::Scheduled] {
+        let asked = Prune {
+            status,
+            keep: Vec::new(),
+            ..prune(100)
+        };
+        assert_eq!(
+            env.store.run_prune(&asked).await.expect("prune"),
+            0,
+            "{status:?} is not finished"
+        );
+    }
+    assert!(exists(running).await && exists(pending).await);
+
+    // A tenant's own pass, and a pass that skips it.
+    let other = ended(
+        &env,
+        "globex",
+        None,
+        FinishAction::Fail { error: "x".into() },
+    )
+    .await;
+    let failed_prune = |tenant: Option<&str>, skip: &[&str]| Prune {
+        status: RunStatus::Failed,
+        tenant: tenant.map(str::to_owned),
+        skip_tenants: skip.iter().map(|tenant| (*tenant).to_owned()).collect(),
+        keep: Vec::new(),
+        finished_before: after(env.now(), Duration::from_secs(3600)),
+        keyed_finished_before: after(env.now(), Duration::from_secs(3600)),
+        ..prune(100)
+    };
+    assert_eq!(
+        env.store
+            .run_prune(&failed_prune(None, &["acme", "globex"]))
+            .await
+            .expect("prune"),
+        0
+    );
+    assert_eq!(
+        env.store
+            .run_prune(&failed_prune(Some("globex"), &[]))
+            .await
+            .expect("prune"),
+        1
+    );
+    assert!(
+        !exists(other).await && exists(failed).await,
+        "only globex's"
+    );
+    assert_eq!(
+        env.store
+            .run_prune(&failed_prune(None, &["globex"]))
+            .await
+            .expect("prune"),
+        1
+    );
+    assert!(!exists(failed).await);
+
+    // A run whose end is not past the cutoff stays.
+    let early = Prune {
+        status: RunStatus::Cancelled,
+        finished_before: now - chrono::Duration::hours(1),
+        keep: Vec::new(),
+        ..prune(100)
+    };
+    assert_eq!(env.store.run_prune(&early).await.expect("prune"), 0);
+    assert!(exists(cancelled).await);
 }
