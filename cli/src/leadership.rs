@@ -1,7 +1,8 @@
 //! What a working process (`fronta worker`, `fronta serve` with its worker, `fronta demo`)
-//! runs beside its worker: the leader election on Postgres, and the scheduler of `poll`
+//! runs beside its worker: the leader election on Postgres, the scheduler of `poll`
 //! and `schedule` automations, which ticks only while this process leads and plans the
-//! next run of an automation whose run this process's worker ended, leading or not.
+//! next run of an automation whose run this process's worker ended, leading or not, and
+//! the retention of finished runs (`fronta_automation::retention`), only while leading.
 //!
 //! Who leads: on Postgres, the holder of the advisory lock (`store-postgres/src/leader.rs`);
 //! on SQLite, every working process on the file — a SQLite database is normally served by
@@ -11,7 +12,9 @@
 use std::time::Duration;
 
 use clap::Args;
+use fronta_automation::retention::{RetentionConfig, RetentionService};
 use fronta_automation::scheduler::{Scheduler, SchedulerConfig};
+use fronta_engine::retention::{PruneCounters, Retention};
 use fronta_engine::{SystemClock, Worker};
 use fronta_store_postgres::leader::{self, LeaderConfig};
 use std::sync::Arc;
@@ -33,6 +36,46 @@ pub(crate) struct LeadArgs {
     /// the tick is the fallback (a run ended by a process that went away).
     #[arg(long, env = "FRONTA_SCHEDULER_TICK", default_value = "30s", value_parser = duration::parse, help_heading = "Leadership and scheduling")]
     pub scheduler_tick: Duration,
+    /// Completed runs are deleted this long after they ended (`off`: kept forever).
+    #[arg(long, env = "FRONTA_RETAIN_COMPLETED", default_value = "14d", value_parser = kept, help_heading = RETENTION)]
+    pub retain_completed: Kept,
+    /// Cancelled runs are deleted this long after they ended (`off`: kept forever).
+    #[arg(long, env = "FRONTA_RETAIN_CANCELLED", default_value = "14d", value_parser = kept, help_heading = RETENTION)]
+    pub retain_cancelled: Kept,
+    /// Failed and suppressed runs are deleted this long after they ended (`off`: kept
+    /// forever).
+    #[arg(long, env = "FRONTA_RETAIN_FAILED", default_value = "90d", value_parser = kept, help_heading = RETENTION)]
+    pub retain_failed: Kept,
+    /// Time between two retention passes.
+    #[arg(long, env = "FRONTA_RETENTION_EVERY", default_value = "1m", value_parser = duration::parse, help_heading = RETENTION)]
+    pub retention_every: Duration,
+    /// Runs one retention delete takes at most (one short transaction).
+    #[arg(long, env = "FRONTA_RETENTION_BATCH", default_value_t = 1000, help_heading = RETENTION)]
+    pub retention_batch: usize,
+    /// Pause between two deletes of a pass.
+    #[arg(long, env = "FRONTA_RETENTION_PAUSE", default_value = "50ms", value_parser = duration::parse, help_heading = RETENTION)]
+    pub retention_pause: Duration,
+}
+
+const RETENTION: &str = "Retention of finished runs";
+
+/// A `--retain-*` value: how long, or forever.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Kept(pub Option<Duration>);
+
+fn kept(text: &str) -> Result<Kept, String> {
+    fronta_engine::retention::parse_kept(text, duration::parse).map(Kept)
+}
+
+impl LeadArgs {
+    /// The retention these flags set.
+    pub(crate) fn retention(&self) -> Retention {
+        Retention {
+            completed: self.retain_completed.0,
+            cancelled: self.retain_cancelled.0,
+            failed: self.retain_failed.0,
+        }
+    }
 }
 
 impl Default for LeadArgs {
@@ -40,13 +83,21 @@ impl Default for LeadArgs {
         Self {
             leader_retry: Duration::from_secs(1),
             scheduler_tick: SchedulerConfig::default().tick,
+            retain_completed: Kept(Retention::default().completed),
+            retain_cancelled: Kept(Retention::default().cancelled),
+            retain_failed: Kept(Retention::default().failed),
+            retention_every: RetentionConfig::default().every,
+            retention_batch: RetentionConfig::default().batch,
+            retention_pause: RetentionConfig::default().pause,
         }
     }
 }
 
-/// The running election and scheduler; [`Leadership::stop`] waits for both.
+/// The running election, scheduler and retention; [`Leadership::stop`] waits for them.
 pub(crate) struct Leadership {
     tasks: Vec<JoinHandle<()>>,
+    /// What retention deleted in this process (for `/metrics`).
+    pub(crate) pruned: Arc<PruneCounters>,
 }
 
 impl Leadership {
@@ -92,7 +143,27 @@ impl Leadership {
                 }));
             }
         }
-        let (_, _, automations) = store.ports();
+        if args.retention_batch == 0 {
+            anyhow::bail!("--retention-batch must be at least 1");
+        }
+        let (runs, desk, automations) = store.ports();
+        let pruned = Arc::new(PruneCounters::default());
+        let retention = RetentionService {
+            runs,
+            desk,
+            clock: Arc::new(SystemClock),
+            policy: args.retention(),
+            config: RetentionConfig {
+                every: args.retention_every,
+                batch: args.retention_batch,
+                pause: args.retention_pause,
+            },
+            counters: pruned.clone(),
+        };
+        tracing::info!(policy = ?retention.policy, config = ?retention.config, "retention of finished runs");
+        tasks.push(tokio::spawn(
+            retention.run(shutdown.clone(), leading_rx.clone()),
+        ));
         let scheduler = Scheduler::new(
             automations,
             worker.dispatcher().clone(),
@@ -110,7 +181,7 @@ impl Leadership {
                 .follow(worker.keyed_ends(), shutdown.clone()),
         ));
         tasks.push(tokio::spawn(scheduler.run(shutdown, leading_rx)));
-        Ok(Self { tasks })
+        Ok(Self { tasks, pruned })
     }
 
     /// Waits for the tasks to end (after the shutdown token fired).

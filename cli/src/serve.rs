@@ -234,6 +234,9 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         )?),
         None => None,
     };
+    if let Some(background) = &background {
+        app.observe_retention(background.pruned.clone());
+    }
     let worker = worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
     let served = fronta_server::serve(listener, app, shutdown.clone().cancelled_owned()).await;
     // A server that stopped on its own (an error) takes the worker down with it.

@@ -18,6 +18,7 @@ pub mod machine;
 pub mod metrics;
 pub mod model;
 pub mod registry;
+pub mod retention;
 pub mod store;
 pub mod worker;
 

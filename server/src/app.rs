@@ -76,6 +76,8 @@ pub(crate) struct Inner {
     /// What `GET /metrics` tells of the worker in this process, when there is one.
     pub worker_metrics: OnceLock<Arc<WorkerMetrics>>,
     pub store_counters: OnceLock<StoreCounters>,
+    /// Runs deleted by this process's retention ([`App::observe_retention`]).
+    pub pruned: OnceLock<Arc<fronta_engine::retention::PruneCounters>>,
     /// Wakes this process's scheduler after a save of a timed automation
     /// ([`App::schedule_now`]); unset when no scheduler runs here.
     pub scheduler_nudge: OnceLock<Arc<tokio::sync::Notify>>,
@@ -122,6 +124,7 @@ impl App {
             scheduler_nudge: OnceLock::new(),
             local_runs: OnceLock::new(),
             store_counters: OnceLock::new(),
+            pruned: OnceLock::new(),
             config,
             ports,
             dispatcher,
@@ -200,6 +203,13 @@ impl App {
 
     /// Report counters of this process's store at `GET /metrics` (read at each scrape;
     /// the first given wins), such as the Postgres store's group enqueue.
+    /// `/metrics` reports what retention deleted in this process.
+    pub fn observe_retention(&self, counters: Arc<fronta_engine::retention::PruneCounters>) {
+        if self.inner.pruned.set(counters).is_err() {
+            tracing::warn!("a second retention's counters were offered; /metrics keeps the first");
+        }
+    }
+
     pub fn observe_store(&self, counters: StoreCounters) {
         if self.inner.store_counters.set(counters).is_err() {
             tracing::warn!("a second store's counters were offered; /metrics keeps the first");

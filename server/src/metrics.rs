@@ -318,6 +318,32 @@ impl Collector for Store {
     }
 }
 
+/// What retention deleted in this process.
+#[derive(Debug)]
+struct Pruned(std::sync::Arc<fronta_engine::retention::PruneCounters>);
+
+impl Collector for Pruned {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let mut family = encoder.encode_descriptor(
+            "fronta_runs_deleted",
+            "Finished runs deleted by retention in this process, by status",
+            None,
+            MetricType::Counter,
+        )?;
+        for (status, deleted) in self.0.deleted() {
+            let labels = [("status", status.as_str())];
+            ConstCounter::new(deleted).encode(family.encode_family(&labels)?)?;
+        }
+        let passes = encoder.encode_descriptor(
+            "fronta_retention_passes",
+            "Retention passes this process finished",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.0.passes()).encode(passes)
+    }
+}
+
 /// Every series of this process, as Prometheus text.
 fn exposition(app: &App, database: Database) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::default();
@@ -328,6 +354,9 @@ fn exposition(app: &App, database: Database) -> Result<String, std::fmt::Error> 
     }
     if let Some(counters) = app.inner().store_counters.get() {
         registry.register_collector(Box::new(Store(counters.read())));
+    }
+    if let Some(pruned) = app.inner().pruned.get() {
+        registry.register_collector(Box::new(Pruned(pruned.clone())));
     }
     let mut out = String::new();
     prometheus_text::encode(&mut out, &registry)?;

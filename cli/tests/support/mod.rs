@@ -20,9 +20,15 @@ pub const FRONTA: &str = env!("CARGO_BIN_EXE_fronta");
 /// `fronta serve` on `database` with the admin token `admin`, polling every 20 ms, on a
 /// free port: the child and the address it listens on.
 pub fn serve(database: &str, admin: &str) -> (Child, String) {
+    serve_with(database, admin, &[])
+}
+
+/// [`serve`] with more flags of `fronta serve`.
+pub fn serve_with(database: &str, admin: &str, flags: &[&str]) -> (Child, String) {
     let mut child = Command::new(FRONTA)
         .args(["--database", database])
         .args(["serve", "--listen", "127.0.0.1:0", "--poll", "20ms"])
+        .args(flags)
         .env("RUST_LOG", "warn")
         .env("FRONTA_ADMIN_TOKEN", admin)
         .stdout(Stdio::null())
@@ -415,6 +421,12 @@ impl ApiServer {
     /// `fronta serve` on `database` with `admin` as its admin token ([`serve`]).
     pub fn start(database: &str, admin: &str) -> ApiServer {
         let (child, address) = serve(database, admin);
+        ApiServer::of(child, address, admin)
+    }
+
+    /// [`ApiServer::start`] with more flags of `fronta serve`.
+    pub fn start_with(database: &str, admin: &str, flags: &[&str]) -> ApiServer {
+        let (child, address) = serve_with(database, admin, flags);
         ApiServer::of(child, address, admin)
     }
 

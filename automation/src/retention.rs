@@ -1,0 +1,123 @@
+//! The retention service: deletes finished runs past their retention
+//! ([`fronta_engine::retention`]) in bounded batches with a pause between them, while this
+//! process leads (the elected leader on Postgres; the working process on SQLite).
+//!
+//! What a pass keeps besides what the policy keeps: the run an open incident refers to
+//! (its `detail.run`: the admin still reads its step log), and the newest run of every
+//! `poll:` and `schedule:` key (the scheduler finds a timed automation's last run by it).
+//! A pass that meets an unavailable database logs it and tries again at the next pass.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fronta_desk::{DeskStore, IncidentStatus};
+use fronta_engine::retention::{PruneCounters, Retention};
+use fronta_engine::{Clock, RunId, RunStore};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// The unique-key prefixes of timed automations' runs (`crate::schedule`): their newest
+/// run is never deleted.
+pub const TIMED_KEY_PREFIXES: [&str; 2] = ["poll:", "schedule:"];
+
+/// How a pass is paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionConfig {
+    /// Time between two passes (`--retention-every`).
+    pub every: Duration,
+    /// Runs one delete takes at most (`--retention-batch`).
+    pub batch: usize,
+    /// Pause between two deletes of a pass (`--retention-pause`): the writers go first.
+    pub pause: Duration,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            every: Duration::from_secs(60),
+            batch: 1000,
+            pause: Duration::from_millis(50),
+        }
+    }
+}
+
+/// The service; [`RetentionService::run`] until the shutdown.
+pub struct RetentionService {
+    pub runs: Arc<dyn RunStore>,
+    pub desk: Arc<dyn DeskStore>,
+    pub clock: Arc<dyn Clock>,
+    pub policy: Retention,
+    pub config: RetentionConfig,
+    pub counters: Arc<PruneCounters>,
+}
+
+impl RetentionService {
+    /// Passes every `config.every` while `leading` says this process leads.
+    pub async fn run(self, stop: CancellationToken, mut leading: watch::Receiver<bool>) {
+        loop {
+            if *leading.borrow() {
+                match self.pass(&stop).await {
+                    Ok(0) => tracing::debug!("retention: nothing to delete"),
+                    Ok(deleted) => tracing::info!(deleted, "retention: finished runs deleted"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, "retention: the pass stopped; the next one goes on")
+                    }
+                }
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = leading.changed() => if changed.is_err() { return },
+                () = tokio::time::sleep(self.config.every) => {}
+            }
+        }
+    }
+
+    /// One pass: every status's batches until a batch comes back short. Answers the runs
+    /// it deleted.
+    pub async fn pass(&self, stop: &CancellationToken) -> Result<u64, String> {
+        let keep = self.kept_by_incidents().await?;
+        let prefixes: Vec<String> = TIMED_KEY_PREFIXES.iter().map(|p| (*p).to_owned()).collect();
+        let batches = self.policy.batches(
+            self.clock.now(),
+            &[],
+            &keep,
+            &prefixes,
+            self.config.batch.max(1),
+        );
+        let mut total = 0;
+        for batch in batches {
+            loop {
+                if stop.is_cancelled() {
+                    return Ok(total);
+                }
+                let deleted = self
+                    .runs
+                    .run_prune(&batch)
+                    .await
+                    .map_err(|err| format!("deleting {} runs: {err}", batch.status))?;
+                self.counters.add(batch.status, deleted);
+                total += deleted;
+                if (deleted as usize) < batch.limit {
+                    break;
+                }
+                tokio::time::sleep(self.config.pause).await;
+            }
+        }
+        self.counters.pass_done();
+        Ok(total)
+    }
+
+    /// The runs open incidents refer to.
+    async fn kept_by_incidents(&self) -> Result<Vec<RunId>, String> {
+        let incidents = self
+            .desk
+            .incident_list(None)
+            .await
+            .map_err(|err| format!("reading the open incidents: {err}"))?;
+        Ok(incidents
+            .iter()
+            .filter(|incident| incident.status == IncidentStatus::Open)
+            .filter_map(|incident| incident.detail.get("run")?.as_str()?.parse().ok())
+            .collect())
+    }
+}
