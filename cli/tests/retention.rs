@@ -101,6 +101,10 @@ fn scenario(server: &Server) {
             .join("\n")
     );
 
+    assert!(
+        scraped.contains("fronta_oldest_finished_run_age_seconds "),
+        "the age of the oldest finished run is reported"
+    );
     // The failed run stays while its incident is open, and goes once it is resolved.
     let run = server.ok("GET", &format!("/api/runs/{failed}"), &token, None);
     assert_eq!(run["status"], "failed", "{run}");

@@ -512,6 +512,19 @@ pub trait RunStore: Send + Sync + 'static {
     /// Delete one bounded batch of finished runs; see the contract.
     async fn run_prune(&self, prune: &Prune) -> StoreResult<u64>;
 
+    /// Give up to `pages` pages that deletes freed back to the file system, in one short
+    /// write; answers how many pages are still free to give (0: done). A store whose
+    /// database does this itself (Postgres's autovacuum) answers 0 and does nothing.
+    async fn reclaim_space(&self, _pages: u32) -> StoreResult<u64> {
+        Ok(0)
+    }
+
+    /// When the oldest finished run still kept ended (`None`: none is kept). Retention
+    /// reports it; its cost is an index probe per finished status, not a scan.
+    async fn oldest_finished(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        Ok(None)
+    }
+
     async fn run_stats(&self) -> StoreResult<RunStats>;
 
     /// Whether any run is running or due (pending with `run_at <= now`): what a worker

@@ -182,6 +182,8 @@ fn histogram(
 #[derive(Debug)]
 struct Database {
     stats: RunStats,
+    /// Seconds since the oldest finished run still kept ended (0: none is kept).
+    oldest_finished_age: u64,
     incidents_open: u64,
     services: ServiceTotals,
 }
@@ -238,6 +240,13 @@ impl Collector for Database {
              summed over the runs in the store now; a manual retry sets a run's count back \
              to 0.",
             stats.parks,
+        )?;
+        gauge(
+            &mut encoder,
+            "fronta_oldest_finished_run_age_seconds",
+            "Seconds since the oldest finished run still in the store ended (0: none is \
+             kept); retention keeps it below the longest --retain-*.",
+            self.oldest_finished_age,
         )?;
         gauge(
             &mut encoder,
@@ -372,8 +381,12 @@ pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
         .filter(|incident| incident.status == IncidentStatus::Open)
         .count() as u64;
     let services = app.limits().service_totals().await?;
+    let oldest_finished_age = app.runs().oldest_finished().await?.map_or(0, |ended| {
+        (app.inner().clock.now() - ended).num_seconds().max(0) as u64
+    });
     let database = Database {
         stats,
+        oldest_finished_age,
         incidents_open,
         services,
     };

@@ -81,6 +81,12 @@ impl<H: Hooks> RunStore for Hooked<H> {
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         self.store.run_list(filter).await
     }
+    async fn reclaim_space(&self, pages: u32) -> StoreResult<u64> {
+        self.store.reclaim_space(pages).await
+    }
+    async fn oldest_finished(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+        self.store.oldest_finished().await
+    }
     async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
         self.store.run_prune(prune).await
     }

@@ -638,6 +638,11 @@ impl RunStore for MemoryStore {
         Ok(runs)
     }
 
+    async fn oldest_finished(&self) -> StoreResult<Option<DateTime<Utc>>> {
+        let rows = self.lock()?;
+        Ok(rows.runs.values().filter_map(Run::finished_at).min())
+    }
+
     async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
         let mut rows = self.lock()?;
         let mut newest: HashMap<(String, String), u64> = HashMap::new();

@@ -479,6 +479,12 @@ impl RunStore for Faulty {
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>> {
         self.inner.run_list(filter).await
     }
+    async fn reclaim_space(&self, pages: u32) -> StoreResult<u64> {
+        self.inner.reclaim_space(pages).await
+    }
+    async fn oldest_finished(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+        self.inner.oldest_finished().await
+    }
     async fn run_prune(&self, prune: &fronta_engine::store::Prune) -> StoreResult<u64> {
         self.inner.run_prune(prune).await
     }

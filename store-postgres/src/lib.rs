@@ -696,6 +696,11 @@ impl RunStore for PgStore {
         runs::prune(&mut conn, self.ctx(), prune).await
     }
 
+    async fn oldest_finished(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+        let mut conn = self.connection().await?;
+        runs::oldest_finished(&mut conn, self.ctx()).await
+    }
+
     async fn run_stats(&self) -> StoreResult<RunStats> {
         let mut conn = self.connection().await?;
         runs::stats(&mut conn, self.ctx()).await

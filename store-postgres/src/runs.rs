@@ -1331,6 +1331,25 @@ pub(crate) async fn prune(conn: &mut PgConnection, ctx: Ctx<'_>, prune: &Prune) 
     Ok(done.rows_affected())
 }
 
+/// `RunStore::oldest_finished`: one probe of `runs_finished` per finished status.
+pub(crate) async fn oldest_finished(
+    conn: &mut PgConnection,
+    ctx: Ctx<'_>,
+) -> SqlResult<Option<DateTime<Utc>>> {
+    ctx.trip();
+    let oldest: (Option<DateTime<Utc>>,) = sqlx::query_as(
+        "SELECT min(ended) FROM (\
+           SELECT min(COALESCE(completed_at, failed_at, cancelled_at)) AS ended FROM runs WHERE status = 2 \
+           UNION ALL SELECT min(COALESCE(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 3 \
+           UNION ALL SELECT min(COALESCE(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 4 \
+           UNION ALL SELECT min(COALESCE(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 5) AS ends",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(map_err)?;
+    Ok(oldest.0)
+}
+
 pub(crate) async fn stats(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<RunStats> {
     ctx.trip();
     let rows: Vec<(String, i16, bool, i64, i64, i64, i64)> = sqlx::query_as(STATS)

@@ -140,6 +140,9 @@ fn open_connection(config: &SqliteConfig, read_only: bool) -> Result<Connection,
          PRAGMA cache_size = -16000;"
     );
     if !read_only {
+        // Before WAL: switching the journal writes the file's header, after which a new
+        // database can no longer choose its vacuum.
+        runs::choose_vacuum(&conn, &config.path)?;
         pragmas.insert_str(0, "PRAGMA journal_mode = WAL; ");
     }
     conn.execute_batch(&pragmas).map_err(map_err)?;
@@ -422,6 +425,15 @@ impl RunStore for SqliteStore {
         let prune = prune.clone();
         self.write(move |_, conn, _| runs::prune(conn, &prune))
             .await
+    }
+
+    async fn reclaim_space(&self, pages: u32) -> StoreResult<u64> {
+        self.write(move |_, conn, _| runs::reclaim_space(conn, pages))
+            .await
+    }
+
+    async fn oldest_finished(&self) -> StoreResult<Option<chrono::DateTime<chrono::Utc>>> {
+        self.read(|conn, _| runs::oldest_finished(conn)).await
     }
 
     async fn run_stats(&self) -> StoreResult<RunStats> {

@@ -778,7 +778,7 @@ pub fn prune(conn: &Connection, prune: &Prune) -> SqlResult<u64> {
     };
     let mut sql = format!(
         "DELETE FROM runs WHERE status = ?1 AND seq IN (\
-           SELECT r.seq FROM runs r WHERE r.status = ?1 AND {ENDED} < ?2 \
+           SELECT r.seq FROM runs r WHERE r.status = ?1 AND r.status >= 2 AND {ENDED} < ?2 \
              AND (r.unique_key IS NULL OR {ENDED} < ?3)"
     );
     let mut values: Vec<Sql> = vec![
@@ -823,6 +823,68 @@ pub fn prune(conn: &Connection, prune: &Prune) -> SqlResult<u64> {
         .execute(&sql, rusqlite::params_from_iter(values))
         .map_err(map_err)?;
     Ok(deleted as u64)
+}
+
+/// A new database returns the pages deletes free to the file system step by step
+/// (`auto_vacuum = INCREMENTAL`, settable only before the first table); one created
+/// before keeps reusing them inside the file, and the log says how to change that.
+pub fn choose_vacuum(conn: &Connection, path: &std::path::Path) -> SqlResult<()> {
+    let tables: i64 = conn
+        .query_row("SELECT count(*) FROM sqlite_master", [], |row| row.get(0))
+        .map_err(map_err)?;
+    if tables == 0 {
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL")
+            .map_err(map_err)?;
+        return Ok(());
+    }
+    let mode: i64 = conn
+        .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
+        .map_err(map_err)?;
+    if mode != 2 {
+        tracing::info!(path = %path.display(),
+            "sqlite: this database was created without incremental vacuum: the space deleted runs free \
+             is reused inside the file but not given back; `VACUUM` it once while fronta is stopped \
+             after `PRAGMA auto_vacuum = INCREMENTAL` to change that");
+    }
+    Ok(())
+}
+
+/// `RunStore::reclaim_space`: one `incremental_vacuum` step of at most `pages` pages
+/// (nothing on a database without incremental vacuum); the free pages left.
+pub fn reclaim_space(conn: &Connection, pages: u32) -> SqlResult<u64> {
+    let mode: i64 = conn
+        .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
+        .map_err(map_err)?;
+    if mode != 2 {
+        return Ok(0);
+    }
+    // The pragma answers a row per step: read them all so the whole step runs.
+    conn.prepare(&format!("PRAGMA incremental_vacuum({})", pages.max(1)))
+        .and_then(|mut stmt| {
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        })
+        .map_err(map_err)?;
+    let left: i64 = conn
+        .query_row("PRAGMA freelist_count", [], |row| row.get(0))
+        .map_err(map_err)?;
+    Ok(left.max(0) as u64)
+}
+
+/// `RunStore::oldest_finished`: one probe of `runs_finished` per finished status.
+pub fn oldest_finished(conn: &Connection) -> SqlResult<Option<chrono::DateTime<chrono::Utc>>> {
+    let oldest: Option<i64> = conn
+        .prepare_cached(
+            "SELECT min(ended) FROM (\
+               SELECT min(coalesce(completed_at, failed_at, cancelled_at)) AS ended FROM runs WHERE status = 2 AND status >= 2 \
+               UNION ALL SELECT min(coalesce(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 3 AND status >= 2 \
+               UNION ALL SELECT min(coalesce(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 4 AND status >= 2 \
+               UNION ALL SELECT min(coalesce(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 5 AND status >= 2)",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        .map_err(map_err)?;
+    Ok(oldest.map(instant))
 }
 
 pub fn retry(

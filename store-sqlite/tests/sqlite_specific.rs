@@ -298,3 +298,111 @@ async fn a_stopped_writer_fails_every_write_and_readiness_but_not_reads() {
         "the run written before the stop is still there"
     );
 }
+
+/// Retention walks `runs_finished` (no scan of the history), and a new database gives the
+/// pages deletes free back to the file system step by step: after every run is pruned and
+/// space reclaimed, the file has shrunk and no page is left free.
+#[tokio::test]
+async fn retention_walks_its_index_and_gives_freed_pages_back() {
+    use fronta_engine::store::Prune;
+    use fronta_engine::{ClaimParams, Finish, FinishAction, RunStatus};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(&dir);
+    let conn = rusqlite::Connection::open(dir.path().join("test.db")).expect("open");
+    let mode: i64 = conn
+        .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
+        .expect("a mode");
+    assert_eq!(mode, 2, "a new database has incremental vacuum");
+    let ended = plan(
+        &conn,
+        "SELECT r.seq FROM runs r WHERE r.status = 2 AND r.status >= 2 \
+         AND coalesce(r.completed_at, r.failed_at, r.cancelled_at) < 5 \
+         ORDER BY coalesce(r.completed_at, r.failed_at, r.cancelled_at) LIMIT 10",
+    );
+    assert!(
+        ended.contains("runs_finished") && !ended.contains("TEMP B-TREE"),
+        "the prune's choice walks runs_finished in order: {ended}"
+    );
+    let oldest = plan(
+        &conn,
+        "SELECT min(coalesce(completed_at, failed_at, cancelled_at)) FROM runs WHERE status = 3 AND status >= 2",
+    );
+    assert!(
+        oldest.contains("runs_finished"),
+        "the oldest end is an index probe: {oldest}"
+    );
+
+    let dispatcher = Dispatcher::new(Arc::new(store.clone()), ["bulk"]);
+    let payload = serde_json::json!({"padding": "x".repeat(4000)});
+    for _ in 0..4 {
+        let batch: Vec<EnqueueRequest> = (0..250)
+            .map(|_| EnqueueRequest::new("bulk", payload.clone(), 0))
+            .collect();
+        dispatcher.enqueue_many(batch).await.expect("enqueued");
+    }
+    loop {
+        let claimed = store
+            .run_claim(ClaimParams {
+                limit: 500,
+                default_lease: Duration::from_secs(60),
+                leases: Default::default(),
+                max_reclaims: 5,
+            })
+            .await
+            .expect("a claim");
+        if claimed.claimed.is_empty() {
+            break;
+        }
+        let finishes = claimed
+            .claimed
+            .iter()
+            .map(|run| Finish {
+                id: run.run.id,
+                owner: run.owner,
+                action: FinishAction::Complete { result: None },
+            })
+            .collect();
+        store.run_finish_many(finishes).await.expect("finished");
+    }
+    let pages = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("PRAGMA page_count", [], |row| row.get(0))
+            .expect("pages")
+    };
+    let before = pages(&conn);
+    let later = chrono::Utc::now() + chrono::Duration::hours(1);
+    let mut deleted = 0;
+    loop {
+        let batch = store
+            .run_prune(&Prune {
+                status: RunStatus::Completed,
+                tenant: None,
+                skip_tenants: Vec::new(),
+                finished_before: later,
+                keyed_finished_before: later,
+                keep: Vec::new(),
+                keep_newest_of: Vec::new(),
+                limit: 300,
+            })
+            .await
+            .expect("pruned");
+        deleted += batch;
+        if batch < 300 {
+            break;
+        }
+    }
+    assert_eq!(deleted, 1000, "every completed run");
+    let mut steps = 0;
+    while store.reclaim_space(256).await.expect("reclaimed") > 0 {
+        steps += 1;
+        assert!(steps < 1000, "the free pages run out");
+    }
+    let after = pages(&conn);
+    assert!(
+        after * 2 < before,
+        "the file gave most of its pages back: {before} → {after} pages ({steps} steps)"
+    );
+    let free: i64 = conn
+        .query_row("PRAGMA freelist_count", [], |row| row.get(0))
+        .expect("free pages");
+    assert_eq!(free, 0, "no page is left free");
+}
