@@ -476,6 +476,7 @@ mod tests {
         stats.add("we\"ird", RunStatus::Failed, 2, [5, 1, 4]);
         let out = encode(Database {
             stats,
+            oldest_finished_age: 0,
             incidents_open: 0,
             services: ServiceTotals::default(),
         });
