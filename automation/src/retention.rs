@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fronta_desk::{DeskStore, IncidentStatus};
+use fronta_desk::{DeskStore, IncidentStatus, Keep, TenantRetention};
 use fronta_engine::retention::{PruneCounters, Retention};
 use fronta_engine::{Clock, RunId, RunStore};
 use tokio::sync::watch;
@@ -23,6 +23,21 @@ pub const TIMED_KEY_PREFIXES: [&str; 2] = ["poll:", "schedule:"];
 /// Pages one step of giving freed space back returns at most (4 MiB of 4 KiB pages: a
 /// few milliseconds of the writer).
 pub const RECLAIM_PAGES: u32 = 1024;
+
+/// `retention` (a tenant's own) within `operator`'s ([`Retention::narrowed`]).
+pub fn narrowed(operator: &Retention, retention: &TenantRetention) -> Result<Retention, String> {
+    let kept = |keep: Option<Keep>| {
+        keep.map(|keep| match keep {
+            Keep::Forever => None,
+            Keep::Secs(secs) => Some(Duration::from_secs(secs)),
+        })
+    };
+    operator.narrowed(
+        kept(retention.completed),
+        kept(retention.cancelled),
+        kept(retention.failed),
+    )
+}
 
 /// How a pass is paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,13 +96,28 @@ impl RetentionService {
     pub async fn pass(&self, stop: &CancellationToken) -> Result<u64, String> {
         let keep = self.kept_by_incidents().await?;
         let prefixes: Vec<String> = TIMED_KEY_PREFIXES.iter().map(|p| (*p).to_owned()).collect();
-        let batches = self.policy.batches(
-            self.clock.now(),
-            &[],
-            &keep,
-            &prefixes,
-            self.config.batch.max(1),
-        );
+        let own = self
+            .desk
+            .tenant_retentions()
+            .await
+            .map_err(|err| format!("reading the tenants' own retention: {err}"))?;
+        let now = self.clock.now();
+        let limit = self.config.batch.max(1);
+        let skip: Vec<String> = own.iter().map(|(tenant, _)| tenant.to_string()).collect();
+        let mut batches = self
+            .policy
+            .batches(now, None, &skip, &keep, &prefixes, limit);
+        for (tenant, retention) in &own {
+            // A tenant's own retention as saved; one the operator's maximum no longer
+            // admits (the flags changed) falls back to the operator's.
+            let policy = narrowed(&self.policy, retention).unwrap_or_else(|err| {
+                tracing::warn!(%tenant, error = %err,
+                    "retention: the tenant's own no longer fits; the operator's applies");
+                self.policy
+            });
+            let tenant = tenant.to_string();
+            batches.extend(policy.batches(now, Some(&tenant), &[], &keep, &prefixes, limit));
+        }
         let mut total = 0;
         for batch in batches {
             loop {

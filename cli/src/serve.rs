@@ -173,6 +173,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         min_schedule_interval: args.min_schedule_interval,
         max_pause: args.outside.max_pause,
         test_time_limit: args.test_time_limit,
+        retention: args.lead.retention(),
         ..defaults
     };
     tracing::info!(widgets = ?config.widgets, "dashboard widget limits");

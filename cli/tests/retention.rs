@@ -1,9 +1,12 @@
 //! Retention as an operator meets it, through the real `fronta serve` on SQLite and on a
-//! fresh Postgres database, with short retentions (`--retain-completed 1s
-//! --retain-failed 1s --retention-every 200ms`): finished runs go once their retention has
-//! passed, counted on `/metrics`; a failed run an open incident refers to stays until the
-//! incident is resolved; a run still waiting (a long pause) is never touched; and
-//! `--retain-cancelled off` keeps cancelled runs.
+//! fresh Postgres database: the operator keeps completed runs an hour, failed runs a
+//! second and cancelled runs forever (`--retain-completed 1h --retain-failed 1s
+//! --retain-cancelled off --retention-every 200ms`); one tenant keeps its completed runs
+//! only a second (`PUT /api/admin/tenants/{id}/retention`), and may not keep them longer
+//! than the operator. Its finished runs go once their retention has passed, counted on
+//! `/metrics`, while the other tenant's stay; a failed run an open incident refers to
+//! stays until the incident is resolved; a run still waiting (a long pause) is never
+//! touched; cancelled runs stay.
 
 mod support;
 
@@ -15,7 +18,7 @@ const ADMIN: &str = "fa_retention_admin";
 const DEADLINE: Duration = Duration::from_secs(60);
 const FLAGS: [&str; 8] = [
     "--retain-completed",
-    "1s",
+    "1h",
     "--retain-failed",
     "1s",
     "--retain-cancelled",
@@ -38,6 +41,56 @@ fn count(page: &Value) -> usize {
 
 fn scenario(server: &Server) {
     let token = server.tenant("Acme");
+    let tenants = server.ok("GET", "/api/admin/tenants", ADMIN, None);
+    let acme = tenants["items"][0]["id"]
+        .as_str()
+        .expect("a tenant id")
+        .to_owned();
+    let retention = format!("/api/admin/tenants/{acme}/retention");
+    let (status, refused) =
+        server.call("PUT", &retention, ADMIN, Some(json!({"completed": "off"})));
+    assert_eq!(status, 400, "longer than the operator: {refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("at most 3600 s")),
+        "{refused}"
+    );
+    let (status, refused) = server.call("PUT", &retention, ADMIN, Some(json!({"completd": "1s"})));
+    assert_eq!(status, 400, "a mistyped status: {refused}");
+    let (status, refused) =
+        server.call("PUT", &retention, &token, Some(json!({"completed": "1s"})));
+    assert_eq!(status, 401, "a tenant does not set its own: {refused}");
+    let set = server.ok("PUT", &retention, ADMIN, Some(json!({"completed": "1s"})));
+    assert_eq!(set["own"]["completed"], 1, "{set}");
+    assert_eq!(
+        set["effective"],
+        json!({"completed": 1, "cancelled": "off", "failed": 1}),
+        "{set}"
+    );
+    assert_eq!(set["operator"]["completed"], 3600, "{set}");
+    assert_eq!(server.ok("GET", &retention, ADMIN, None), set, "read back");
+    // Another tenant follows the operator: its completed run stays an hour.
+    let other = server.tenant("Globex");
+    let kept = server.ok(
+        "POST",
+        "/api/automations",
+        &other,
+        Some(json!({"name": "Theirs", "trigger": {"type": "manual"},
+            "steps": [{"name": "say", "op": "flow/log", "input": {"message": "kept"}}]})),
+    );
+    let theirs = server.ok(
+        "POST",
+        &format!(
+            "/api/automations/{}/runs",
+            kept["id"].as_str().expect("an id")
+        ),
+        &other,
+        Some(json!({})),
+    )["runId"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
     let start = |definition: Value| {
         let saved = server.ok("POST", "/api/automations", &token, Some(definition));
         let id = saved["id"].as_str().expect("an id").to_owned();
@@ -144,6 +197,12 @@ fn scenario(server: &Server) {
         |page| count(page) == 0,
     );
 
+    // The other tenant's completed run, an hour's retention: still there.
+    let run = server.ok("GET", &format!("/api/runs/{theirs}"), &other, None);
+    assert_eq!(
+        run["status"], "completed",
+        "the operator's hour keeps it: {run}"
+    );
     // Not finished: never touched. Kept forever: still there.
     let run = server.ok("GET", &format!("/api/runs/{asleep}"), &token, None);
     assert_eq!(run["status"], "scheduled", "a waiting run stays: {run}");

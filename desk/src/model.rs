@@ -59,6 +59,32 @@ pub struct Tenant {
     pub created_at: DateTime<Utc>,
 }
 
+/// How long a tenant keeps its finished runs of one kind: forever, or this many seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Keep {
+    Forever,
+    Secs(u64),
+}
+
+/// A tenant's own retention of finished runs (`None`: the operator's), within the
+/// operator's maximum (`fronta_engine::retention`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantRetention {
+    pub completed: Option<Keep>,
+    pub cancelled: Option<Keep>,
+    /// Failed and suppressed runs.
+    pub failed: Option<Keep>,
+}
+
+impl TenantRetention {
+    /// Whether it says anything (all `None`: the operator's everywhere).
+    pub fn is_empty(&self) -> bool {
+        self.completed.is_none() && self.cancelled.is_none() && self.failed.is_none()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Group {

@@ -242,6 +242,16 @@ impl DeskStore for Overlay {
     async fn tenant_list(&self) -> DeskResult<Vec<Tenant>> {
         self.inner.tenant_list().await
     }
+    async fn tenant_retention_set(
+        &self,
+        _tenant: TenantId,
+        _retention: TenantRetention,
+    ) -> DeskResult<()> {
+        Err(refused("tenant_retention_set"))
+    }
+    async fn tenant_retentions(&self) -> DeskResult<Vec<(TenantId, TenantRetention)>> {
+        self.inner.tenant_retentions().await
+    }
 
     async fn group_create(&self, _tenant: TenantId, _name: &str) -> DeskResult<Group> {
         Err(refused("group_create"))

@@ -188,6 +188,14 @@ pub trait DeskStore: Send + Sync + 'static {
     async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)>;
     async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>>;
     async fn tenant_list(&self) -> DeskResult<Vec<Tenant>>;
+    /// Set a tenant's own retention of finished runs (an empty one: the operator's).
+    async fn tenant_retention_set(
+        &self,
+        tenant: TenantId,
+        retention: TenantRetention,
+    ) -> DeskResult<()>;
+    /// The tenants with a retention of their own, and theirs.
+    async fn tenant_retentions(&self) -> DeskResult<Vec<(TenantId, TenantRetention)>>;
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group>;
     async fn group_list(&self, tenant: TenantId) -> DeskResult<Vec<Group>>;

@@ -73,12 +73,54 @@ impl Retention {
         }
     }
 
-    /// The first batch of each status a pass at `now` deletes: runs of all tenants but
-    /// `skip_tenants`, never one of `keep`, never the newest of a key prefixed by one of
-    /// `keep_newest_of`, at most `limit` each.
+    /// A tenant's own retention within this one, the operator's maximum: each status it
+    /// names (`Some`: `None` for forever) replaces the operator's, and may not keep runs
+    /// longer than the operator does (forever only when the operator keeps forever).
+    pub fn narrowed(
+        &self,
+        completed: Option<Option<Duration>>,
+        cancelled: Option<Option<Duration>>,
+        failed: Option<Option<Duration>>,
+    ) -> Result<Retention, String> {
+        let within = |what: &str, operator: Option<Duration>, asked: Option<Option<Duration>>| {
+            match (operator, asked) {
+                (_, None) => Ok(operator),
+                (None, Some(asked)) => Ok(asked),
+                (Some(max), Some(Some(asked))) if asked <= max => Ok(Some(asked)),
+                (Some(max), Some(asked)) => Err(format!(
+                    "{what} runs may be kept at most {} s here (the operator's --retain-{what}), not {}",
+                    max.as_secs(),
+                    asked.map_or_else(
+                        || "forever".to_owned(),
+                        |asked| format!("{} s", asked.as_secs())
+                    )
+                )),
+            }
+        };
+        let checked = |what, operator, asked: Option<Option<Duration>>| {
+            if let Some(Some(asked)) = asked
+                && asked.is_zero()
+            {
+                return Err(format!(
+                    "{what} runs kept 0 s would be deleted as they end: give a duration, or off"
+                ));
+            }
+            within(what, operator, asked)
+        };
+        Ok(Retention {
+            completed: checked("completed", self.completed, completed)?,
+            cancelled: checked("cancelled", self.cancelled, cancelled)?,
+            failed: checked("failed", self.failed, failed)?,
+        })
+    }
+
+    /// The first batch of each status a pass at `now` deletes: runs of `tenant` (every
+    /// tenant: `None`) but `skip_tenants`, never one of `keep`, never the newest of a key
+    /// prefixed by one of `keep_newest_of`, at most `limit` each.
     pub fn batches(
         &self,
         now: DateTime<Utc>,
+        tenant: Option<&str>,
         skip_tenants: &[String],
         keep: &[RunId],
         keep_newest_of: &[String],
@@ -96,7 +138,7 @@ impl Retention {
                 let kept = self.of(*status)?;
                 Some(Prune {
                     status: *status,
-                    tenant: None,
+                    tenant: tenant.map(str::to_owned),
                     skip_tenants: skip_tenants.to_vec(),
                     finished_before: before(kept),
                     keyed_finished_before: before(kept.max(KEY_WINDOW)),
@@ -171,7 +213,7 @@ mod tests {
             cancelled: None,
             failed: Some(Duration::from_secs(30 * 24 * 3600)),
         };
-        let batches = retention.batches(now, &[], &[], &["poll:".into()], 500);
+        let batches = retention.batches(now, None, &[], &[], &["poll:".into()], 500);
         let statuses: Vec<RunStatus> = batches.iter().map(|batch| batch.status).collect();
         assert_eq!(
             statuses,
@@ -202,6 +244,45 @@ mod tests {
             Retention::default().of(RunStatus::Running),
             None,
             "never an unfinished status"
+        );
+    }
+
+    #[test]
+    fn a_tenant_keeps_runs_shorter_than_the_operator_never_longer() {
+        let operator = Retention {
+            cancelled: None,
+            ..Retention::default()
+        };
+        let week = Duration::from_secs(7 * 24 * 3600);
+        let narrowed = operator
+            .narrowed(Some(Some(week)), Some(None), None)
+            .expect("within");
+        assert_eq!(narrowed.completed, Some(week), "shorter than 14 days");
+        assert_eq!(
+            narrowed.cancelled, None,
+            "forever, as the operator keeps cancelled runs"
+        );
+        assert_eq!(
+            narrowed.failed,
+            Some(DEFAULT_FAILED),
+            "not named: the operator's"
+        );
+        let err = operator
+            .narrowed(Some(None), None, None)
+            .expect_err("forever is longer");
+        assert!(
+            err.contains("completed runs may be kept at most 1209600 s") && err.contains("forever"),
+            "{err}"
+        );
+        let err = operator
+            .narrowed(None, None, Some(Some(DEFAULT_FAILED * 2)))
+            .expect_err("longer");
+        assert!(err.contains("--retain-failed"), "{err}");
+        assert!(
+            operator
+                .narrowed(Some(Some(Duration::ZERO)), None, None)
+                .is_err(),
+            "never 0"
         );
     }
 

@@ -78,6 +78,9 @@ pub struct ServerConfig {
     /// How long a dry run (`POST /api/automations/test`) may walk before it stops and
     /// answers what it did so far (`--test-time-limit`).
     pub test_time_limit: Duration,
+    /// The operator's retention of finished runs (`--retain-*`): a tenant's own may only
+    /// keep runs shorter.
+    pub retention: fronta_engine::retention::Retention,
 }
 
 impl Default for ServerConfig {
@@ -106,6 +109,7 @@ impl Default for ServerConfig {
             ),
             max_pause: fronta_automation::steps::MAX_PAUSE,
             test_time_limit: fronta_automation::dry_run::DEFAULT_TIME_LIMIT,
+            retention: fronta_engine::retention::Retention::default(),
         }
     }
 }

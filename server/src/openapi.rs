@@ -328,6 +328,13 @@ fn version_schemas() -> Value {
                 "path": text, "change": {"enum": ["added", "removed", "changed", "moved"]},
                 "before": {}, "after": {}}))}})),
         "Rollback": object(&["version"], json!({"version": number})),
+        "TenantRetentionBody": object(&[], json!({
+            "completed": {"description": "seconds, a duration (\"7d\"), \"off\" or null (the operator's)"},
+            "cancelled": {"description": "as completed"},
+            "failed": {"description": "as completed; failed and suppressed runs"}})),
+        "TenantRetention": object(&["tenant", "own", "effective", "operator"], json!({
+            "tenant": text, "own": {"type": "object"}, "effective": {"type": "object"},
+            "operator": {"type": "object", "description": "seconds, or \"off\" (kept forever), per status"}})),
         "PauseBody": object(&[], json!({"inFlight": {"enum": ["finish", "hold"]}})),
         "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]}})),
     })

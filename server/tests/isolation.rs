@@ -89,6 +89,24 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
         ),
         (
             "GET",
+            "/api/admin/tenants/{id}/retention",
+            vec![Ids {
+                fill: &[("id", "tenant")],
+                body: None,
+                status: StatusCode::UNAUTHORIZED,
+            }],
+        ),
+        (
+            "PUT",
+            "/api/admin/tenants/{id}/retention",
+            vec![Ids {
+                fill: &[("id", "tenant")],
+                body: Some(json!({"completed": "1h"})),
+                status: StatusCode::UNAUTHORIZED,
+            }],
+        ),
+        (
+            "GET",
             "/api/admin/incidents",
             vec![NoIds("the admin's list of every incident")],
         ),

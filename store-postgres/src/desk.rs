@@ -73,8 +73,8 @@ use fronta_desk::store::{
 use fronta_desk::token;
 use fronta_desk::{
     Assignee, DeskError, DeskStore, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus,
-    Member, MemberId, Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
-    TicketTypeId,
+    Member, MemberId, Origin, Tenant, TenantId, TenantRetention, Ticket, TicketId, TicketLogEntry,
+    TicketType, TicketTypeId,
 };
 use fronta_engine::StoreError;
 use serde_json::Value;
@@ -353,6 +353,45 @@ impl DeskStore for PgStore {
                 .await
                 .map_err(sql_err)?;
         rows.iter().map(tenant_of).collect()
+    }
+
+    async fn tenant_retention_set(
+        &self,
+        tenant: TenantId,
+        retention: TenantRetention,
+    ) -> DeskResult<()> {
+        let value = (!retention.is_empty())
+            .then(|| serde_json::to_value(retention))
+            .transpose()
+            .map_err(|err| DeskError::Internal(format!("a retention: {err}")))?;
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let done = sqlx::query("UPDATE desk_tenants SET retention = $1 WHERE id = $2")
+            .bind(value.map(Json))
+            .bind(tenant.0)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+        if done.rows_affected() == 0 {
+            return Err(DeskError::NotFound(TENANT));
+        }
+        Ok(())
+    }
+
+    async fn tenant_retentions(&self) -> DeskResult<Vec<(TenantId, TenantRetention)>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows: Vec<(Uuid, Json<TenantRetention>)> = sqlx::query_as(
+            "SELECT id, retention FROM desk_tenants WHERE retention IS NOT NULL \
+             ORDER BY created_at, id",
+        )
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, Json(retention))| (TenantId(id), retention))
+            .collect())
     }
 
     async fn group_create(&self, tenant: TenantId, name: &str) -> DeskResult<Group> {

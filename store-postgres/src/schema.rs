@@ -38,7 +38,13 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "references by id", REFS_V14),
     (15, "suppressed runs", SUPPRESSED_V15),
     (16, "finished runs by their end", RETENTION_V16),
+    (17, "a tenant's own retention", TENANT_RETENTION_V17),
 ];
+
+/// A tenant's own retention of finished runs (`TenantRetention`; NULL: the operator's).
+pub const TENANT_RETENTION_V17: &str = r#"
+ALTER TABLE desk_tenants ADD COLUMN retention jsonb;
+"#;
 
 /// Retention (`RunStore::run_prune`) walks finished runs of one status, oldest end first.
 pub const RETENTION_V16: &str = r#"

@@ -34,8 +34,8 @@ use fronta_desk::store::{
 use fronta_desk::token;
 use fronta_desk::{
     Assignee, DeskError, DeskStore, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus,
-    Member, MemberId, Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType,
-    TicketTypeId,
+    Member, MemberId, Origin, Tenant, TenantId, TenantRetention, Ticket, TicketId, TicketLogEntry,
+    TicketType, TicketTypeId,
 };
 use fronta_engine::StoreError;
 use rusqlite::types::Type;
@@ -200,6 +200,56 @@ impl DeskStore for SqliteStore {
                 [],
                 tenant_of,
             )
+        })
+        .await
+    }
+
+    async fn tenant_retention_set(
+        &self,
+        tenant: TenantId,
+        retention: TenantRetention,
+    ) -> DeskResult<()> {
+        let text = (!retention.is_empty())
+            .then(|| serde_json::to_string(&retention))
+            .transpose()
+            .map_err(|err| DeskError::Internal(format!("a retention: {err}")))?;
+        self.desk_write(move |conn, _| {
+            let changed = conn
+                .prepare_cached("UPDATE desk_tenants SET retention = ?1 WHERE id = ?2")
+                .and_then(|mut stmt| stmt.execute(params![text, key(&tenant.0)]))
+                .map_err(sql_err)?;
+            if changed == 0 {
+                return Err(DeskError::NotFound(TENANT));
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    async fn tenant_retentions(&self) -> DeskResult<Vec<(TenantId, TenantRetention)>> {
+        self.desk_read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT id, retention FROM desk_tenants WHERE retention IS NOT NULL \
+                     ORDER BY created_at, id",
+                )
+                .map_err(sql_err)?;
+            let rows = stmt
+                .query_map([], |row| {
+                    Ok((TenantId(uuid_at(row, 0)?), row.get::<_, String>(1)?))
+                })
+                .map_err(sql_err)?;
+            let mut found = Vec::new();
+            for row in rows {
+                let (tenant, text) = row.map_err(sql_err)?;
+                let retention = serde_json::from_str(&text).map_err(|err| {
+                    DeskError::Internal(format!(
+                        "tenant {tenant}'s retention cannot be read: {err}"
+                    ))
+                })?;
+                found.push((tenant, retention));
+            }
+            Ok(found)
         })
         .await
     }

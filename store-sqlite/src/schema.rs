@@ -20,6 +20,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (11, "automation versions", AUTOMATION_VERSIONS_V11),
     (12, "references by id", REFS_V12),
     (13, "finished runs by their end", RETENTION_V13),
+    (14, "a tenant's own retention", TENANT_RETENTION_V14),
 ];
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
@@ -125,6 +126,12 @@ CREATE TABLE mcp_servers (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
+"#;
+
+/// A tenant's own retention of finished runs (JSON of `TenantRetention`; NULL: the
+/// operator's).
+const TENANT_RETENTION_V14: &str = r#"
+ALTER TABLE desk_tenants ADD COLUMN retention TEXT;
 "#;
 
 /// Retention (`RunStore::run_prune`) walks finished runs of one status, oldest end first.

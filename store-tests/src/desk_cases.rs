@@ -23,8 +23,9 @@ use fronta_desk::store::{
     FieldChange, IncidentReport, TicketChange, TicketFilter, TicketUpsert, TicketWrite,
 };
 use fronta_desk::{
-    DeskError, DeskStore, FieldDef, FieldType, Group, GroupId, IncidentId, IncidentStatus, Member,
-    MemberId, Origin, TenantId, Ticket, TicketId, TicketLogEntry, TicketType, TicketTypeId,
+    DeskError, DeskStore, FieldDef, FieldType, Group, GroupId, IncidentId, IncidentStatus, Keep,
+    Member, MemberId, Origin, TenantId, TenantRetention, Ticket, TicketId, TicketLogEntry,
+    TicketType, TicketTypeId,
 };
 use serde_json::{Value, json};
 
@@ -2567,6 +2568,44 @@ pub async fn least_busy_assigns_to_the_member_with_fewest_open_tickets(
 }
 
 /// Closed tickets do not count: a member whose tickets are all closed is the least busy.
+/// A tenant's own retention is kept as set, listed with its tenant only, cleared by an
+/// empty one; an unknown tenant is `NotFound`.
+pub async fn a_tenants_own_retention_is_kept_and_cleared(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    assert_eq!(
+        desk.store.tenant_retentions().await.expect("read"),
+        Vec::new(),
+        "none yet"
+    );
+    let own = TenantRetention {
+        completed: Some(Keep::Secs(3600)),
+        cancelled: None,
+        failed: Some(Keep::Forever),
+    };
+    desk.store
+        .tenant_retention_set(desk.acme, own)
+        .await
+        .expect("set");
+    assert_eq!(
+        desk.store.tenant_retentions().await.expect("read"),
+        vec![(desk.acme, own)],
+        "Acme's, as set; Globex has none"
+    );
+    desk.store
+        .tenant_retention_set(desk.acme, TenantRetention::default())
+        .await
+        .expect("cleared");
+    assert_eq!(
+        desk.store.tenant_retentions().await.expect("read"),
+        Vec::new(),
+        "cleared"
+    );
+    assert_not_found(
+        desk.store.tenant_retention_set(TenantId::new(), own).await,
+        "an unknown tenant",
+    );
+}
+
 /// The reads a dry run plans its writes on: the ticket of an external id (only in its
 /// own tenant) and the open counts least busy reads (closed tickets leave them).
 pub async fn a_dry_run_reads_what_the_writes_read(factory: &dyn DeskStoreFactory) {

@@ -291,6 +291,7 @@ macro_rules! desk_conformance_suite {
             least_busy_assigns_to_the_member_with_fewest_open_tickets,
             closed_tickets_do_not_count_towards_least_busy,
             a_dry_run_reads_what_the_writes_read,
+            a_tenants_own_retention_is_kept_and_cleared,
             least_busy_tie_goes_to_the_lowest_open_to_capacity_ratio,
             warehouse_of_three_gets_two_orders_to_two_different_people,
             concurrent_least_busy_assignments_spread_evenly,

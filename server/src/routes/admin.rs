@@ -89,3 +89,133 @@ pub async fn incident(
         .map_err(|err| ApiError::desk(err, "incident"))?;
     Ok(Json(admin_incident_view(&incident)))
 }
+
+/// A retention as the API reads and writes it, per status: seconds (a number), `"off"`
+/// (kept forever), or — on the way in — a duration such as `"7d"`; `null` in `own`: the
+/// operator's.
+fn keep_view(keep: Option<std::time::Duration>) -> Value {
+    keep.map_or_else(|| json!("off"), |kept| json!(kept.as_secs()))
+}
+
+fn own_view(keep: Option<fronta_desk::Keep>) -> Value {
+    match keep {
+        None => Value::Null,
+        Some(fronta_desk::Keep::Forever) => json!("off"),
+        Some(fronta_desk::Keep::Secs(secs)) => json!(secs),
+    }
+}
+
+fn retention_view(
+    tenant: fronta_desk::TenantId,
+    own: &fronta_desk::TenantRetention,
+    operator: &fronta_engine::retention::Retention,
+) -> Value {
+    let effective = fronta_automation::retention::narrowed(operator, own).unwrap_or(*operator);
+    let view = |retention: &fronta_engine::retention::Retention| {
+        json!({
+            "completed": keep_view(retention.completed),
+            "cancelled": keep_view(retention.cancelled),
+            "failed": keep_view(retention.failed),
+        })
+    };
+    json!({
+        "tenant": tenant.to_string(),
+        "own": {
+            "completed": own_view(own.completed),
+            "cancelled": own_view(own.cancelled),
+            "failed": own_view(own.failed),
+        },
+        "effective": view(&effective),
+        "operator": view(operator),
+    })
+}
+
+/// The tenant `id`, or the 404 of an unknown one.
+async fn tenant_of(app: &App, id: &str) -> Result<fronta_desk::TenantId, ApiError> {
+    let id: fronta_desk::TenantId = parse_id(id, "tenant")?;
+    let tenants = app.desk().tenant_list().await?;
+    tenants
+        .iter()
+        .any(|tenant| tenant.id == id)
+        .then_some(id)
+        .ok_or(ApiError::NotFound("tenant"))
+}
+
+/// `GET /api/admin/tenants/{id}/retention`: the tenant's own retention, what applies, and
+/// the operator's maximum.
+pub async fn retention(
+    _: AdminAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant_of(&app, &id).await?;
+    let own = app
+        .desk()
+        .tenant_retentions()
+        .await?
+        .into_iter()
+        .find_map(|(found, own)| (found == tenant).then_some(own))
+        .unwrap_or_default();
+    Ok(Json(retention_view(tenant, &own, &app.config().retention)))
+}
+
+/// One status of a `PUT …/retention` body.
+fn keep_of(what: &str, value: &Value) -> Result<Option<fronta_desk::Keep>, String> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(text) if matches!(text.trim(), "off" | "forever") => {
+            Ok(Some(fronta_desk::Keep::Forever))
+        }
+        Value::String(text) => humantime::parse_duration(text.trim())
+            .map(|kept| Some(fronta_desk::Keep::Secs(kept.as_secs())))
+            .map_err(|err| {
+                format!("{what}: {text:?} is not a duration ({err}; try 7d, 36h, or off)")
+            }),
+        Value::Number(number) => number
+            .as_u64()
+            .map(|secs| Some(fronta_desk::Keep::Secs(secs)))
+            .ok_or_else(|| format!("{what}: {number} is not a whole number of seconds")),
+        other => Err(format!(
+            "{what}: a number of seconds, a duration (\"7d\"), \"off\" or null, not {other}"
+        )),
+    }
+}
+
+/// `PUT /api/admin/tenants/{id}/retention` `{"completed", "cancelled", "failed"}`: each
+/// seconds, a duration (`"7d"`), `"off"` (forever) or null (the operator's); never longer
+/// than the operator keeps that status (400 naming the bound). All null: the operator's.
+pub async fn retention_set(
+    _: AdminAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<Value>,
+) -> Result<Json<Value>, ApiError> {
+    let tenant = tenant_of(&app, &id).await?;
+    let Value::Object(fields) = &body else {
+        return Err(ApiError::bad_request(
+            "the body is {\"completed\", \"cancelled\", \"failed\"}: seconds, a duration, \"off\" or null each",
+        ));
+    };
+    if let Some(unknown) = fields
+        .keys()
+        .find(|key| !["completed", "cancelled", "failed"].contains(&key.as_str()))
+    {
+        return Err(ApiError::bad_request(format!(
+            "unknown field {unknown:?}: a retention names completed, cancelled and failed"
+        )));
+    }
+    let field = |name: &str| keep_of(name, fields.get(name).unwrap_or(&Value::Null));
+    let own = fronta_desk::TenantRetention {
+        completed: field("completed").map_err(ApiError::bad_request)?,
+        cancelled: field("cancelled").map_err(ApiError::bad_request)?,
+        failed: field("failed").map_err(ApiError::bad_request)?,
+    };
+    let operator = app.config().retention;
+    fronta_automation::retention::narrowed(&operator, &own).map_err(ApiError::bad_request)?;
+    app.desk()
+        .tenant_retention_set(tenant, own)
+        .await
+        .map_err(|err| ApiError::desk(err, "tenant"))?;
+    tracing::info!(%tenant, ?own, "a tenant's own retention");
+    Ok(Json(retention_view(tenant, &own, &operator)))
+}

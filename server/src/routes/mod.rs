@@ -98,6 +98,17 @@ fn table() -> Routes {
             ],
         )
         .add(
+            "/api/admin/tenants/{id}/retention",
+            get(admin::retention).put(admin::retention_set),
+            [
+                op(get_, "A tenant's own retention of finished runs, what applies, and the operator's maximum")
+                    .answers(200, "TenantRetention"),
+                op(put_, "Set a tenant's own retention (never longer than the operator's)")
+                    .body("TenantRetentionBody")
+                    .answers(200, "TenantRetention"),
+            ],
+        )
+        .add(
             "/api/admin/incidents",
             get(admin::incidents),
             [op(get_, "Every tenant's incidents, with detail").page("Incident")],
