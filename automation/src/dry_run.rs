@@ -227,6 +227,7 @@ impl DryRunner {
             automation_version: request.version.unwrap_or(0),
             retry_of: None,
             caused_by: None,
+            restart: None,
         };
         let mut state = ExecState::new(Context::from_params(request.context.clone()));
         let mut notes = Vec::new();
@@ -257,6 +258,7 @@ impl DryRunner {
             signal: StopSignal::new(),
             checkpointer: None,
             dry: Some(&dry),
+            replay: None,
         };
         let walked = tokio::time::timeout(
             self.time_limit,

@@ -88,6 +88,10 @@ pub struct RunPayload {
     /// are links of a chain the loop guard counts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caused_by: Option<CausedBy>,
+    /// A finished run started again by hand from its start or a step
+    /// (`crate::restart`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<crate::restart::Restart>,
 }
 
 /// The automation run whose ticket change started an event run, and the runs whose
@@ -609,6 +613,7 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
                     }),
                     Origin::Person => None,
                 },
+                restart: None,
             };
             let request = EnqueueRequest::new(
                 AUTOMATION_KIND,
@@ -643,6 +648,7 @@ pub fn run_request(
         automation_version: stored.current_version,
         retry_of: None,
         caused_by: None,
+        restart: None,
     };
     EnqueueRequest::new(
         AUTOMATION_KIND,
@@ -685,6 +691,9 @@ pub(crate) struct Walker<'a> {
     /// `None`: nothing is kept (a dry run).
     pub checkpointer: Option<&'a fronta_engine::registry::Checkpointer>,
     pub dry: Option<&'a crate::dry_run::Dry>,
+    /// A restart's walk to its step: finished steps reused, nothing done
+    /// (`crate::restart`).
+    pub replay: Option<&'a crate::restart::Replay>,
 }
 
 impl<'a> Walker<'a> {
@@ -697,6 +706,7 @@ impl<'a> Walker<'a> {
             signal: ctx.signal.clone(),
             checkpointer: Some(&ctx.checkpointer),
             dry: None,
+            replay: None,
         }
     }
 
@@ -961,6 +971,14 @@ impl Runtime {
             state.pause_until = None;
             state.pause_ended(Utc::now());
         }
+        if ctx.run.state.is_none()
+            && let Some(restart) = &payload.restart
+            && let Err(failure) = self
+                .restart(&ctx, &payload, &stored, restart, &mut state)
+                .await
+        {
+            return self.failed(&ctx, &payload, &stored, state, failure).await;
+        }
         let walked = match &stored.automation.trigger {
             Trigger::Poll {
                 source, settings, ..
@@ -1003,31 +1021,8 @@ impl Runtime {
                 ))
             }
             Ok(Some(snooze)) => Outcome::Snooze(snooze),
-            Err(Failure::Fatal { step, message }) => {
-                // The step log is the run's record also when it fails: the failing step
-                // ends it (a step error wrote its line already), and it is saved with the
-                // failure, not left at the last checkpoint.
-                if state
-                    .steps
-                    .last()
-                    .is_none_or(|last| last.name != step || last.status != "failed")
-                {
-                    state.steps.push(StepLog::instant(
-                        if step.is_empty() {
-                            "run"
-                        } else {
-                            step.as_str()
-                        },
-                        op_of(&stored.automation.steps, &step),
-                        "failed",
-                        message.clone(),
-                        Utc::now(),
-                    ));
-                }
-                let _ = ctx.checkpointer.save(state.encode()).await;
-                self.report(&ctx, &payload, Some(&stored), Some(&state), &step, &message)
-                    .await;
-                Outcome::Fail(format!("step {step:?}: {message}"))
+            Err(failure @ Failure::Fatal { .. }) => {
+                self.failed(&ctx, &payload, &stored, state, failure).await
             }
             Err(Failure::Retry {
                 step,
@@ -1053,6 +1048,106 @@ impl Runtime {
                 }
             }
         }
+    }
+
+    /// A run that cannot succeed: the failing step ends its log (a step error wrote its
+    /// line already) and the log is saved with the failure, not left at the last
+    /// checkpoint; then the incident. (A retryable failure reaching here fails too.)
+    async fn failed(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        mut state: ExecState,
+        failure: Failure,
+    ) -> Outcome {
+        let (Failure::Fatal { step, message } | Failure::Retry { step, message, .. }) = failure;
+        if state
+            .steps
+            .last()
+            .is_none_or(|last| last.name != step || last.status != "failed")
+        {
+            state.steps.push(StepLog::instant(
+                if step.is_empty() {
+                    "run"
+                } else {
+                    step.as_str()
+                },
+                op_of(&stored.automation.steps, &step),
+                "failed",
+                message.clone(),
+                Utc::now(),
+            ));
+        }
+        let _ = ctx.checkpointer.save(state.encode()).await;
+        self.report(ctx, payload, Some(stored), Some(&state), &step, &message)
+            .await;
+        Outcome::Fail(format!("step {step:?}: {message}"))
+    }
+
+    /// A restart's first attempt (`crate::restart`): from a step, the walk to it over the
+    /// old run's finished steps (reused, nothing done); then the line that says from where.
+    async fn restart(
+        &self,
+        ctx: &RunContext,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        restart: &crate::restart::Restart,
+        state: &mut ExecState,
+    ) -> Result<(), Failure> {
+        let version = payload.automation_version;
+        let message = match &restart.from_step {
+            None => format!(
+                "started again by hand through the API from the start, with run {}'s input, on version {version}",
+                restart.run
+            ),
+            Some(step) => {
+                let old = match restart.run.parse() {
+                    Ok(id) => ctx.dispatcher.store().run_get(id).await.ok().flatten(),
+                    Err(_) => None,
+                };
+                let Some(old) = old else {
+                    return Err(Failure::Fatal {
+                        step: String::new(),
+                        message: format!(
+                            "run {} is gone (deleted by retention?): its steps cannot be reused",
+                            restart.run
+                        ),
+                    });
+                };
+                let replay = crate::restart::Replay::new(
+                    crate::run_search::record_of(&old).steps,
+                    step,
+                    &restart.run,
+                );
+                let walker = Walker {
+                    replay: Some(&replay),
+                    ..Walker::of(ctx)
+                };
+                self.walk(&walker, payload, stored, state).await?;
+                if !replay.reached() {
+                    return Err(Failure::Fatal {
+                        step: step.clone(),
+                        message: format!(
+                            "step {step:?} was not reached with run {}'s input and outputs (a condition took another branch): start again from a step the run reaches",
+                            restart.run
+                        ),
+                    });
+                }
+                format!(
+                    "started again by hand through the API from step {step:?} of run {} on version {version}: the steps before it are reused, not run again",
+                    restart.run
+                )
+            }
+        };
+        state.steps.push(StepLog::instant(
+            "run",
+            LIFECYCLE_OP,
+            "retried",
+            message,
+            Utc::now(),
+        ));
+        Ok(())
     }
 
     /// The loop guard refused this run: it ends `suppressed`, its step log and the
@@ -1212,6 +1307,13 @@ impl Runtime {
                 }
                 continue;
             }
+            if let Some(replay) = walker.replay
+                && steps[frame.index].name() == replay.stop_at
+            {
+                // The restart's step: the cursor is on it, the context as before it.
+                replay.reach();
+                return Ok(Some(Duration::ZERO));
+            }
             state.executed += 1;
             let step = &steps[frame.index];
             let step_index = frame.index;
@@ -1313,6 +1415,33 @@ impl Runtime {
                         max_pause: self.max_pause,
                         dry: walker.dry.is_some(),
                     };
+                    if let Some(replay) = walker.replay {
+                        let Some(old) = replay.take(&action.name) else {
+                            return Err(Failure::Fatal {
+                                step: action.name.clone(),
+                                message: format!(
+                                    "step {:?} did not finish in run {}: it cannot be reused; start again from it or an earlier step",
+                                    action.name, replay.from_run
+                                ),
+                            });
+                        };
+                        if let Some(Value::Object(outputs)) = &old.outputs {
+                            state.context.publish_outputs(&action.name, outputs.clone());
+                        }
+                        state.steps.push(StepLog {
+                            name: action.name.clone(),
+                            op: action.op.as_str().into(),
+                            status: crate::restart::REUSED.into(),
+                            started_at: started,
+                            finished_at: Utc::now(),
+                            message: format!(
+                                "reused from run {}: {}",
+                                replay.from_run, old.message
+                            ),
+                            outputs: old.outputs.clone(),
+                        });
+                        continue;
+                    }
                     let acted = match walker.dry {
                         Some(dry) if action.op.is_connector() && !dry.live => {
                             match dry.stand_in(action, &state.context) {

@@ -66,6 +66,7 @@ pub mod model;
 pub mod poll;
 pub mod problem;
 pub mod refs;
+pub mod restart;
 pub mod retention;
 pub mod retry;
 pub mod run_search;

@@ -261,6 +261,7 @@ mod tests {
             automation_version: 2,
             retry_of: None,
             caused_by: None,
+            restart: None,
         }
     }
 

@@ -267,6 +267,18 @@ enum RunsCommand {
     },
     /// Two-phase cancel: a pending run at once, a running one through its worker.
     Cancel { id: String },
+    /// Start a run again: a failed or suppressed one from its checkpoint; with
+    /// --from-step or --from-start any finished automation run, as a new run on its own
+    /// version (the steps before --from-step reused, not run again).
+    Retry {
+        id: String,
+        /// The step to start again from.
+        #[arg(long, conflicts_with = "from_start")]
+        from_step: Option<String>,
+        /// Start again from the start, with the run's input.
+        #[arg(long)]
+        from_start: bool,
+    },
     /// Counts per status, and total attempts, reclaims and parks.
     Stats {
         #[arg(long)]
@@ -898,6 +910,62 @@ async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
                     "result:           {}",
                     run.result.as_ref().map_or("-".into(), ToString::to_string)
                 );
+            }
+        }
+        RunsCommand::Retry {
+            id,
+            from_step,
+            from_start,
+        } => {
+            let id = parse_id(&id)?;
+            let Some(run) = store.run_get(id).await? else {
+                bail!("no run with id {id}");
+            };
+            if from_step.is_none() && !from_start {
+                match store.run_retry(id).await {
+                    Ok(fronta_engine::RetryReply::Requeued) => {
+                        println!("{id} is queued again, from its checkpoint")
+                    }
+                    Ok(fronta_engine::RetryReply::NotFailed(status)) => bail!(
+                        "{id} is {status}: only a failed or suppressed run is retried from its \
+                         checkpoint (--from-step or --from-start start any finished run again)"
+                    ),
+                    Err(err) => return Err(err.into()),
+                }
+                return Ok(());
+            }
+            let payload: fronta_automation::executor::RunPayload =
+                serde_json::from_value(run.payload.clone()).map_err(|_| {
+                    anyhow::anyhow!("{id} is not an automation run: it has no steps")
+                })?;
+            let (_, _, automations) = opened.ports();
+            let version = automations
+                .automation_version(
+                    payload.tenant,
+                    payload.automation_id,
+                    payload.automation_version,
+                )
+                .await
+                .map_err(|err| {
+                    anyhow::anyhow!(
+                        "version {} of its automation: {err}",
+                        payload.automation_version
+                    )
+                })?;
+            let request = fronta_automation::restart::restart_request(
+                &run,
+                &version.definition.steps,
+                from_step.as_deref(),
+            )
+            .map_err(|err| anyhow::anyhow!(err))?;
+            let dispatcher = Dispatcher::new(
+                store.clone(),
+                [fronta_automation::executor::AUTOMATION_KIND],
+            );
+            let new = dispatcher.enqueue(request).await?.id();
+            match &from_step {
+                Some(step) => println!("{new}: {id} started again from step {step:?}"),
+                None => println!("{new}: {id} started again from its start"),
             }
         }
         RunsCommand::Cancel { id } => {

@@ -299,17 +299,26 @@ impl Browser {
             .to_owned()
     }
 
-    /// Click the first element matching `css`, once there is one.
+    /// Click the first element matching `css`, once there is one. A page that redraws
+    /// between the find and the click (a live update) is found again.
     async fn click(&self, css: &str) {
-        self.driver
-            .query(By::Css(css))
-            .wait(PATIENCE, POLL)
-            .first()
-            .await
-            .unwrap_or_else(|err| panic!("{css} is on the page: {err}"))
-            .click()
-            .await
-            .unwrap_or_else(|err| panic!("{css} can be clicked: {err}"));
+        let started = Instant::now();
+        loop {
+            let element = self
+                .driver
+                .query(By::Css(css))
+                .wait(PATIENCE, POLL)
+                .first()
+                .await
+                .unwrap_or_else(|err| panic!("{css} is on the page: {err}"));
+            match element.click().await {
+                Ok(()) => return,
+                Err(err) if err.to_string().contains("stale") && started.elapsed() < PATIENCE => {
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(err) => panic!("{css} can be clicked: {err}"),
+            }
+        }
     }
 
     /// Type `text` into the first element matching `css`, once there is one.
@@ -638,6 +647,28 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
         "the run completed: {run_status}"
     );
     browser.shot("05-run-step-log").await;
+    // Started again from its step "assign": a new run, the steps before it reused.
+    browser
+        .click("#step-log button[data-from-step='assign']")
+        .await;
+    let again = browser
+        .until(
+            "the new run, started from assign, completed",
+            &format!(
+                "return !location.hash.endsWith('{run_id}') \
+                 && document.querySelector('#run-status')?.innerText.includes('completed') \
+                 && document.querySelector('#step-log')?.innerText.includes('reused') \
+                 ? document.querySelector('#step-log').innerText : null"
+            ),
+        )
+        .await;
+    let again = again.as_str().unwrap_or_default();
+    assert!(
+        again.contains("from step \"assign\"")
+            && again.contains(&format!("reused from run {run_id}")),
+        "the new run says from where, and reuses the steps before: {again}"
+    );
+    browser.shot("05b-run-retried-from-a-step").await;
 
     // 4. The ticket on the board, with its assignee and tags.
     browser.click("#nav a[href='#/tickets']").await;
@@ -938,8 +969,8 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     browser.click("#nav a[href='#/']").await;
     browser
         .until(
-            "two completed runs on the tiles",
-            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '2' || null",
+            "three completed runs on the tiles (one started again from a step)",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '3' || null",
         )
         .await;
     let (status, accepted) = call(
@@ -952,8 +983,8 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
     assert_eq!(status, 202, "the third webhook is accepted: {accepted}");
     browser
         .until(
-            "three completed runs and three open tickets on the tiles",
-            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '3' \
+            "four completed runs and three open tickets on the tiles",
+            "return document.querySelector(\"#tiles [data-key='completed'] .count\")?.innerText === '4' \
              && document.querySelector(\"#tiles [data-key='open-tickets'] .count\")?.innerText === '3' || null",
         )
         .await;

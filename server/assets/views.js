@@ -477,6 +477,10 @@ function runView(ctx, id) {
         return `Queued again (${answer.status}); it resumes from its checkpoint.`;
       }, status));
     }
+    const finished = ["completed", "failed", "cancelled", "suppressed"].includes(run.status);
+    if (finished && run.kind === "automation") {
+      buttons.push(actionButton("Run again from the start", () => startAgain({ fromStart: true }), status, { attributes: { id: "run-again" } }));
+    }
     if (run.status === "suppressed") {
       buttons.push(actionButton("Start it anyway", async () => {
         const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
@@ -499,7 +503,23 @@ function runView(ctx, id) {
       buttons.length ? h("p", { class: "actions" }, buttons, " ", status) : h("p", {}, status),
       h("h2", {}, "Timeline"),
       steps.length === 0 && live ? h("p", { class: "muted" }, "No step has run yet.") : null,
-      h("ol", { class: "steps", id: "step-log" }, timeline.map((entry) => timelineEntry(entry, steps))));
+      h("ol", { class: "steps", id: "step-log" }, timeline.map((entry) => {
+        const item = timelineEntry(entry, steps);
+        // A finished automation run starts again from any of its steps (a new run on its
+        // version; the steps before it reused).
+        if (finished && run.kind === "automation" && entry.kind === "step" && !["run", "poll"].includes(entry.name)) {
+          item.append(h("p", { class: "actions" }, actionButton("Retry from here", () => startAgain({ fromStep: entry.name }), status,
+            { attributes: { "data-from-step": entry.name, "aria-label": `Retry from step ${entry.name}` } })));
+        }
+        return item;
+      })));
+  }
+
+  /** A new run of this one's version from `from` (a step or its start); opens it. */
+  async function startAgain(from) {
+    const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`, from);
+    location.hash = `#/runs/${encodeURIComponent(answer.runId)}`;
+    return from.fromStep ? `Started again from step ${from.fromStep} as a new run.` : "Started again from the start as a new run.";
   }
 
   return {

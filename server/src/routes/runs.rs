@@ -18,11 +18,16 @@
 //! unique key. A retry continues on the run's own version (its checkpoint fits only that
 //! tree); `{"version": "current"}` starts the run's input anew on the current version as
 //! a new run (202 with the new `runId`, `retryOf` and `automationVersion`).
+//! `{"fromStep": "<name>"}` starts a finished run (completed, failed, cancelled or
+//! suppressed) again as a new run on its own version from that step, the steps before it
+//! reused; `{"fromStart": true}` from its start (`fronta_automation::restart`): 400 for a
+//! step the version does not have, 409 `run_not_finished` for a run still going.
 
 use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use fronta_automation::executor::{AUTOMATION_KIND, AUTOMATION_MAX_RETRIES, RunPayload};
+use fronta_automation::restart::restart_request;
 use fronta_automation::run_search::{self, RunSearch, SearchText};
 use fronta_desk::TenantId;
 use fronta_engine::store::{CancelReply, RetryReply};
@@ -178,9 +183,16 @@ pub async fn cancel(
 /// The optional body of a retry.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase")]
 pub struct RetryBody {
     #[serde(default)]
     version: RetryVersion,
+    /// Start a finished run again from this step, on its own version
+    /// (`fronta_automation::restart`).
+    from_step: Option<String>,
+    /// Start a finished run again from its start, on its own version.
+    #[serde(default)]
+    from_start: bool,
 }
 
 /// Which version a retry runs: the run's own (from its checkpoint), or the automation's
@@ -201,6 +213,9 @@ pub async fn retry(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let run = tenant_run(&app, tenant.id, &id).await?;
     let body: RetryBody = optional_body(request, &app).await?.unwrap_or_default();
+    if body.from_step.is_some() || body.from_start {
+        return restart(&app, tenant.id, &run, body).await;
+    }
     if body.version == RetryVersion::Current {
         return retry_on_current(&app, tenant.id, &run).await;
     }
@@ -232,6 +247,63 @@ fn not_failed(status: RunStatus) -> ApiError {
 /// A failed automation run's input, started anew on the automation's current version: a
 /// new run (same trigger) that names the old one in `retryOf`. Never a checkpoint into
 /// another tree. A paused automation starts nothing (409 `automation_paused`).
+/// A finished run started again on its own version, from a step or its start, as a new
+/// run (`fronta_automation::restart`).
+async fn restart(
+    app: &App,
+    tenant: TenantId,
+    run: &Run,
+    body: RetryBody,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    if body.from_step.is_some() && body.from_start {
+        return Err(ApiError::bad_request(
+            "give \"fromStep\" or \"fromStart\", not both",
+        ));
+    }
+    if body.version == RetryVersion::Current {
+        if body.from_start {
+            return retry_on_current(app, tenant, run).await;
+        }
+        return Err(ApiError::bad_request(
+            "\"fromStep\" starts the run again on its own version (the context before a step \
+             is that version's); {\"version\": \"current\"} starts its input anew",
+        ));
+    }
+    if !run.status.is_terminal() {
+        return Err(ApiError::Conflict {
+            code: "run_not_finished",
+            message: format!(
+                "the run is {}: only a finished run is started again from a step or its start",
+                run.status
+            ),
+        });
+    }
+    let payload: RunPayload = serde_json::from_value(run.payload.clone())
+        .map_err(|_| ApiError::bad_request("only automation runs have steps to start from"))?;
+    let version = app
+        .automations()
+        .automation_version(tenant, payload.automation_id, payload.automation_version)
+        .await
+        .map_err(|err| ApiError::desk(err, "automation version"))?;
+    let request = restart_request(run, &version.definition.steps, body.from_step.as_deref())
+        .map_err(ApiError::bad_request)?;
+    let enqueued = app.inner().dispatcher.enqueue(request).await?;
+    tracing::info!(run = %run.id, new_run = %enqueued.id(), from_step = ?body.from_step,
+        "finished run started again by hand");
+    app.hub().run_changed(app, tenant, enqueued.id()).await;
+    let mut answer = json!({
+        "runId": enqueued.id().to_string(),
+        "status": "queued",
+        "retryOf": run.id.to_string(),
+        "automationVersion": payload.automation_version,
+    });
+    match &body.from_step {
+        Some(step) => answer["fromStep"] = json!(step),
+        None => answer["fromStart"] = json!(true),
+    }
+    Ok((StatusCode::ACCEPTED, Json(answer)))
+}
+
 async fn retry_on_current(
     app: &App,
     tenant: TenantId,
