@@ -63,24 +63,8 @@ fn firm() -> Value {
     })
 }
 
-fn lines(answer: &Value) -> Vec<String> {
-    answer["steps"]
-        .as_array()
-        .unwrap_or_else(|| panic!("a step log: {answer}"))
-        .iter()
-        .map(|line| {
-            format!(
-                "{} {}: {}",
-                line["name"].as_str().unwrap_or(""),
-                line["status"].as_str().unwrap_or(""),
-                line["message"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
-
 fn has(answer: &Value, wanted: &str) {
-    let lines = lines(answer);
+    let lines = support::step_lines(answer);
     assert!(
         lines.iter().any(|line| line.contains(wanted)),
         "a line says {wanted:?}: {lines:#?}"

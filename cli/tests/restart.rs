@@ -11,28 +11,12 @@ mod support;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ADMIN: &str = "fa_restart_admin";
 const DEADLINE: Duration = Duration::from_secs(90);
 
 type Server = support::ApiServer;
-
-fn lines(run: &Value) -> Vec<String> {
-    run["steps"]
-        .as_array()
-        .unwrap_or_else(|| panic!("a step log: {run}"))
-        .iter()
-        .map(|line| {
-            format!(
-                "{} {}: {}",
-                line["name"].as_str().unwrap_or(""),
-                line["status"].as_str().unwrap_or(""),
-                line["message"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
-}
 
 fn scenario(server: &Server, database: &str) {
     let token = server.tenant("Acme");
@@ -68,11 +52,11 @@ fn scenario(server: &Server, database: &str) {
         |run| run["status"] == "failed",
     );
     assert!(
-        lines(&run)
+        support::step_lines(&run)
             .last()
             .is_some_and(|line| line.starts_with("ship failed")),
         "{:#?}",
-        lines(&run)
+        support::step_lines(&run)
     );
 
     // The status the step needs, then the run again from that step.
@@ -112,7 +96,7 @@ fn scenario(server: &Server, database: &str) {
         DEADLINE,
         |run| run["status"] == "completed",
     );
-    let said = lines(&run);
+    let said = support::step_lines(&run);
     assert!(
         said[0].starts_with(&format!(
             "ticket reused: reused from run {failed}: created ticket TK-1"
@@ -161,7 +145,7 @@ fn scenario(server: &Server, database: &str) {
         DEADLINE,
         |run| run["status"] == "completed",
     );
-    let said = lines(&run);
+    let said = support::step_lines(&run);
     assert!(
         said.iter().any(|line| line.contains("from the start")),
         "{said:#?}"
@@ -251,7 +235,7 @@ fn scenario(server: &Server, database: &str) {
         DEADLINE,
         |run| run["status"] == "completed",
     );
-    let said = lines(&run);
+    let said = support::step_lines(&run);
     assert!(
         said[0].starts_with("ticket reused:") && said[1].contains("from step \"note\""),
         "{said:#?}"
@@ -260,22 +244,10 @@ fn scenario(server: &Server, database: &str) {
 
 #[test]
 fn a_finished_run_starts_again_from_any_step_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir.path().join("restart.db").to_string_lossy().into_owned();
-    let server = Server::start(&database, ADMIN);
-    scenario(&server, &database);
-    server.stop();
+    support::on_sqlite_with("restart.db", ADMIN, &[], scenario);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_run_starts_again_from_any_step_on_postgres() {
-    let db = support::pg::TestDb::create().await;
-    let url = db.url.clone();
-    tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url, ADMIN);
-        scenario(&server, &url);
-        server.stop();
-    })
-    .await
-    .expect("the scenario ran");
+    support::on_postgres_with(ADMIN, &[], scenario).await;
 }

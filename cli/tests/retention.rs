@@ -215,26 +215,10 @@ fn scenario(server: &Server) {
 
 #[test]
 fn finished_runs_go_after_their_retention_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir
-        .path()
-        .join("retention.db")
-        .to_string_lossy()
-        .into_owned();
-    let server = Server::start_with(&database, ADMIN, &FLAGS);
-    scenario(&server);
-    server.stop();
+    support::on_sqlite_with("retention.db", ADMIN, &FLAGS, |server, _| scenario(server));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finished_runs_go_after_their_retention_on_postgres() {
-    let db = support::pg::TestDb::create().await;
-    let url = db.url.clone();
-    tokio::task::spawn_blocking(move || {
-        let server = Server::start_with(&url, ADMIN, &FLAGS);
-        scenario(&server);
-        server.stop();
-    })
-    .await
-    .expect("the scenario ran");
+    support::on_postgres_with(ADMIN, &FLAGS, |server, _| scenario(server)).await;
 }

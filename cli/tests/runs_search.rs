@@ -254,22 +254,10 @@ fn scenario(server: &Server, database: &str) {
 
 #[test]
 fn runs_are_found_by_every_filter_on_sqlite() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir.path().join("search.db").to_string_lossy().into_owned();
-    let server = Server::start(&database, ADMIN);
-    scenario(&server, &database);
-    server.stop();
+    support::on_sqlite_with("search.db", ADMIN, &[], scenario);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_are_found_by_every_filter_on_postgres() {
-    let db = support::pg::TestDb::create().await;
-    let url = db.url.clone();
-    tokio::task::spawn_blocking(move || {
-        let server = Server::start(&url, ADMIN);
-        scenario(&server, &url);
-        server.stop();
-    })
-    .await
-    .expect("the scenario ran");
+    support::on_postgres_with(ADMIN, &[], scenario).await;
 }

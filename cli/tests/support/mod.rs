@@ -510,22 +510,59 @@ impl ApiServer {
 
 /// `repros` against a `fronta serve` on a fresh SQLite file, then a clean stop.
 pub fn on_sqlite(file: &str, admin: &str, repros: impl FnOnce(&ApiServer)) {
+    on_sqlite_with(file, admin, &[], |server, _| repros(server));
+}
+
+/// `repros` against a `fronta serve` with `flags` on a fresh SQLite file, handed the
+/// server and the database (for the command line), then a clean stop.
+pub fn on_sqlite_with(
+    file: &str,
+    admin: &str,
+    flags: &[&str],
+    repros: impl FnOnce(&ApiServer, &str),
+) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let database = dir.path().join(file);
-    let server = ApiServer::start(&database.to_string_lossy(), admin);
-    repros(&server);
+    let database = dir.path().join(file).to_string_lossy().into_owned();
+    let server = ApiServer::start_with(&database, admin, flags);
+    repros(&server, &database);
     server.stop();
 }
 
 /// `repros` against a `fronta serve` on a fresh Postgres database, then a clean stop.
 pub async fn on_postgres(admin: &'static str, repros: impl FnOnce(&ApiServer) + Send + 'static) {
+    on_postgres_with(admin, &[], |server, _| repros(server)).await;
+}
+
+/// [`on_sqlite_with`] on a fresh Postgres database.
+pub async fn on_postgres_with(
+    admin: &'static str,
+    flags: &'static [&'static str],
+    repros: impl FnOnce(&ApiServer, &str) + Send + 'static,
+) {
     let db = pg::TestDb::create().await;
     let url = db.url.clone();
     tokio::task::spawn_blocking(move || {
-        let server = ApiServer::start(&url, admin);
-        repros(&server);
+        let server = ApiServer::start_with(&url, admin, flags);
+        repros(&server, &url);
         server.stop();
     })
     .await
     .expect("the repros ran");
+}
+
+/// A run's (or a dry run's) step log, one `name status: message` line per step.
+pub fn step_lines(run: &serde_json::Value) -> Vec<String> {
+    run["steps"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a step log: {run}"))
+        .iter()
+        .map(|line| {
+            format!(
+                "{} {}: {}",
+                line["name"].as_str().unwrap_or(""),
+                line["status"].as_str().unwrap_or(""),
+                line["message"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
 }
