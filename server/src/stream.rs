@@ -25,7 +25,7 @@
 //! Decision: the stream is tenant-scoped; the admin token is refused (401) like on every
 //! tenant route — an all-tenants stream would be a firehose with other tenants' data.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,12 +69,29 @@ struct Channel {
     seen: Mutex<Seen>,
 }
 
-/// What the stream last said about each thing, so neither feed repeats the other.
+/// What the stream last said about each thing, so neither feed repeats the other. After
+/// each poll it holds only what that poll's windows hold (the newest runs and tickets,
+/// the tenant's incidents), so it stays the size of the windows however long the stream
+/// is open: a run or ticket that left the window is told again only if it changes.
 #[derive(Debug, Default)]
 struct Seen {
     runs: HashMap<RunId, RunStatus>,
     tickets: HashMap<TicketId, DateTime<Utc>>,
     incidents: HashMap<IncidentId, (IncidentStatus, u32, DateTime<Utc>)>,
+}
+
+impl Seen {
+    /// Forget what the last poll's windows no longer hold.
+    fn keep_only(
+        &mut self,
+        runs: &HashSet<RunId>,
+        tickets: &HashSet<TicketId>,
+        incidents: &HashSet<IncidentId>,
+    ) {
+        self.runs.retain(|id, _| runs.contains(id));
+        self.tickets.retain(|id, _| tickets.contains(id));
+        self.incidents.retain(|id, _| incidents.contains(id));
+    }
 }
 
 fn run_event(status: RunStatus) -> &'static str {
@@ -239,35 +256,57 @@ async fn poll(app: App, tenant: TenantId, channel: Arc<Channel>) {
     }
 }
 
-/// One look at the tenant's newest runs, tickets and incidents.
+/// One look at the tenant's newest runs, tickets and incidents; what they no longer
+/// hold is forgotten (a failed read keeps what was seen).
 async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
     let filter = RunFilter {
         tenant: Some(tenant.to_string()),
         limit: POLL_WINDOW,
         ..RunFilter::default()
     };
+    let mut complete = true;
+    let mut runs_seen = HashSet::new();
     match app.runs().run_list(filter).await {
         // Oldest first, so a stream tells them in the order they happened.
-        Ok(runs) => runs.iter().rev().for_each(|run| channel.run(run, emit)),
-        Err(err) => tracing::debug!(error = %err, "stream poll: runs not listed"),
+        Ok(runs) => runs.iter().rev().for_each(|run| {
+            runs_seen.insert(run.id);
+            channel.run(run, emit);
+        }),
+        Err(err) => {
+            complete = false;
+            tracing::debug!(error = %err, "stream poll: runs not listed");
+        }
     }
     let filter = TicketFilter {
         limit: POLL_WINDOW,
         ..TicketFilter::default()
     };
+    let mut tickets_seen = HashSet::new();
     match app.desk().ticket_list(tenant, filter).await {
-        Ok(tickets) => tickets
-            .iter()
-            .rev()
-            .for_each(|ticket| channel.ticket(ticket, emit)),
-        Err(err) => tracing::debug!(error = %err, "stream poll: tickets not listed"),
+        Ok(tickets) => tickets.iter().rev().for_each(|ticket| {
+            tickets_seen.insert(ticket.id);
+            channel.ticket(ticket, emit);
+        }),
+        Err(err) => {
+            complete = false;
+            tracing::debug!(error = %err, "stream poll: tickets not listed");
+        }
     }
+    let mut incidents_seen = HashSet::new();
     match app.desk().incident_list(Some(tenant)).await {
-        Ok(incidents) => incidents
-            .iter()
-            .rev()
-            .for_each(|incident| channel.incident(incident, emit)),
-        Err(err) => tracing::debug!(error = %err, "stream poll: incidents not listed"),
+        Ok(incidents) => incidents.iter().rev().for_each(|incident| {
+            incidents_seen.insert(incident.id);
+            channel.incident(incident, emit);
+        }),
+        Err(err) => {
+            complete = false;
+            tracing::debug!(error = %err, "stream poll: incidents not listed");
+        }
+    }
+    if complete {
+        channel
+            .seen()
+            .keep_only(&runs_seen, &tickets_seen, &incidents_seen);
     }
 }
 
@@ -290,4 +329,29 @@ pub async fn stream(
         Some((Ok(event), receiver))
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(app.config().stream_keep_alive))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_windows_no_longer_hold_is_forgotten() {
+        let mut seen = Seen::default();
+        let ids: Vec<RunId> = (0..1000).map(|_| RunId::new_v7()).collect();
+        for id in &ids {
+            seen.runs.insert(*id, RunStatus::Completed);
+        }
+        let window: HashSet<RunId> = ids[900..].iter().copied().collect();
+        seen.keep_only(&window, &HashSet::new(), &HashSet::new());
+        assert_eq!(
+            seen.runs.len(),
+            100,
+            "the size of the window, not of the history"
+        );
+        assert!(
+            ids[900..].iter().all(|id| seen.runs.contains_key(id)),
+            "the window is kept"
+        );
+    }
 }
