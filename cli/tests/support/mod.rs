@@ -508,6 +508,16 @@ impl ApiServer {
     }
 }
 
+impl Drop for ApiServer {
+    /// A test that panicked never stopped its server: it ends with the test.
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// `repros` against a `fronta serve` on a fresh SQLite file, then a clean stop.
 pub fn on_sqlite(file: &str, admin: &str, repros: impl FnOnce(&ApiServer)) {
     on_sqlite_with(file, admin, &[], |server, _| repros(server));
