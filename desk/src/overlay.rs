@@ -588,6 +588,9 @@ impl DeskStore for Overlay {
     async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>> {
         self.inner.incident_list(tenant).await
     }
+    async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
+        self.inner.incident_recent(tenant, limit).await
+    }
     async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident> {
         self.inner.incident_get(tenant, id).await
     }

@@ -295,6 +295,9 @@ pub trait DeskStore: Send + Sync + 'static {
         report: IncidentReport,
     ) -> DeskResult<(Incident, bool)>;
     async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>>;
+    /// The tenant's incidents most recently changed first (opened, counted again,
+    /// resolved), at most `limit`: what a live view reads each time, not the history.
+    async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>>;
     async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident>;
     async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident>;
 }

@@ -46,7 +46,8 @@ use crate::wire::{RunView, incident_view, ticket_view};
 
 /// Events buffered per tenant for slow readers.
 const CHANNEL_CAPACITY: usize = 1024;
-/// How many of the newest runs and tickets one poll looks at.
+/// How many of the newest runs and tickets, and of the incidents changed last, one poll
+/// looks at.
 const POLL_WINDOW: usize = 100;
 
 /// One event of a stream.
@@ -71,7 +72,7 @@ struct Channel {
 
 /// What the stream last said about each thing, so neither feed repeats the other. After
 /// each poll it holds only what that poll's windows hold (the newest runs and tickets,
-/// the tenant's incidents), so it stays the size of the windows however long the stream
+/// the incidents changed last), so it stays the size of the windows however long the stream
 /// is open: a run or ticket that left the window is told again only if it changes.
 #[derive(Debug, Default)]
 struct Seen {
@@ -293,7 +294,7 @@ async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
         }
     }
     let mut incidents_seen = HashSet::new();
-    match app.desk().incident_list(Some(tenant)).await {
+    match app.desk().incident_recent(tenant, POLL_WINDOW).await {
         Ok(incidents) => incidents.iter().rev().for_each(|incident| {
             incidents_seen.insert(incident.id);
             channel.incident(incident, emit);

@@ -703,6 +703,22 @@ impl DeskStore for PgStore {
         Ok(answer)
     }
 
+    async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            incident_columns!(),
+            " FROM desk_incidents WHERE tenant = $1 ORDER BY updated_at DESC, id DESC LIMIT $2"
+        ))
+        .bind(tenant.0)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(incident_of).collect()
+    }
+
     async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>> {
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);

@@ -39,7 +39,13 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "suppressed runs", SUPPRESSED_V15),
     (16, "finished runs by their end", RETENTION_V16),
     (17, "a tenant's own retention", TENANT_RETENTION_V17),
+    (18, "incidents by their last change", INCIDENTS_UPDATED_V18),
 ];
+
+/// `DeskStore::incident_recent`: a tenant's incidents by their last change.
+pub const INCIDENTS_UPDATED_V18: &str = r#"
+CREATE INDEX desk_incidents_updated ON desk_incidents (tenant, updated_at, id);
+"#;
 
 /// A tenant's own retention of finished runs (`TenantRetention`; NULL: the operator's).
 pub const TENANT_RETENTION_V17: &str = r#"

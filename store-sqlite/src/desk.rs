@@ -567,6 +567,22 @@ impl DeskStore for SqliteStore {
             .await
     }
 
+    async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                &format!(
+                    "SELECT {INCIDENT_COLUMNS} FROM desk_incidents WHERE tenant = ?1 \
+                     ORDER BY updated_at DESC, id DESC LIMIT ?2"
+                ),
+                params![key(&tenant.0), limit],
+                incident_of,
+            )
+        })
+        .await
+    }
+
     async fn incident_list(&self, tenant: Option<TenantId>) -> DeskResult<Vec<Incident>> {
         self.desk_read(move |conn| match tenant {
             Some(tenant) => many(

@@ -21,6 +21,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (12, "references by id", REFS_V12),
     (13, "finished runs by their end", RETENTION_V13),
     (14, "a tenant's own retention", TENANT_RETENTION_V14),
+    (15, "incidents by their last change", INCIDENTS_UPDATED_V15),
 ];
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
@@ -126,6 +127,11 @@ CREATE TABLE mcp_servers (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
+"#;
+
+/// `DeskStore::incident_recent`: a tenant's incidents by their last change.
+const INCIDENTS_UPDATED_V15: &str = r#"
+CREATE INDEX desk_incidents_updated ON desk_incidents (tenant, updated_at, id);
 "#;
 
 /// A tenant's own retention of finished runs (JSON of `TenantRetention`; NULL: the

@@ -2568,6 +2568,63 @@ pub async fn least_busy_assigns_to_the_member_with_fewest_open_tickets(
 }
 
 /// Closed tickets do not count: a member whose tickets are all closed is the least busy.
+/// The incidents changed last come first, at most `limit`, the tenant's own only: a
+/// repeat of an old open incident brings it to the front.
+pub async fn recent_incidents_are_the_ones_changed_last(factory: &dyn DeskStoreFactory) {
+    let desk = Desk::open(factory).await;
+    let report_of = |cause: &str| desk.store.incident_report(desk.acme, report(cause, cause));
+    let (first, _) = report_of("first").await.expect("opened");
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    report_of("second").await.expect("opened");
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    report_of("third").await.expect("opened");
+    desk.store
+        .incident_report(desk.globex, report("theirs", "theirs"))
+        .await
+        .expect("opened");
+    let titles = |incidents: Vec<fronta_desk::Incident>| {
+        incidents
+            .into_iter()
+            .map(|incident| incident.title)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        titles(
+            desk.store
+                .incident_recent(desk.acme, 2)
+                .await
+                .expect("read")
+        ),
+        ["third", "second"],
+        "the two changed last"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (again, opened) = report_of("first").await.expect("counted");
+    assert!(
+        !opened && again.id == first.id,
+        "a repeat of the open incident"
+    );
+    assert_eq!(
+        titles(
+            desk.store
+                .incident_recent(desk.acme, 2)
+                .await
+                .expect("read")
+        ),
+        ["first", "third"],
+        "the repeat brings it to the front"
+    );
+    assert_eq!(
+        desk.store
+            .incident_recent(desk.acme, 10)
+            .await
+            .expect("read")
+            .len(),
+        3,
+        "the tenant's own only"
+    );
+}
+
 /// A tenant's own retention is kept as set, listed with its tenant only, cleared by an
 /// empty one; an unknown tenant is `NotFound`.
 pub async fn a_tenants_own_retention_is_kept_and_cleared(factory: &dyn DeskStoreFactory) {

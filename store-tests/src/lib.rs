@@ -292,6 +292,7 @@ macro_rules! desk_conformance_suite {
             closed_tickets_do_not_count_towards_least_busy,
             a_dry_run_reads_what_the_writes_read,
             a_tenants_own_retention_is_kept_and_cleared,
+            recent_incidents_are_the_ones_changed_last,
             least_busy_tie_goes_to_the_lowest_open_to_capacity_ratio,
             warehouse_of_three_gets_two_orders_to_two_different_people,
             concurrent_least_busy_assignments_spread_evenly,
