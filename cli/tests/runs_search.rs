@@ -118,23 +118,28 @@ fn scenario(server: &Server, database: &str) {
         Vec::<String>::new(),
         "no webhook run failed"
     );
-    assert_eq!(
-        ids(&list("ticket=TK-1")),
-        vec![first.clone()],
-        "the run that created TK-1"
-    );
+    // The two orders ran side by side: which one got TK-1 is theirs to say.
     let tickets = server.ok("GET", "/api/tickets", &token, None);
-    let tk2 = tickets["items"]
-        .as_array()
-        .expect("tickets")
-        .iter()
-        .find(|ticket| ticket["number"] == "TK-2")
-        .expect("TK-2")["id"]
-        .as_str()
-        .expect("an id")
-        .to_owned();
+    let ticket_of = |external: &str, field: &str| {
+        tickets["items"]
+            .as_array()
+            .expect("tickets")
+            .iter()
+            .find(|ticket| ticket["externalId"] == external)
+            .unwrap_or_else(|| panic!("the ticket {external}: {tickets}"))[field]
+            .as_str()
+            .expect("a text")
+            .to_owned()
+    };
+    let number = ticket_of("order-1", "number");
     assert_eq!(
-        ids(&list(&format!("ticket={tk2}"))),
+        ids(&list(&format!("ticket={number}"))),
+        vec![first.clone()],
+        "the run that created order-1, by its number {number}"
+    );
+    let id = ticket_of("order-2", "id");
+    assert_eq!(
+        ids(&list(&format!("ticket={id}"))),
         vec![second.clone()],
         "by the ticket's id too"
     );
