@@ -32,7 +32,8 @@ use chrono::{DateTime, Utc};
 use crate::changes::{describe, diff, merge_fields, who};
 use crate::model::{
     Assignee, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus, Member, MemberId,
-    Origin, Tenant, TenantId, Ticket, TicketId, TicketLogEntry, TicketType, TicketTypeId,
+    Origin, Tenant, TenantId, TenantRetention, Ticket, TicketId, TicketLogEntry, TicketType,
+    TicketTypeId,
 };
 use crate::rules::{self, Load};
 use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
@@ -363,6 +364,17 @@ fn line(at: DateTime<Utc>, kind: &str, message: String, run_id: Option<String>) 
         message,
         run_id,
     }
+}
+
+/// What a tenant's own retention is stored as: its JSON, or nothing when it says nothing
+/// (the operator's everywhere).
+pub fn retention_stored(retention: &TenantRetention) -> DeskResult<Option<serde_json::Value>> {
+    if retention.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_value(retention)
+        .map(Some)
+        .map_err(|err| DeskError::Internal(format!("a retention: {err}")))
 }
 
 /// The checks of an upsert that need no storage: a non-blank external id and title.

@@ -360,10 +360,7 @@ impl DeskStore for PgStore {
         tenant: TenantId,
         retention: TenantRetention,
     ) -> DeskResult<()> {
-        let value = (!retention.is_empty())
-            .then(|| serde_json::to_value(retention))
-            .transpose()
-            .map_err(|err| DeskError::Internal(format!("a retention: {err}")))?;
+        let value = plan::retention_stored(&retention)?;
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);
         let done = sqlx::query("UPDATE desk_tenants SET retention = $1 WHERE id = $2")

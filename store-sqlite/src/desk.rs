@@ -209,10 +209,7 @@ impl DeskStore for SqliteStore {
         tenant: TenantId,
         retention: TenantRetention,
     ) -> DeskResult<()> {
-        let text = (!retention.is_empty())
-            .then(|| serde_json::to_string(&retention))
-            .transpose()
-            .map_err(|err| DeskError::Internal(format!("a retention: {err}")))?;
+        let text = plan::retention_stored(&retention)?.map(|value| value.to_string());
         self.desk_write(move |conn, _| {
             let changed = conn
                 .prepare_cached("UPDATE desk_tenants SET retention = ?1 WHERE id = ?2")
