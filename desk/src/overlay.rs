@@ -349,23 +349,9 @@ impl DeskStore for Overlay {
             upsert.group.as_deref(),
         )
         .await?;
-        let planned = self
-            .state()
-            .tickets
-            .values()
-            .find(|ticket| {
-                ticket.tenant == tenant
-                    && ticket.external_id.as_deref() == Some(upsert.external_id.as_str())
-            })
-            .cloned();
-        let found = match planned {
-            Some(ticket) => Some(ticket),
-            None => {
-                self.inner
-                    .ticket_by_external_id(tenant, &upsert.external_id)
-                    .await?
-            }
-        };
+        let found = self
+            .ticket_by_external_id(tenant, &upsert.external_id)
+            .await?;
         let target = match found {
             Some(ticket) => UpsertTarget::Existing(Box::new(ticket)),
             None => UpsertTarget::New {
