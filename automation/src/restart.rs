@@ -61,29 +61,47 @@ pub fn step_names(steps: &[Step]) -> Vec<String> {
     names
 }
 
-/// The enqueue of `run` started again on its own version, whose tree is `tree`, from
-/// `from_step` (`None`: its start); or why not.
+/// Why a run is not started again.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Refused {
+    /// It is still going.
+    NotFinished(fronta_engine::RunStatus),
+    /// Its version has no such step (the message names its steps).
+    NoSuchStep(String),
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refused::NotFinished(status) => write!(
+                f,
+                "the run is {status}: only a finished run (completed, failed, cancelled or \
+                 suppressed) is started again from a step or its start"
+            ),
+            Refused::NoSuchStep(message) => f.write_str(message),
+        }
+    }
+}
+
+/// The enqueue of `run` (whose payload is `payload`) started again on its own version,
+/// whose tree is `tree`, from `from_step` (`None`: its start); or why not.
 pub fn restart_request(
     run: &Run,
+    mut payload: RunPayload,
     tree: &[Step],
     from_step: Option<&str>,
-) -> Result<EnqueueRequest, String> {
+) -> Result<EnqueueRequest, Refused> {
     if !run.status.is_terminal() {
-        return Err(format!(
-            "run {} is {}: only a finished run (completed, failed, cancelled or suppressed) is started again from a step",
-            run.id, run.status
-        ));
+        return Err(Refused::NotFinished(run.status));
     }
-    let mut payload: RunPayload = serde_json::from_value(run.payload.clone())
-        .map_err(|_| format!("run {} is not an automation run: it has no steps", run.id))?;
     if let Some(step) = from_step {
         let names = step_names(tree);
         if !names.iter().any(|name| name == step) {
-            return Err(format!(
+            return Err(Refused::NoSuchStep(format!(
                 "version {} of the automation has no step {step:?} (its steps: {})",
                 payload.automation_version,
                 names.join(", ")
-            ));
+            )));
         }
     }
     payload.retry_of = Some(run.id.to_string());

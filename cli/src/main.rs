@@ -954,10 +954,11 @@ async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
                 })?;
             let request = fronta_automation::restart::restart_request(
                 &run,
+                payload,
                 &version.definition.steps,
                 from_step.as_deref(),
             )
-            .map_err(|err| anyhow::anyhow!(err))?;
+            .map_err(|refused| anyhow::anyhow!("{id}: {refused}"))?;
             let dispatcher = Dispatcher::new(
                 store.clone(),
                 [fronta_automation::executor::AUTOMATION_KIND],

@@ -27,7 +27,7 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use fronta_automation::executor::{AUTOMATION_KIND, AUTOMATION_MAX_RETRIES, RunPayload};
-use fronta_automation::restart::restart_request;
+use fronta_automation::restart::{Refused, restart_request};
 use fronta_automation::run_search::{self, RunSearch, SearchText};
 use fronta_desk::TenantId;
 use fronta_engine::store::{CancelReply, RetryReply};
@@ -269,15 +269,6 @@ async fn restart(
              is that version's); {\"version\": \"current\"} starts its input anew",
         ));
     }
-    if !run.status.is_terminal() {
-        return Err(ApiError::Conflict {
-            code: "run_not_finished",
-            message: format!(
-                "the run is {}: only a finished run is started again from a step or its start",
-                run.status
-            ),
-        });
-    }
     let payload: RunPayload = serde_json::from_value(run.payload.clone())
         .map_err(|_| ApiError::bad_request("only automation runs have steps to start from"))?;
     let version = app
@@ -285,8 +276,20 @@ async fn restart(
         .automation_version(tenant, payload.automation_id, payload.automation_version)
         .await
         .map_err(|err| ApiError::desk(err, "automation version"))?;
-    let request = restart_request(run, &version.definition.steps, body.from_step.as_deref())
-        .map_err(ApiError::bad_request)?;
+    let automation_version = payload.automation_version;
+    let request = restart_request(
+        run,
+        payload,
+        &version.definition.steps,
+        body.from_step.as_deref(),
+    )
+    .map_err(|refused| match refused {
+        Refused::NotFinished(_) => ApiError::Conflict {
+            code: "run_not_finished",
+            message: refused.to_string(),
+        },
+        Refused::NoSuchStep(message) => ApiError::bad_request(message),
+    })?;
     let enqueued = app.inner().dispatcher.enqueue(request).await?;
     tracing::info!(run = %run.id, new_run = %enqueued.id(), from_step = ?body.from_step,
         "finished run started again by hand");
@@ -295,7 +298,7 @@ async fn restart(
         "runId": enqueued.id().to_string(),
         "status": "queued",
         "retryOf": run.id.to_string(),
-        "automationVersion": payload.automation_version,
+        "automationVersion": automation_version,
     });
     match &body.from_step {
         Some(step) => answer["fromStep"] = json!(step),
