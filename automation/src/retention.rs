@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fronta_desk::{DeskStore, IncidentStatus, Keep, TenantRetention};
+use fronta_desk::{DeskStore, Keep, TenantRetention};
 use fronta_engine::retention::{PruneCounters, Retention};
 use fronta_engine::{Clock, RunId, RunStore};
 use tokio::sync::watch;
@@ -140,6 +140,10 @@ impl RetentionService {
         if total > 0 {
             self.reclaim(stop).await?;
         }
+        self.runs
+            .compact_counts()
+            .await
+            .map_err(|err| format!("folding the run counts: {err}"))?;
         self.counters.pass_done();
         Ok(total)
     }
@@ -164,12 +168,11 @@ impl RetentionService {
     async fn kept_by_incidents(&self) -> Result<Vec<RunId>, String> {
         let incidents = self
             .desk
-            .incident_list(None)
+            .incident_open_all()
             .await
             .map_err(|err| format!("reading the open incidents: {err}"))?;
         Ok(incidents
             .iter()
-            .filter(|incident| incident.status == IncidentStatus::Open)
             .filter_map(|incident| incident.detail.get("run")?.as_str()?.parse().ok())
             .collect())
     }

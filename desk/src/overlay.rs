@@ -577,6 +577,9 @@ impl DeskStore for Overlay {
     async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
         self.inner.incident_recent(tenant, limit).await
     }
+    async fn incident_open_all(&self) -> DeskResult<Vec<Incident>> {
+        self.inner.incident_open_all().await
+    }
     async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident> {
         self.inner.incident_get(tenant, id).await
     }

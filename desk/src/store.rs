@@ -298,6 +298,10 @@ pub trait DeskStore: Send + Sync + 'static {
     /// The tenant's incidents most recently changed first (opened, counted again,
     /// resolved), at most `limit`: what a live view reads each time, not the history.
     async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>>;
+    /// The open incidents of every tenant, newest first: what `/metrics` counts and
+    /// retention keeps the runs of. It walks the open ones only (at most one per cause
+    /// and tenant), never the resolved history.
+    async fn incident_open_all(&self) -> DeskResult<Vec<Incident>>;
     async fn incident_get(&self, tenant: Option<TenantId>, id: IncidentId) -> DeskResult<Incident>;
     async fn incident_resolve(&self, tenant: TenantId, id: IncidentId) -> DeskResult<Incident>;
 }

@@ -460,6 +460,13 @@ impl RunStats {
 /// Reads (`run_get`, `run_list`, `run_stats`) see committed data only; `run_list` is
 /// newest first; `scheduled` vs `queued` is judged against the store's now.
 ///
+/// Flat reads: none of these grows with the finished history. `run_stats` counts the
+/// finished runs from counters the writes keep in the same transaction (whatever path
+/// makes the write: a finish, a cancel, a retry or restart that takes a run out of a
+/// finished status, a delete), and the live runs through their own indexes; after any
+/// sequence of writes it answers what a count of every row would. `run_list` of one
+/// tenant walks an index that starts with the tenant.
+///
 /// Errors: a busy or unreachable database is `Unavailable` (the call may be repeated);
 /// no call leaves a half-written change behind.
 #[async_trait]
@@ -525,11 +532,22 @@ pub trait RunStore: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Runs by status, the counters summed, in all and per kind. Its cost follows the
+    /// kinds and the live (pending and running) runs, never the history: the finished
+    /// runs are counted by the writes themselves (see the contract).
     async fn run_stats(&self) -> StoreResult<RunStats>;
+
+    /// Tidy what keeps `run_stats` flat (a store that counts finished runs in shards per
+    /// connection folds the shards of closed connections); answers how many rows it
+    /// folded. Retention calls it after each pass; the counts read the same before and
+    /// after.
+    async fn compact_counts(&self) -> StoreResult<u64> {
+        Ok(0)
+    }
 
     /// Whether any run is running or due (pending with `run_at <= now`): what a worker
     /// asks before it goes idle. Its cost follows the pending and running runs, not the
-    /// history (`run_stats` counts every row).
+    /// history.
     async fn run_busy(&self) -> StoreResult<bool>;
 
     /// Whether this store can take writes and answer reads now: what `/readyz` asks at

@@ -47,7 +47,6 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fronta_automation::service_limits::ServiceTotals;
-use fronta_desk::IncidentStatus;
 use fronta_engine::RunStatus;
 use fronta_engine::metrics::{HistogramSnapshot, LATENCY_BUCKETS, WorkerMetrics};
 use fronta_engine::store::RunStats;
@@ -375,11 +374,7 @@ fn exposition(app: &App, database: Database) -> Result<String, std::fmt::Error> 
 /// `GET /metrics`.
 pub async fn metrics(State(app): State<App>) -> Result<Response, ApiError> {
     let stats = app.runs().run_stats().await?;
-    let incidents = app.desk().incident_list(None).await?;
-    let incidents_open = incidents
-        .iter()
-        .filter(|incident| incident.status == IncidentStatus::Open)
-        .count() as u64;
+    let incidents_open = app.desk().incident_open_all().await?.len() as u64;
     let services = app.limits().service_totals().await?;
     let oldest_finished_age = app.runs().oldest_finished().await?.map_or(0, |ended| {
         (app.inner().clock.now() - ended).num_seconds().max(0) as u64

@@ -700,6 +700,20 @@ impl DeskStore for PgStore {
         Ok(answer)
     }
 
+    async fn incident_open_all(&self) -> DeskResult<Vec<Incident>> {
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            incident_columns!(),
+            " FROM desk_incidents WHERE status = 'open' ORDER BY created_at DESC, id DESC"
+        ))
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter().map(incident_of).collect()
+    }
+
     async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
         let mut conn = self.desk_connection().await?;
         let mut db = Db::new(&mut conn, self);

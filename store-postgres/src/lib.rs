@@ -706,6 +706,11 @@ impl RunStore for PgStore {
         runs::stats(&mut conn, self.ctx()).await
     }
 
+    async fn compact_counts(&self) -> StoreResult<u64> {
+        let mut conn = self.connection().await?;
+        runs::compact_counts(&mut conn, self.ctx()).await
+    }
+
     async fn run_busy(&self) -> StoreResult<bool> {
         let mut conn = self.connection().await?;
         runs::busy(&mut conn, self.ctx()).await

@@ -512,13 +512,37 @@ pub const FIND_BY_KEY: &str = concat!(
     " FROM runs WHERE runs.tenant = $2 AND runs.unique_key = $3 ORDER BY runs.id DESC LIMIT 1"
 );
 
-/// Counts per status (pending split by due-ness) and the counters' sums.
+/// Counts per status (pending split by due-ness) and the counters' sums: the finished
+/// runs from `run_counts` (kept by triggers, migration 19, its shards summed), the live
+/// ones through their partial indexes — the cost follows the kinds and the live runs,
+/// never the history.
 pub const STATS: &str = concat!(
-    "SELECT kind, status, run_at > ",
+    "SELECT kind, status, false, sum(runs)::int8, sum(attempts)::int8, sum(reclaims)::int8, \
+       sum(parks)::int8 FROM run_counts GROUP BY 1, 2 HAVING sum(runs) <> 0
+    UNION ALL
+    SELECT kind, status, run_at > ",
     now!(),
     " AS later, count(*), sum(attempts)::int8, sum(reclaims)::int8, sum(parks)::int8
-    FROM runs GROUP BY 1, 2, 3"
+    FROM runs WHERE status = 0 GROUP BY 1, 2, 3
+    UNION ALL
+    SELECT kind, status, false, count(*), sum(attempts)::int8, sum(reclaims)::int8, \
+       sum(parks)::int8 FROM runs WHERE status = 1 GROUP BY 1, 2"
 );
+
+/// `RunStore::compact_counts`: the shards of `run_counts` whose backend is gone, folded
+/// into shard 0 in one statement.
+pub const COMPACT_COUNTS: &str = "\
+    WITH gone AS (
+        DELETE FROM run_counts WHERE shard <> 0
+            AND shard NOT IN (SELECT pid FROM pg_stat_activity WHERE pid IS NOT NULL)
+        RETURNING kind, status, runs, attempts, reclaims, parks
+    )
+    INSERT INTO run_counts AS c (kind, status, shard, runs, attempts, reclaims, parks)
+        SELECT kind, status, 0, sum(runs), sum(attempts), sum(reclaims), sum(parks)
+        FROM gone GROUP BY kind, status ORDER BY kind, status
+        ON CONFLICT (kind, status, shard) DO UPDATE SET runs = c.runs + excluded.runs,
+            attempts = c.attempts + excluded.attempts,
+            reclaims = c.reclaims + excluded.reclaims, parks = c.parks + excluded.parks";
 
 /// The store's now and a round-trip counter, handed to every function here.
 #[derive(Clone, Copy)]
@@ -1226,6 +1250,8 @@ pub(crate) async fn find_by_key(
     row.as_ref().map(run_of).transpose()
 }
 
+/// `RunStore::run_list`, newest first. A tenant's list walks `runs_by_tenant`, or
+/// `runs_finished_by_tenant` for one finished status (migration 19).
 pub(crate) async fn list(
     conn: &mut PgConnection,
     ctx: Ctx<'_>,
@@ -1251,6 +1277,10 @@ pub(crate) async fn list(
         };
         param(&mut sql, " AND runs.status = ?");
         status_code = Some(code);
+        if code >= COMPLETED {
+            // Lets even a generic plan use the partial index `runs_finished_by_tenant`.
+            sql.push_str(" AND runs.status >= 2");
+        }
         if let Some(due) = due {
             sql.push_str(due);
         }
@@ -1368,6 +1398,15 @@ pub(crate) async fn stats(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<Ru
         );
     }
     Ok(stats)
+}
+
+pub(crate) async fn compact_counts(conn: &mut PgConnection, ctx: Ctx<'_>) -> SqlResult<u64> {
+    ctx.trip();
+    let done = sqlx::query(COMPACT_COUNTS)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(done.rows_affected())
 }
 
 /// Whether any run is running or due: two index probes on the partial indexes.

@@ -40,7 +40,85 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "finished runs by their end", RETENTION_V16),
     (17, "a tenant's own retention", TENANT_RETENTION_V17),
     (18, "incidents by their last change", INCIDENTS_UPDATED_V18),
+    (19, "finished runs counted, runs by tenant", RUN_COUNTS_V19),
 ];
+
+/// Reads that stay flat as history grows (`RunStore::run_stats`, `RunStore::run_list`).
+///
+/// `run_counts` holds, per kind and finished status (2..=5), how many runs are in it and
+/// their summed counters, in shards: each connection adds to the row of its own backend
+/// (`shard` = `pg_backend_pid()`), so concurrent finishes never wait on one counter row
+/// (nor deadlock on two), and a reader sums the shards. Statement triggers with
+/// transition tables keep it on every write of `runs` whatever code path makes it — one
+/// upsert per statement and (kind, status), not one per row: a row that enters a
+/// finished status adds itself, one that leaves it (a retry, a restart) or is deleted
+/// (retention) takes itself away. `RunStore::compact_counts` folds the shards of
+/// backends that are gone into shard 0, so the table stays as small as the kinds times
+/// the live connections. Runs still going are counted from the partial indexes
+/// `runs_pending` and `runs_running`. `runs_by_tenant` and `runs_finished_by_tenant` let
+/// a tenant's list walk its own runs newest first instead of every tenant's.
+pub const RUN_COUNTS_V19: &str = r#"
+CREATE TABLE run_counts (
+    kind     text     NOT NULL,
+    status   smallint NOT NULL,
+    shard    integer  NOT NULL,
+    runs     bigint   NOT NULL,
+    attempts bigint   NOT NULL,
+    reclaims bigint   NOT NULL,
+    parks    bigint   NOT NULL,
+    PRIMARY KEY (kind, status, shard)
+);
+INSERT INTO run_counts (kind, status, shard, runs, attempts, reclaims, parks)
+    SELECT kind, status, 0, count(*), sum(attempts), sum(reclaims), sum(parks)
+    FROM runs WHERE status >= 2 GROUP BY kind, status;
+
+CREATE FUNCTION fronta_count_runs() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO run_counts AS c (kind, status, shard, runs, attempts, reclaims, parks)
+            SELECT kind, status, pg_backend_pid(), count(*), sum(attempts), sum(reclaims), sum(parks)
+            FROM new_runs WHERE status >= 2 GROUP BY kind, status ORDER BY kind, status
+            ON CONFLICT (kind, status, shard) DO UPDATE SET runs = c.runs + excluded.runs,
+                attempts = c.attempts + excluded.attempts,
+                reclaims = c.reclaims + excluded.reclaims, parks = c.parks + excluded.parks;
+    ELSIF TG_OP = 'UPDATE' THEN
+        INSERT INTO run_counts AS c (kind, status, shard, runs, attempts, reclaims, parks)
+            SELECT kind, status, pg_backend_pid(), sum(n), sum(a), sum(r), sum(p) FROM (
+                SELECT kind, status, 1 AS n, attempts AS a, reclaims AS r, parks AS p
+                    FROM new_runs WHERE status >= 2
+                UNION ALL
+                SELECT kind, status, -1, -attempts, -reclaims, -parks
+                    FROM old_runs WHERE status >= 2
+            ) AS moved
+            GROUP BY kind, status
+            HAVING sum(n) <> 0 OR sum(a) <> 0 OR sum(r) <> 0 OR sum(p) <> 0
+            ORDER BY kind, status
+            ON CONFLICT (kind, status, shard) DO UPDATE SET runs = c.runs + excluded.runs,
+                attempts = c.attempts + excluded.attempts,
+                reclaims = c.reclaims + excluded.reclaims, parks = c.parks + excluded.parks;
+    ELSE
+        INSERT INTO run_counts AS c (kind, status, shard, runs, attempts, reclaims, parks)
+            SELECT kind, status, pg_backend_pid(), -count(*), -sum(attempts), -sum(reclaims),
+                -sum(parks)
+            FROM old_runs WHERE status >= 2 GROUP BY kind, status ORDER BY kind, status
+            ON CONFLICT (kind, status, shard) DO UPDATE SET runs = c.runs + excluded.runs,
+                attempts = c.attempts + excluded.attempts,
+                reclaims = c.reclaims + excluded.reclaims, parks = c.parks + excluded.parks;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER run_counts_insert AFTER INSERT ON runs
+    REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION fronta_count_runs();
+CREATE TRIGGER run_counts_update AFTER UPDATE ON runs
+    REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION fronta_count_runs();
+CREATE TRIGGER run_counts_delete AFTER DELETE ON runs
+    REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION fronta_count_runs();
+CREATE INDEX runs_by_tenant ON runs (tenant, id);
+CREATE INDEX runs_finished_by_tenant ON runs (tenant, status, id) WHERE status >= 2;
+"#;
 
 /// `DeskStore::incident_recent`: a tenant's incidents by their last change.
 pub const INCIDENTS_UPDATED_V18: &str = r#"

@@ -564,6 +564,21 @@ impl DeskStore for SqliteStore {
             .await
     }
 
+    async fn incident_open_all(&self) -> DeskResult<Vec<Incident>> {
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                &format!(
+                    "SELECT {INCIDENT_COLUMNS} FROM desk_incidents INDEXED BY desk_incidents_open_cause \
+                     WHERE status = 'open' ORDER BY created_at DESC, id DESC"
+                ),
+                [],
+                incident_of,
+            )
+        })
+        .await
+    }
+
     async fn incident_recent(&self, tenant: TenantId, limit: usize) -> DeskResult<Vec<Incident>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.desk_read(move |conn| {

@@ -683,6 +683,9 @@ pub fn find_by_key(conn: &Connection, tenant: &str, key: &str, now: i64) -> SqlR
     .map_err(map_err)
 }
 
+/// `RunStore::run_list`, newest first. A tenant's list walks `runs_by_tenant`, or
+/// `runs_finished_by_tenant` for one finished status (migration 16): its cost follows
+/// the page, not the other tenants' history.
 pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Run>> {
     let mut sql = format!("SELECT {COLUMNS} FROM runs WHERE 1 = 1");
     let mut values: Vec<rusqlite::types::Value> = Vec::new();
@@ -698,6 +701,10 @@ pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Ru
         };
         sql.push_str(" AND status = ?");
         values.push(code.into());
+        if code >= COMPLETED {
+            // Implies the partial index `runs_finished_by_tenant` to the planner.
+            sql.push_str(" AND status >= 2");
+        }
         if let Some(due) = due {
             sql.push_str(due);
             values.push(now.into());
@@ -726,12 +733,20 @@ pub fn list(conn: &Connection, filter: &RunFilter, now: i64) -> SqlResult<Vec<Ru
     Ok(runs)
 }
 
+/// `RunStore::run_stats`: the finished runs from `run_counts` (kept by triggers,
+/// migration 16), the live ones counted through their partial indexes — its cost follows
+/// the kinds and the live runs, never the history.
 pub fn stats(conn: &Connection, now: i64) -> SqlResult<RunStats> {
     let mut stats = RunStats::default();
     let mut stmt = conn
         .prepare_cached(
-            "SELECT kind, status, run_at > ?1 AS later, count(*), sum(attempts), sum(reclaims), \
-             sum(parks) FROM runs GROUP BY kind, status, later",
+            "SELECT kind, status, 0, runs, attempts, reclaims, parks FROM run_counts \
+               WHERE runs <> 0 \
+             UNION ALL SELECT kind, status, run_at > ?1 AS later, count(*), sum(attempts), \
+               sum(reclaims), sum(parks) FROM runs INDEXED BY runs_pending WHERE status = 0 \
+               GROUP BY kind, later \
+             UNION ALL SELECT kind, status, 0, count(*), sum(attempts), sum(reclaims), \
+               sum(parks) FROM runs INDEXED BY runs_running WHERE status = 1 GROUP BY kind",
         )
         .map_err(map_err)?;
     let rows: Vec<(String, i64, bool, i64, i64, i64, i64)> = stmt

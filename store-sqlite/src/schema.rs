@@ -22,6 +22,7 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (13, "finished runs by their end", RETENTION_V13),
     (14, "a tenant's own retention", TENANT_RETENTION_V14),
     (15, "incidents by their last change", INCIDENTS_UPDATED_V15),
+    (16, "finished runs counted, runs by tenant", RUN_COUNTS_V16),
 ];
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
@@ -127,6 +128,63 @@ CREATE TABLE mcp_servers (
     updated_at INTEGER NOT NULL,
     PRIMARY KEY (tenant, name)
 ) WITHOUT ROWID;
+"#;
+
+/// Reads that stay flat as history grows (`RunStore::run_stats`, `RunStore::run_list`).
+///
+/// `run_counts` holds, per kind and finished status (2..=5), how many runs are in it and
+/// their summed counters. Triggers keep it on every write of `runs` whatever code path
+/// makes it: a row that enters a finished status adds itself, one that leaves it (a
+/// retry, a restart) or is deleted (retention) takes itself away, and a change of a
+/// finished row's counters moves the sums. Runs still going are counted from the partial
+/// indexes `runs_pending` and `runs_running`, so a count costs what is live, not the
+/// history. `runs_by_tenant` and `runs_finished_by_tenant` let a tenant's list walk its
+/// own runs newest first instead of every tenant's.
+const RUN_COUNTS_V16: &str = r#"
+CREATE TABLE run_counts (
+    kind     TEXT    NOT NULL,
+    status   INTEGER NOT NULL,
+    runs     INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    reclaims INTEGER NOT NULL,
+    parks    INTEGER NOT NULL,
+    PRIMARY KEY (kind, status)
+) WITHOUT ROWID;
+INSERT INTO run_counts (kind, status, runs, attempts, reclaims, parks)
+    SELECT kind, status, count(*), sum(attempts), sum(reclaims), sum(parks)
+    FROM runs WHERE status >= 2 GROUP BY kind, status;
+CREATE TRIGGER run_counts_insert AFTER INSERT ON runs WHEN NEW.status >= 2
+BEGIN
+    INSERT INTO run_counts (kind, status, runs, attempts, reclaims, parks)
+        VALUES (NEW.kind, NEW.status, 1, NEW.attempts, NEW.reclaims, NEW.parks)
+        ON CONFLICT (kind, status) DO UPDATE SET runs = runs + 1,
+            attempts = attempts + excluded.attempts, reclaims = reclaims + excluded.reclaims,
+            parks = parks + excluded.parks;
+END;
+CREATE TRIGGER run_counts_leave AFTER UPDATE OF kind, status, attempts, reclaims, parks ON runs
+    WHEN OLD.status >= 2
+BEGIN
+    UPDATE run_counts SET runs = runs - 1, attempts = attempts - OLD.attempts,
+        reclaims = reclaims - OLD.reclaims, parks = parks - OLD.parks
+        WHERE kind = OLD.kind AND status = OLD.status;
+END;
+CREATE TRIGGER run_counts_enter AFTER UPDATE OF kind, status, attempts, reclaims, parks ON runs
+    WHEN NEW.status >= 2
+BEGIN
+    INSERT INTO run_counts (kind, status, runs, attempts, reclaims, parks)
+        VALUES (NEW.kind, NEW.status, 1, NEW.attempts, NEW.reclaims, NEW.parks)
+        ON CONFLICT (kind, status) DO UPDATE SET runs = runs + 1,
+            attempts = attempts + excluded.attempts, reclaims = reclaims + excluded.reclaims,
+            parks = parks + excluded.parks;
+END;
+CREATE TRIGGER run_counts_delete AFTER DELETE ON runs WHEN OLD.status >= 2
+BEGIN
+    UPDATE run_counts SET runs = runs - 1, attempts = attempts - OLD.attempts,
+        reclaims = reclaims - OLD.reclaims, parks = parks - OLD.parks
+        WHERE kind = OLD.kind AND status = OLD.status;
+END;
+CREATE INDEX runs_by_tenant ON runs (tenant, id);
+CREATE INDEX runs_finished_by_tenant ON runs (tenant, status, id) WHERE status >= 2;
 "#;
 
 /// `DeskStore::incident_recent`: a tenant's incidents by their last change.

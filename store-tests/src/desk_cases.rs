@@ -3260,7 +3260,8 @@ pub async fn same_cause_while_open_bumps_the_count_instead_of_opening_another(
 }
 
 /// Resolving sets `resolved` and `resolved_at`; resolving again changes nothing; after
-/// that the same cause opens a new incident, and the resolved one stays as it was.
+/// that the same cause opens a new incident, and the resolved one stays as it was;
+/// `incident_open_all` answers the open ones of every tenant only.
 pub async fn after_resolve_the_same_cause_opens_a_new_incident(factory: &dyn DeskStoreFactory) {
     let desk = Desk::open(factory).await;
     let (first, _) = desk
@@ -3302,6 +3303,29 @@ pub async fn after_resolve_the_same_cause_opens_a_new_incident(factory: &dyn Des
         (next.status, next.count, next.title.as_str()),
         (IncidentStatus::Open, 1, "Again"),
         "the new one is open, counted once"
+    );
+    let (other, _) = desk
+        .store
+        .incident_report(desk.globex, report("cause-b", "Elsewhere"))
+        .await
+        .expect("report succeeds");
+    let mut open: Vec<_> = desk
+        .store
+        .incident_open_all()
+        .await
+        .expect("open incidents")
+        .iter()
+        .map(|incident| (incident.id, incident.status))
+        .collect();
+    open.sort_by_key(|(id, _)| id.0);
+    let mut wanted = vec![
+        (other.id, IncidentStatus::Open),
+        (next.id, IncidentStatus::Open),
+    ];
+    wanted.sort_by_key(|(id, _)| id.0);
+    assert_eq!(
+        open, wanted,
+        "the open incidents of every tenant, never the resolved one"
     );
     assert_eq!(
         desk.store.incident_get(Some(desk.acme), first.id).await,

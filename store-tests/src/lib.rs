@@ -209,6 +209,7 @@ macro_rules! conformance_suite {
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,
+            store_cases::run_stats_follow_every_write_into_and_out_of_finished,
             // Readiness.
             store_cases::store_ready_answers_a_working_store_and_changes_nothing,
             // The worker against the store.

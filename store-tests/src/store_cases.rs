@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimedRun, EngineError, EnqueueRequest, Enqueued, Finish,
-    FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, OwnerToken, RunFilter, RunId,
-    RunStatus, StoreError, Trigger, store::Prune,
+    FinishAction, FinishReply, HandOff, HeartbeatReply, LeaseRenewal, OwnerToken, RetryReply,
+    RunFilter, RunId, RunStats, RunStatus, StoreError, Trigger, store::Prune,
 };
 
 use crate::StoreFactory;
@@ -2825,4 +2825,106 @@ pub async fn prune_deletes_only_finished_runs_past_their_end_in_bounded_batches(
     };
     assert_eq!(env.store.run_prune(&early).await.expect("prune"), 0);
     assert!(exists(cancelled).await);
+}
+
+/// What `run_stats` answers, recounted from every row `run_list` reads: the counts per
+/// status and kind and the counters' sums.
+async fn recount(env: &Env) -> RunStats {
+    let mut stats = RunStats::default();
+    let mut before = None;
+    loop {
+        let page = env
+            .store
+            .run_list(RunFilter {
+                before,
+                limit: RunFilter::MAX_PAGE,
+                ..RunFilter::default()
+            })
+            .await
+            .expect("a list");
+        for run in &page {
+            stats.add(
+                &run.kind,
+                run.status,
+                1,
+                [
+                    u64::from(run.attempts),
+                    u64::from(run.reclaims),
+                    u64::from(run.parks),
+                ],
+            );
+        }
+        match page.last() {
+            Some(last) if page.len() == RunFilter::MAX_PAGE => before = Some(last.id),
+            _ => return stats,
+        }
+    }
+}
+
+/// `run_stats` does not scan the history, yet after every kind of write into and out of
+/// a finished status — a finish of each kind, a cancel of a pending run, a retry that
+/// takes a failed run back to pending, a finish of the retried run, a delete by
+/// retention — it answers exactly what a count of every row does, counters included;
+/// `compact_counts` changes none of it.
+pub async fn run_stats_follow_every_write_into_and_out_of_finished(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let check = |when: &'static str| {
+        let env = &env;
+        async move {
+            let stats = env.store.run_stats().await.expect("run_stats succeeds");
+            assert_eq!(
+                stats,
+                recount(env).await,
+                "after {when}: counted as every row is"
+            );
+        }
+    };
+    check("nothing").await;
+    let done = ended(&env, "acme", None, complete()).await;
+    ended(&env, "acme", None, complete()).await;
+    ended(&env, "globex", None, FinishAction::Cancel).await;
+    let failed = ended(
+        &env,
+        "acme",
+        None,
+        FinishAction::Fail {
+            error: "broken".into(),
+        },
+    )
+    .await;
+    env.enqueue(request(KIND_B).tenant("acme")).await;
+    check("finishes").await;
+    let pending = env.enqueue(request(KIND_B).tenant("globex")).await;
+    let cancelled = env.store.run_request_cancel(pending).await.expect("cancel");
+    assert_eq!(cancelled, CancelReply::Cancelled);
+    check("a cancel of a pending run").await;
+    assert_eq!(
+        env.store.run_retry(failed).await.expect("retry"),
+        RetryReply::Requeued
+    );
+    check("a retry out of failed").await;
+    let mut claimed = env.claim(params(5)).await.claimed;
+    claimed.retain(|run| run.run.id == failed);
+    let again = claimed.pop().expect("the retried run is claimed again");
+    env.finish(failed, again.owner, complete()).await;
+    check("the retried run completed, with two attempts").await;
+    env.advance(Duration::from_secs(3600));
+    let deleted = env
+        .store
+        .run_prune(&Prune {
+            status: RunStatus::Completed,
+            tenant: Some("acme".into()),
+            skip_tenants: Vec::new(),
+            finished_before: env.now(),
+            keyed_finished_before: env.now(),
+            keep: vec![done],
+            keep_newest_of: Vec::new(),
+            limit: 100,
+        })
+        .await
+        .expect("prune");
+    assert_eq!(deleted, 2, "the completed runs of acme but the kept one");
+    check("a delete by retention").await;
+    env.store.compact_counts().await.expect("compact");
+    check("compacting the counts").await;
 }
