@@ -104,15 +104,17 @@ async fn gather(db: &TestDb, store: &PgStore, calls: Vec<Vec<NewRun>>) -> (Answe
         inserts_waiting(db).await >= 1
     })
     .await;
-    let count = calls.len() as u64;
-    let rest = calls
-        .into_iter()
-        .map(|runs| spawn_enqueue(store, runs))
-        .collect();
-    until("the later calls to queue", async || {
-        store.enqueue_group_stats().waiting >= count
-    })
-    .await;
+    // One call at a time, each waiting until it queued: tasks spawned together reach the
+    // queue in whatever order the runtime runs them, and the tests rely on the call order.
+    let mut rest = Vec::with_capacity(calls.len());
+    for (index, runs) in calls.into_iter().enumerate() {
+        rest.push(spawn_enqueue(store, runs));
+        let queued = index as u64 + 1;
+        until("the later call to queue", async || {
+            store.enqueue_group_stats().waiting >= queued
+        })
+        .await;
+    }
     (first, rest)
 }
 
