@@ -52,6 +52,7 @@
 //! assert_eq!(input["message"], json!("big order 5001"), "the template is filled");
 //! ```
 
+pub mod bulk;
 pub mod catalogue;
 pub mod condition;
 pub mod connector;

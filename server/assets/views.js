@@ -369,12 +369,14 @@ function runsView(ctx, query) {
         onchange: (event) => setFilter(name, event.target.value.trim()) }));
   }
 
+  const bulk = bulkPanel(filter, () => load(false));
+
   return {
     title: "Runs",
     mount(main) {
       list = h("div", { id: "runs-list", "aria-live": "polite" });
       filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
-      main.append(heading("Runs"), filters, list);
+      main.append(heading("Runs"), filters, bulk.element, list);
       drawFilters();
       draw();
       load(false);
@@ -394,7 +396,116 @@ function runsView(ctx, query) {
         draw();
       }
     },
+    unmount() {
+      bulk.unmount();
+    },
   };
+}
+
+/** How often a bulk action's progress is read while it goes. */
+const BULK_POLL_MS = 500;
+
+/**
+ * "Retry all matching" and "Cancel all matching" for the runs page's filter: each first
+ * counts the matches (a preview) and asks to confirm with that count; confirmed, the bulk
+ * action runs on the server and its progress shows here until it ends, when `reload`
+ * reads the list again. Every run matching the filter is acted on, not only the page.
+ */
+function bulkPanel(filter, reload) {
+  const element = h("section", { id: "bulk", class: "bulk", "aria-label": "Act on every matching run" });
+  const status = h("p", { id: "bulk-status", class: "status", role: "status" });
+  const VERBS = { retry: ["Retry", "retried", "Retrying"], cancel: ["Cancel", "cancelled", "Cancelling"] };
+  let timer = null;
+  const given = () => Object.fromEntries(Object.entries(filter).filter(([, value]) => value));
+
+  function idle() {
+    clearTimeout(timer);
+    replace(element,
+      h("button", { type: "button", id: "bulk-retry", onclick: () => preview("retry") }, "Retry all matching"), " ",
+      h("button", { type: "button", id: "bulk-cancel", onclick: () => preview("cancel") }, "Cancel all matching"),
+      status);
+  }
+
+  async function preview(action) {
+    status.textContent = "Counting the matching runs…";
+    status.className = "status";
+    try {
+      const answer = await api("POST", "/api/runs/bulk", { action, filter: given(), preview: true });
+      const [verb] = VERBS[action];
+      const count = `${answer.exact ? "" : "at least "}${answer.matching} matching run${answer.matching === 1 ? "" : "s"}`;
+      const note = action === "retry"
+        ? "Failed and suppressed runs among them are queued again from their checkpoint; others are skipped."
+        : "Runs still waiting are cancelled at once, running ones are asked to stop; finished ones are skipped.";
+      replace(element,
+        h("div", { id: "bulk-confirm", class: "confirm", role: "alertdialog", "aria-labelledby": "bulk-question" },
+          h("p", { id: "bulk-question" }, h("strong", {}, `${verb} ${count}?`), " ", note),
+          h("button", { type: "button", id: "bulk-go", class: "danger", onclick: () => start(action) }, `${verb} ${count}`), " ",
+          h("button", { type: "button", id: "bulk-back", onclick: idle }, "Keep them")),
+        status);
+      status.textContent = "";
+    } catch (failure) {
+      status.textContent = described(failure);
+      status.className = "status error";
+    }
+  }
+
+  async function start(action) {
+    try {
+      const answer = await api("POST", "/api/runs/bulk", { action, filter: given() });
+      follow(answer.id);
+    } catch (failure) {
+      idle();
+      status.textContent = described(failure);
+      status.className = "status error";
+    }
+  }
+
+  async function follow(id) {
+    let job;
+    try {
+      job = await api("GET", `/api/runs/bulk/${encodeURIComponent(id)}`);
+    } catch (failure) {
+      status.textContent = described(failure);
+      status.className = "status error";
+      timer = setTimeout(() => follow(id), BULK_POLL_MS * 4);
+      return;
+    }
+    const [, done, going] = VERBS[job.action];
+    const counts = `${job.acted} ${done}, ${job.skipped} skipped${job.errors ? `, ${job.errors} refused` : ""}`;
+    const finished = !["queued", "scheduled", "running"].includes(job.status);
+    const said = finished
+      ? `${job.status === "completed" ? "Done" : `The bulk action ${job.status}`}: ${job.matched} of ${job.total} matching runs met — ${counts}.`
+      : job.phase === "counting"
+        ? `${going}: counting the matching runs…`
+        : `${going}: ${job.matched} of ${job.total} matching runs — ${counts}.`;
+    replace(element,
+      h("div", { id: "bulk-progress", dataset: { status: job.status, phase: job.phase } },
+        h("progress", { max: 100, value: job.percent, "aria-label": "bulk action progress" }), " ",
+        h("span", { id: "bulk-said" }, said),
+        job.skips.length ? h("ul", { class: "muted" }, job.skips.map((skip) => h("li", {}, `${skip.count} × ${skip.reason}`))) : null,
+        job.lastError ? h("p", { class: "status error" }, job.lastError) : null,
+        finished
+          ? h("button", { type: "button", id: "bulk-close", onclick: idle }, "Close")
+          : h("button", { type: "button", id: "bulk-stop", onclick: () => stop(id) }, "Stop")),
+      status);
+    if (finished) {
+      reload();
+    } else {
+      timer = setTimeout(() => follow(id), BULK_POLL_MS);
+    }
+  }
+
+  async function stop(id) {
+    try {
+      await api("POST", `/api/runs/bulk/${encodeURIComponent(id)}/cancel`);
+    } catch (failure) {
+      status.textContent = described(failure);
+      status.className = "status error";
+    }
+  }
+
+  idle();
+  return { element, unmount: () => clearTimeout(timer) };
 }
 
 /** A condition's message: one line per rule, the compared values apart. */

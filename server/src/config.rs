@@ -51,6 +51,9 @@ pub struct ServerConfig {
     pub page_max: usize,
     /// The most runs read from the store to fill one filtered page of runs.
     pub runs_scan_max: usize,
+    /// The most runs a bulk action's preview reads to count its matches (more: it
+    /// answers "at least" the count so far).
+    pub bulk_preview_max: u64,
     /// `GET /readyz` answers 503 when the run store takes longer than this.
     pub ready_timeout: Duration,
     /// How often `GET /api/stream` looks at a streamed tenant's newest runs, tickets and
@@ -98,6 +101,7 @@ impl Default for ServerConfig {
             page_default: 50,
             page_max: 500,
             runs_scan_max: 5_000,
+            bulk_preview_max: 100_000,
             ready_timeout: Duration::from_secs(2),
             stream_poll_interval: Duration::from_millis(500),
             stream_keep_alive: Duration::from_secs(15),

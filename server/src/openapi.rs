@@ -336,7 +336,34 @@ fn version_schemas() -> Value {
             "tenant": text, "own": {"type": "object"}, "effective": {"type": "object"},
             "operator": {"type": "object", "description": "seconds, or \"off\" (kept forever), per status"}})),
         "PauseBody": object(&[], json!({"inFlight": {"enum": ["finish", "hold"]}})),
-        "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]}})),
+        "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]},
+            "fromStep": text, "fromStart": {"type": "boolean"}})),
+        "BulkBody": object(&["action"], json!({
+            "action": {"enum": ["retry", "cancel"]},
+            "filter": {"type": "object", "additionalProperties": false,
+                       "description": "the names of GET /api/runs' query",
+                       "properties": {"status": text, "automation": text, "version": text,
+                                      "trigger": text, "ticket": text, "from": text,
+                                      "to": text, "q": text}},
+            "preview": {"type": "boolean"}})),
+        "BulkStarted": object(&["action", "filter"], json!({
+            "id": text, "status": text, "action": {"enum": ["retry", "cancel"]},
+            "filter": {"type": "object"}, "matching": {"type": "integer", "minimum": 0},
+            "exact": {"type": "boolean"}})),
+        "BulkAction": object(&["id", "action", "filter", "status", "phase", "total", "matched",
+                                "acted", "skipped", "errors", "skips", "percent", "createdAt"], json!({
+            "id": text, "action": {"enum": ["retry", "cancel"]}, "filter": {"type": "object"},
+            "status": text, "phase": {"enum": ["counting", "acting", "done"]},
+            "total": {"type": "integer", "minimum": 0}, "matched": {"type": "integer", "minimum": 0},
+            "acted": {"type": "integer", "minimum": 0}, "skipped": {"type": "integer", "minimum": 0},
+            "errors": {"type": "integer", "minimum": 0},
+            "skips": {"type": "array", "items": object(&["reason", "count"], json!({
+                "reason": text, "count": {"type": "integer", "minimum": 1}}))},
+            "percent": {"type": "integer", "minimum": 0, "maximum": 100},
+            "lastError": {"type": ["string", "null"]}, "createdAt": time,
+            "finishedAt": {"type": ["string", "null"], "format": "date-time"}})),
+        "BulkCancelAnswer": object(&["id", "cancel"], json!({
+            "id": text, "cancel": {"enum": ["cancelled", "requested"]}})),
     })
 }
 

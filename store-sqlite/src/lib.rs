@@ -163,7 +163,16 @@ struct Inner {
     signal: Arc<Notify>,
     /// Called inside every ticket write that changed something (see [`desk`]).
     ticket_event_sink: fronta_automation::ticket_events::SinkSlot,
+    /// Cancels requested through this store of runs in flight: a worker of this process
+    /// hears them at once (`RunStore::cancel_requests`) instead of at its next heartbeat,
+    /// whoever asked (the API, a bulk cancel, the CLI in-process). Other processes on the
+    /// same file still hear them at their heartbeat.
+    cancels: tokio::sync::broadcast::Sender<RunId>,
 }
+
+/// How many cancel requests the in-process feed keeps for a slow listener; one that falls
+/// further behind hears the rest at its heartbeat.
+pub const CANCEL_FEED_BUFFER: usize = 256;
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,6 +204,7 @@ impl SqliteStore {
                 readers: Mutex::new(Vec::new()),
                 signal,
                 ticket_event_sink: Default::default(),
+                cancels: tokio::sync::broadcast::channel(CANCEL_FEED_BUFFER).0,
             }),
         })
     }
@@ -397,8 +407,18 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
-        self.write(move |_, conn, now| runs::request_cancel(conn, id, now))
-            .await
+        let reply = self
+            .write(move |_, conn, now| runs::request_cancel(conn, id, now))
+            .await?;
+        if reply == CancelReply::Requested {
+            // No listener (no worker here) is not an error: the heartbeat delivers it.
+            let _ = self.inner.cancels.send(id);
+        }
+        Ok(reply)
+    }
+
+    fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<RunId>> {
+        Some(self.inner.cancels.subscribe())
     }
 
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {

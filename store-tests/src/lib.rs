@@ -31,6 +31,7 @@ use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_engine::{ManualClock, RunStore};
 
 pub mod automation_cases;
+pub mod bulk_cases;
 pub mod desk_cases;
 pub mod limits_cases;
 pub mod poll_cases;
@@ -206,6 +207,9 @@ macro_rules! conformance_suite {
             store_cases::cancel_requested_run_whose_lease_expires_is_cancelled_by_the_next_claim,
             store_cases::cancel_of_a_finished_or_unknown_run_changes_nothing,
             race_cases::cancels_racing_claims_and_finishes_never_lose_a_cancel,
+            // Bulk actions.
+            bulk_cases::a_bulk_retry_replayed_after_a_crash_retries_no_run_twice,
+            bulk_cases::a_bulk_cancel_replayed_after_a_crash_cancels_each_run_once,
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,

@@ -19,6 +19,7 @@
 pub mod admin;
 pub mod apply;
 pub mod automations;
+pub mod bulk;
 pub mod desk;
 pub mod dry_runs;
 pub mod health;
@@ -309,6 +310,23 @@ fn table() -> Routes {
             "/api/dashboard/runs",
             get(runs::list),
             [op(get_, "List runs (the dashboard's name)").page("Run")],
+        )
+        .add(
+            "/api/runs/bulk",
+            post(bulk::start),
+            [op(post_, "Retry or cancel every run matching a filter, as a bulk action of its own (\"preview\": true counts the matches)")
+                .body("BulkBody")
+                .answers(202, "BulkStarted")],
+        )
+        .add(
+            "/api/runs/bulk/{id}",
+            get(bulk::get),
+            [op(get_, "A bulk action's progress").answers(200, "BulkAction")],
+        )
+        .add(
+            "/api/runs/bulk/{id}/cancel",
+            post(bulk::cancel),
+            [op(post_, "Stop a bulk action between two runs").answers(200, "BulkCancelAnswer")],
         )
         .add(
             "/api/runs/{id}",

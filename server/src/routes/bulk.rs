@@ -1,0 +1,215 @@
+//! Bulk actions on runs (`fronta_automation::bulk`): retry or cancel every run of the
+//! tenant matching a filter, as a durable run of its own.
+//!
+//! - `POST /api/runs/bulk {"action": "retry"|"cancel", "filter": {…}}` → 202
+//!   `{"id", "status": "queued", "action", "filter"}` at once; the filter takes the names of
+//!   `GET /api/runs`' query (`status`, `automation`, `version`, `trigger`, `ticket`, `from`,
+//!   `to`, `q`), an unknown one is a 400 naming it. With `"preview": true` nothing is
+//!   started: 200 `{"action", "filter", "matching", "exact"}` — how many runs match now,
+//!   reading at most `bulk_preview_max` runs (`exact: false`: at least that many).
+//! - `GET /api/runs/bulk/{id}` → its progress ([`BulkView`]).
+//! - `POST /api/runs/bulk/{id}/cancel` → stops it between two runs; what it did stays.
+//!
+//! Another tenant's bulk action, or a run that is not one, answers the 404 of an unknown id.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use fronta_automation::bulk::{
+    BULK_KIND, BulkAction, BulkFilter, BulkPayload, BulkProgress, Phase, count,
+};
+use fronta_desk::TenantId;
+use fronta_engine::store::CancelReply;
+use fronta_engine::{EnqueueRequest, Run, RunId, RunStatus, Trigger};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::app::App;
+use crate::auth::TenantAuth;
+use crate::error::ApiError;
+use crate::extract::JsonBody;
+
+/// The body of `POST /api/runs/bulk`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BulkBody {
+    action: BulkAction,
+    #[serde(default)]
+    filter: BulkFilter,
+    /// Count the matches, start nothing.
+    #[serde(default)]
+    preview: bool,
+}
+
+/// A bulk action as `GET /api/runs/bulk/{id}` shows it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BulkView {
+    id: String,
+    action: BulkAction,
+    filter: BulkFilter,
+    /// The status of its run: queued, running, completed, cancelled, failed.
+    status: RunStatus,
+    phase: Phase,
+    /// Matches found by its count.
+    total: u64,
+    /// Matches met while acting, and what became of them.
+    matched: u64,
+    acted: u64,
+    skipped: u64,
+    errors: u64,
+    skips: Vec<Value>,
+    percent: u64,
+    last_error: Option<String>,
+    created_at: chrono::DateTime<chrono::Utc>,
+    finished_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl BulkView {
+    fn of(run: &Run, payload: BulkPayload) -> BulkView {
+        let progress = BulkProgress::of(run);
+        BulkView {
+            id: run.id.to_string(),
+            action: payload.action,
+            filter: payload.filter,
+            status: run.status,
+            phase: progress.phase,
+            total: progress.total,
+            matched: progress.matched,
+            acted: progress.acted,
+            skipped: progress.skipped,
+            errors: progress.errors,
+            skips: progress
+                .skips
+                .iter()
+                .map(|(reason, count)| json!({"reason": reason, "count": count}))
+                .collect(),
+            percent: progress.percent(),
+            last_error: progress.last_error.or_else(|| run.last_error.clone()),
+            created_at: run.created_at,
+            finished_at: run.finished_at(),
+        }
+    }
+}
+
+pub async fn start(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    JsonBody(body): JsonBody<BulkBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let mut filter = body.filter;
+    // A ticket is stored by its id: `TK-12` names another ticket once numbers move on.
+    if let Some(ticket) = filter
+        .ticket
+        .as_deref()
+        .filter(|text| !text.trim().is_empty())
+    {
+        filter.ticket = Some(
+            fronta_desk::store::find_ticket(app.desk(), tenant.id, ticket)
+                .await
+                .map_err(|err| ApiError::desk(err, "ticket"))?
+                .id
+                .to_string(),
+        );
+    }
+    let search = filter
+        .search()
+        .map_err(|err| ApiError::bad_request(format!("filter: {err}")))?;
+    if body.preview {
+        let (matching, exact) = count(
+            app.runs(),
+            &tenant.id.to_string(),
+            &search,
+            app.config().bulk_preview_max,
+        )
+        .await?;
+        return Ok((
+            StatusCode::OK,
+            Json(
+                json!({"action": body.action, "filter": filter, "matching": matching,
+                        "exact": exact}),
+            ),
+        ));
+    }
+    let payload = BulkPayload {
+        action: body.action,
+        filter: filter.clone(),
+        by: "api".into(),
+    };
+    let request = EnqueueRequest::new(
+        BULK_KIND,
+        serde_json::to_value(&payload).unwrap_or(Value::Null),
+        // A store that fails while it walks is retried; the walk resumes from its page.
+        3,
+    )
+    .tenant(tenant.id.to_string())
+    .trigger(Trigger::Api);
+    let enqueued = app.inner().dispatcher.enqueue(request).await?;
+    tracing::info!(run = %enqueued.id(), action = body.action.as_str(), tenant = %tenant.id,
+        "bulk action started through the API");
+    app.hub().run_changed(&app, tenant.id, enqueued.id()).await;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": enqueued.id().to_string(), "status": "queued",
+                    "action": body.action, "filter": filter})),
+    ))
+}
+
+/// The tenant's bulk action `id`, or the 404 of an unknown id.
+async fn tenant_bulk(
+    app: &App,
+    tenant: TenantId,
+    id: &str,
+) -> Result<(Run, BulkPayload), ApiError> {
+    let id: RunId = id.parse().map_err(|_| ApiError::NotFound("bulk action"))?;
+    let run = app
+        .runs()
+        .run_get(id)
+        .await
+        .map_err(|err| ApiError::store(err, "bulk action"))?
+        .filter(|run| run.tenant == tenant.to_string() && run.kind == BULK_KIND)
+        .ok_or(ApiError::NotFound("bulk action"))?;
+    let payload = serde_json::from_value(run.payload.clone()).map_err(|err| {
+        tracing::error!(run = %run.id, error = %err, "a bulk action's payload does not read");
+        ApiError::Internal
+    })?;
+    Ok((run, payload))
+}
+
+pub async fn get(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<BulkView>, ApiError> {
+    let (run, payload) = tenant_bulk(&app, tenant.id, &id).await?;
+    Ok(Json(BulkView::of(&run, payload)))
+}
+
+pub async fn cancel(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (run, _) = tenant_bulk(&app, tenant.id, &id).await?;
+    let reply = app
+        .runs()
+        .run_request_cancel(run.id)
+        .await
+        .map_err(|err| ApiError::store(err, "bulk action"))?;
+    let cancel = match reply {
+        CancelReply::Cancelled => "cancelled",
+        CancelReply::Requested => {
+            app.cancel_here(run.id);
+            "requested"
+        }
+        CancelReply::AlreadyFinished(status) => {
+            return Err(ApiError::Conflict {
+                code: "run_finished",
+                message: format!("the bulk action is already {status}: nothing to cancel"),
+            });
+        }
+    };
+    tracing::info!(run = %run.id, cancel, "bulk action cancel requested through the API");
+    app.hub().run_changed(&app, tenant.id, run.id).await;
+    Ok(Json(json!({"id": run.id.to_string(), "cancel": cancel})))
+}

@@ -1,0 +1,233 @@
+//! Bulk actions (`fronta_automation::bulk`) against a store: a walk acts on every match of
+//! its tenant, page by page, and a page replayed after a crash (the checkpoint before it)
+//! acts on no run a second time — for a retry even when the run failed again since, for a
+//! cancel whether the run was waiting or running.
+
+use std::time::Duration;
+
+use fronta_automation::bulk::{BulkAction, BulkProgress, Phase, Walk, step};
+use fronta_automation::executor::AUTOMATION_KIND;
+use fronta_automation::run_search::RunSearch;
+use fronta_engine::{
+    Dispatcher, EnqueueRequest, Enqueued, FinishAction, Run, RunId, RunStatus, RunStore,
+};
+
+use crate::StoreFactory;
+use crate::support::{Env, params};
+
+const BULK: &str = "runs:bulk";
+
+fn dispatcher(env: &Env) -> Dispatcher {
+    Dispatcher::new(env.store.clone(), [AUTOMATION_KIND, BULK])
+}
+
+async fn enqueue(dispatcher: &Dispatcher, kind: &str, tenant: &str) -> RunId {
+    match dispatcher
+        .enqueue(EnqueueRequest::new(kind, serde_json::json!({}), 3).tenant(tenant))
+        .await
+        .expect("enqueue")
+    {
+        Enqueued::Inserted(id) => id,
+        other => panic!("a new run, got {other:?}"),
+    }
+}
+
+/// Claims every due run and fails it.
+async fn fail_all(env: &Env) {
+    let batch = env.claim(params(100)).await;
+    for claimed in batch.claimed {
+        env.finish(
+            claimed.run.id,
+            claimed.owner,
+            FinishAction::Fail {
+                error: "the carrier said no".into(),
+            },
+        )
+        .await;
+    }
+}
+
+async fn status(store: &dyn RunStore, id: RunId) -> RunStatus {
+    store
+        .run_get(id)
+        .await
+        .expect("run_get")
+        .expect("the run")
+        .status
+}
+
+/// Walks from `progress` until the walk is over, one page at a time.
+async fn walk_to_the_end(
+    store: &dyn RunStore,
+    walk: &Walk<'_>,
+    mut progress: BulkProgress,
+) -> BulkProgress {
+    for _ in 0..100 {
+        let (next, finished) = step(store, walk, progress).await.expect("a page");
+        progress = next;
+        if finished {
+            return progress;
+        }
+    }
+    panic!("the walk did not end in 100 pages: {progress:?}");
+}
+
+pub async fn a_bulk_retry_replayed_after_a_crash_retries_no_run_twice(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let dispatcher = dispatcher(&env);
+    let mut ours = Vec::new();
+    for _ in 0..5 {
+        ours.push(enqueue(&dispatcher, AUTOMATION_KIND, "acme").await);
+        env.advance(Duration::from_millis(5));
+    }
+    let theirs = enqueue(&dispatcher, AUTOMATION_KIND, "other").await;
+    fail_all(&env).await;
+    env.advance(Duration::from_secs(1));
+    let job: Run = env.get(enqueue(&dispatcher, BULK, "acme").await).await;
+    env.advance(Duration::from_secs(1));
+
+    let search = RunSearch {
+        statuses: vec![RunStatus::Failed],
+        ..RunSearch::default()
+    };
+    let walk = Walk {
+        tenant: "acme",
+        start: job.id,
+        asked_at: job.created_at,
+        action: BulkAction::Retry,
+        search: &search,
+        batch: 3,
+    };
+    let mut counting = BulkProgress::default();
+    let acting = loop {
+        let (next, finished) = step(env.store.as_ref(), &walk, counting)
+            .await
+            .expect("a page");
+        assert!(!finished, "a count is never the end");
+        if next.phase == Phase::Acting {
+            break next;
+        }
+        counting = next;
+    };
+    assert_eq!(acting.total, 5, "the count: our five failed runs");
+    assert!(
+        acting.cursor.is_none(),
+        "the acting walk starts at the job again"
+    );
+
+    // The first page acts on the three newest, then the process dies before its checkpoint.
+    let (first, finished) = step(env.store.as_ref(), &walk, acting.clone())
+        .await
+        .expect("a page");
+    assert!(!finished);
+    assert_eq!((first.matched, first.acted), (3, 3), "{first:?}");
+    for id in &ours[2..] {
+        assert_eq!(status(env.store.as_ref(), *id).await, RunStatus::Queued);
+    }
+    // They run and fail again before the walk resumes.
+    env.advance(Duration::from_secs(1));
+    fail_all(&env).await;
+    env.advance(Duration::from_secs(1));
+
+    // The replay from the checkpoint before that page, to the end.
+    let replayed = walk_to_the_end(env.store.as_ref(), &walk, acting).await;
+    assert_eq!(replayed.phase, Phase::Done);
+    assert_eq!(
+        (replayed.matched, replayed.acted, replayed.skipped),
+        (5, 2, 3),
+        "the replayed page's runs are skipped, the rest acted on: {replayed:?}"
+    );
+    assert_eq!(
+        replayed.skips,
+        vec![("changed since the bulk retry was asked".to_owned(), 3)],
+        "{replayed:?}"
+    );
+    for id in &ours[2..] {
+        assert_eq!(
+            status(env.store.as_ref(), *id).await,
+            RunStatus::Failed,
+            "retried once, failed again, not retried a second time"
+        );
+    }
+    for id in &ours[..2] {
+        assert_eq!(status(env.store.as_ref(), *id).await, RunStatus::Queued);
+    }
+    assert_eq!(
+        status(env.store.as_ref(), theirs).await,
+        RunStatus::Failed,
+        "another tenant's run is not touched"
+    );
+}
+
+pub async fn a_bulk_cancel_replayed_after_a_crash_cancels_each_run_once(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let dispatcher = dispatcher(&env);
+    let finished_id = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, finished_id);
+    env.finish(
+        finished_id,
+        claimed.owner,
+        FinishAction::Complete { result: None },
+    )
+    .await;
+    env.advance(Duration::from_millis(5));
+    let running = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, running);
+    env.advance(Duration::from_millis(5));
+    let waiting = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
+    env.advance(Duration::from_secs(1));
+    let job = env.get(enqueue(&dispatcher, BULK, "acme").await).await;
+    env.advance(Duration::from_millis(5));
+    let after = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
+
+    let search = RunSearch::default();
+    let walk = Walk {
+        tenant: "acme",
+        start: job.id,
+        asked_at: job.created_at,
+        action: BulkAction::Cancel,
+        search: &search,
+        batch: 10,
+    };
+    let acting = BulkProgress {
+        phase: Phase::Acting,
+        total: 3,
+        ..BulkProgress::default()
+    };
+    let done = walk_to_the_end(env.store.as_ref(), &walk, acting.clone()).await;
+    assert_eq!(
+        (done.matched, done.acted, done.skipped),
+        (3, 2, 1),
+        "{done:?}"
+    );
+    assert_eq!(done.skips, vec![("already completed".to_owned(), 1)]);
+    assert_eq!(
+        status(env.store.as_ref(), waiting).await,
+        RunStatus::Cancelled
+    );
+    let asked = env.get(running).await;
+    assert!(
+        asked.status == RunStatus::Running && asked.cancel_requested,
+        "a running run is asked to stop: {asked:?}"
+    );
+    assert_eq!(
+        status(env.store.as_ref(), after).await,
+        RunStatus::Queued,
+        "a run enqueued after the bulk action was asked is not part of it"
+    );
+    assert_eq!(
+        status(env.store.as_ref(), finished_id).await,
+        RunStatus::Completed
+    );
+
+    let replayed = walk_to_the_end(env.store.as_ref(), &walk, acting).await;
+    assert_eq!(
+        (replayed.acted, replayed.skipped),
+        (0, 3),
+        "nothing twice: {replayed:?}"
+    );
+}
