@@ -66,11 +66,18 @@ fn scenario(server: &Server, _database: &str) {
         &token,
         Some(json!({"name": "Ship", "trigger": {"type": "manual"}, "steps": [
             {"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "order-{{_body.id}}", "type": "order", "status": "new"}},
-            {"name": "ship", "op": "ticket/set-status", "input": {"ticket": "{{ticket.id}}", "status": "shipped"}}]})),
+            {"name": "ship", "op": "ticket/set-status", "input": {"ticket": "{{ticket.id}}", "status": "{{_body.status}}"}}]})),
     );
     let ship = ship["id"].as_str().expect("an id").to_owned();
     let failed: Vec<String> = (1..=5)
-        .map(|n| start(server, &token, &ship, json!({"id": n.to_string()})))
+        .map(|n| {
+            start(
+                server,
+                &token,
+                &ship,
+                json!({"id": n.to_string(), "status": "shipped"}),
+            )
+        })
         .collect();
     for run in &failed {
         server.until(
