@@ -610,6 +610,30 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             "return document.querySelector('#runs-list p.muted')?.innerText === 'No runs match.' || null",
         )
         .await;
+    // Every run matching the search, retried as one bulk action: counted, confirmed, done.
+    browser.click("#bulk-retry").await;
+    let question = browser
+        .text_of("the bulk action's question", "#bulk-question")
+        .await;
+    assert!(
+        question.starts_with("Retry 0 matching runs?"),
+        "the question says the count: {question}"
+    );
+    browser.shot("04c-runs-bulk-confirm").await;
+    browser.click("#bulk-go").await;
+    let said = browser
+        .until(
+            "the bulk action ended",
+            "return document.querySelector(\"#bulk-progress[data-status='completed']\") \
+             ? document.querySelector('#bulk-said').innerText : null",
+        )
+        .await;
+    assert_eq!(
+        said.as_str(),
+        Some("Done: 0 of 0 matching runs met — 0 retried, 0 skipped."),
+        "{said}"
+    );
+    browser.click("#bulk-close").await;
     browser.click("#nav a[href='#/runs']").await;
     browser
         .until(

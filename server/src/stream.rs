@@ -262,6 +262,8 @@ async fn poll(app: App, tenant: TenantId, channel: Arc<Channel>) {
 async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
     let filter = RunFilter {
         tenant: Some(tenant.to_string()),
+        // The automation runs: a bulk action is followed at its own route.
+        kind: Some(fronta_automation::executor::AUTOMATION_KIND.into()),
         limit: POLL_WINDOW,
         ..RunFilter::default()
     };

@@ -147,7 +147,6 @@ pub async fn start(
     let enqueued = app.inner().dispatcher.enqueue(request).await?;
     tracing::info!(run = %enqueued.id(), action = body.action.as_str(), tenant = %tenant.id,
         "bulk action started through the API");
-    app.hub().run_changed(&app, tenant.id, enqueued.id()).await;
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({"id": enqueued.id().to_string(), "status": "queued",
@@ -210,6 +209,5 @@ pub async fn cancel(
         }
     };
     tracing::info!(run = %run.id, cancel, "bulk action cancel requested through the API");
-    app.hub().run_changed(&app, tenant.id, run.id).await;
     Ok(Json(json!({"id": run.id.to_string(), "cancel": cancel})))
 }

@@ -108,7 +108,8 @@ pub async fn list(
     let found = run_search::search(
         app.runs(),
         Some(tenant.id.to_string()),
-        None,
+        // The automation runs: a bulk action (`runs:bulk`) is read at its own route.
+        Some(AUTOMATION_KIND.into()),
         &search,
         page.cursor_id()?.map(RunId),
         size,
