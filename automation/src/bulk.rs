@@ -277,6 +277,7 @@ pub async fn step(
         })
         .await?;
     let last_page = page.len() < walk.batch;
+    let mut to_act = Vec::new();
     for run in &page {
         progress.scanned += 1;
         progress.cursor = Some(run.id.to_string());
@@ -287,9 +288,26 @@ pub async fn step(
             Phase::Counting => progress.total += 1,
             Phase::Acting => {
                 progress.matched += 1;
-                act(store, walk.action, run, walk.asked_at, &mut progress).await;
+                match decide(walk.action, run, walk.asked_at) {
+                    Decision::Act => to_act.push(run),
+                    Decision::Skip(reason) => progress.skip(reason),
+                }
             }
             Phase::Done => {}
+        }
+    }
+    // The page's actions in one call: one transaction and one commit for the page where
+    // the store can, instead of one flush a run.
+    let ids: Vec<RunId> = to_act.iter().map(|run| run.id).collect();
+    let answers = act(store, walk.action, ids).await?;
+    for (run, outcome) in to_act.iter().zip(answers) {
+        match outcome {
+            Ok(None) => progress.acted += 1,
+            Ok(Some(reason)) => progress.skip(reason),
+            Err(err) => {
+                progress.errors += 1;
+                progress.last_error = Some(format!("run {}: {err}", run.id));
+            }
         }
     }
     if !last_page {
@@ -348,40 +366,42 @@ pub async fn count(
     }
 }
 
+/// Acts on the runs the plan chose, in order: for each, `None` when done, else why the
+/// store said no (or its error). The outer error is the whole batch's.
 async fn act(
     store: &dyn RunStore,
     action: BulkAction,
-    run: &Run,
-    asked_at: DateTime<Utc>,
-    progress: &mut BulkProgress,
-) {
-    if let Decision::Skip(reason) = decide(action, run, asked_at) {
-        progress.skip(reason);
-        return;
+    ids: Vec<RunId>,
+) -> Result<Vec<Result<Option<String>, StoreError>>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
     }
-    let done = match action {
-        BulkAction::Retry => store.run_retry(run.id).await.map(|reply| match reply {
-            RetryReply::Requeued => None,
-            RetryReply::NotFailed(status) => Some(format!(
-                "{status}: only failed and suppressed runs are retried"
-            )),
-        }),
+    Ok(match action {
+        BulkAction::Retry => store
+            .run_retry_many(ids)
+            .await?
+            .into_iter()
+            .map(|reply| {
+                reply.map(|reply| match reply {
+                    RetryReply::Requeued => None,
+                    RetryReply::NotFailed(status) => Some(format!(
+                        "{status}: only failed and suppressed runs are retried"
+                    )),
+                })
+            })
+            .collect(),
         BulkAction::Cancel => store
-            .run_request_cancel(run.id)
-            .await
-            .map(|reply| match reply {
-                CancelReply::Cancelled | CancelReply::Requested => None,
-                CancelReply::AlreadyFinished(status) => Some(format!("already {status}")),
-            }),
-    };
-    match done {
-        Ok(None) => progress.acted += 1,
-        Ok(Some(reason)) => progress.skip(reason),
-        Err(err) => {
-            progress.errors += 1;
-            progress.last_error = Some(format!("run {}: {err}", run.id));
-        }
-    }
+            .run_request_cancel_many(ids)
+            .await?
+            .into_iter()
+            .map(|reply| {
+                reply.map(|reply| match reply {
+                    CancelReply::Cancelled | CancelReply::Requested => None,
+                    CancelReply::AlreadyFinished(status) => Some(format!("already {status}")),
+                })
+            })
+            .collect(),
+    })
 }
 
 /// The handler of [`BULK_KIND`]: walks page by page, saving the progress after each.

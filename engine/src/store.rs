@@ -499,6 +499,32 @@ pub trait RunStore: Send + Sync + 'static {
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply>;
 
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply>;
+
+    /// [`RunStore::run_request_cancel`] of each of `ids`, answered in order, in one
+    /// transaction where the store can (one commit for many: a bulk action's page). The
+    /// outer error is the batch's (nothing of it was written); an inner one is that run's
+    /// (an unknown id: `NotFound`).
+    async fn run_request_cancel_many(
+        &self,
+        ids: Vec<RunId>,
+    ) -> StoreResult<Vec<StoreResult<CancelReply>>> {
+        let mut replies = Vec::with_capacity(ids.len());
+        for id in ids {
+            replies.push(self.run_request_cancel(id).await);
+        }
+        Ok(replies)
+    }
+
+    /// [`RunStore::run_retry`] of each of `ids`, as [`RunStore::run_request_cancel_many`]
+    /// does: in order, one transaction where the store can; a run whose unique key another
+    /// live run holds is that run's `Conflict`, the others are retried.
+    async fn run_retry_many(&self, ids: Vec<RunId>) -> StoreResult<Vec<StoreResult<RetryReply>>> {
+        let mut replies = Vec::with_capacity(ids.len());
+        for id in ids {
+            replies.push(self.run_retry(id).await);
+        }
+        Ok(replies)
+    }
     /// Cancels requested for running runs, by any process, as the database tells them
     /// (Postgres: a notification): a worker signals its handler at once instead of at
     /// its next heartbeat. `None` when the store has no such feed (the heartbeat

@@ -49,7 +49,7 @@ use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply, HandOff,
-    HeartbeatReply, LeaseRenewal, RunFilter, RunStats, RunStore, StoreResult,
+    HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, RunStore, StoreResult,
 };
 use fronta_engine::{Clock, NewRun, Run, RunId, StoreError};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -667,10 +667,58 @@ impl RunStore for PgStore {
             .then(|| self.inner.cancels.subscribe())
     }
 
-    async fn run_retry(&self, id: RunId) -> StoreResult<fronta_engine::store::RetryReply> {
+    /// One transaction of two statements: a bulk action's page pays one commit and a
+    /// couple of round trips, not one of each a run.
+    async fn run_request_cancel_many(
+        &self,
+        ids: Vec<RunId>,
+    ) -> StoreResult<Vec<StoreResult<CancelReply>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_tx().await?;
+        let replies = runs::request_cancel_many(&mut tx, self.ctx(), &ids).await?;
+        let requested: Vec<String> = ids
+            .iter()
+            .zip(&replies)
+            .filter(|(_, reply)| matches!(reply, Ok(CancelReply::Requested)))
+            .map(|(id, _)| id.0.to_string())
+            .collect();
+        if !requested.is_empty() {
+            // Delivered at commit: the workers running them hear them now.
+            sqlx::query("SELECT pg_notify($1, id) FROM unnest($2::text[]) AS id")
+                .bind(CANCEL_CHANNEL)
+                .bind(&requested)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_err)?;
+        }
+        self.commit_tx(tx).await?;
+        Ok(replies)
+    }
+
+    /// One transaction: one statement for the page, or (a unique key held by another
+    /// live run) one savepoint a run, so that run fails alone.
+    async fn run_retry_many(&self, ids: Vec<RunId>) -> StoreResult<Vec<StoreResult<RetryReply>>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_tx().await?;
+        let replies = manual_retry::retry_many(&mut tx, self.ctx(), &ids).await?;
+        self.commit_tx(tx).await?;
+        if replies
+            .iter()
+            .any(|reply| matches!(reply, Ok(RetryReply::Requeued)))
+        {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(replies)
+    }
+
+    async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
         let mut conn = self.connection().await?;
         let reply = manual_retry::retry(&mut conn, self.ctx(), id).await?;
-        if reply == fronta_engine::store::RetryReply::Requeued {
+        if reply == RetryReply::Requeued {
             self.inner.signal.notify_waiters();
         }
         Ok(reply)

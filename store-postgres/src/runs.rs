@@ -23,7 +23,7 @@ use fronta_engine::StoreError;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
-    HeartbeatReply, LeaseRenewal, Prune, RunFilter, RunStats,
+    HeartbeatReply, LeaseRenewal, Prune, RunFilter, RunStats, StoreResult,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{AssertSqlSafe, PgConnection, Row};
@@ -1214,6 +1214,90 @@ pub(crate) async fn request_cancel(
     Err(StoreError::Unavailable(format!(
         "run {id} kept changing while it was being cancelled; try again"
     )))
+}
+
+/// [`REQUEST_CANCEL`] of many runs in one statement: the ids it changed, each with `1`
+/// when it was running (asked to stop) or `0` when it was pending (cancelled).
+const REQUEST_CANCEL_MANY: &str = concat!(
+    "UPDATE runs SET
+        status = CASE WHEN status = 0 THEN 4 ELSE status END,
+        cancelled_at = CASE WHEN status = 0 THEN ",
+    now!(),
+    " ELSE cancelled_at END,
+        cancel_requested = CASE WHEN status = 1 THEN true ELSE cancel_requested END,
+        updated_at = ",
+    now!(),
+    "
+    WHERE id = ANY($2::uuid[]) AND status IN (0, 1)
+    RETURNING id, CASE WHEN status = 1 THEN 1 ELSE 0 END::smallint"
+);
+
+/// The status of each of the runs `$2` and whether it is not yet due.
+pub(crate) const STATUS_OF_MANY: &str = concat!(
+    "SELECT id, status, run_at > ",
+    now!(),
+    " AS later FROM runs WHERE id = ANY($2::uuid[])"
+);
+
+/// `RunStore::run_request_cancel_many` on `conn` (the caller's transaction): one
+/// statement for the runs still going, one read for the others; a run that changed in
+/// between (an enqueue committed meanwhile) is asked again on its own.
+pub(crate) async fn request_cancel_many(
+    conn: &mut PgConnection,
+    ctx: Ctx<'_>,
+    ids: &[RunId],
+) -> SqlResult<Vec<StoreResult<CancelReply>>> {
+    let keys: Vec<Uuid> = ids.iter().map(|id| id.0).collect();
+    ctx.trip();
+    let changed: Vec<(Uuid, i16)> = sqlx::query_as(REQUEST_CANCEL_MANY)
+        .bind(ctx.now)
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    let mut replies: HashMap<Uuid, StoreResult<CancelReply>> = changed
+        .into_iter()
+        .map(|(id, was_running)| {
+            let reply = if was_running == 1 {
+                CancelReply::Requested
+            } else {
+                CancelReply::Cancelled
+            };
+            (id, Ok(reply))
+        })
+        .collect();
+    let missing: Vec<Uuid> = keys
+        .iter()
+        .filter(|key| !replies.contains_key(key))
+        .copied()
+        .collect();
+    if !missing.is_empty() {
+        ctx.trip();
+        let found: Vec<(Uuid, i16, bool)> = sqlx::query_as(STATUS_OF_MANY)
+            .bind(ctx.now)
+            .bind(&missing)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(map_err)?;
+        let found: HashMap<Uuid, (i16, bool)> = found
+            .into_iter()
+            .map(|(id, status, later)| (id, (status, later)))
+            .collect();
+        for key in missing {
+            let reply = match found.get(&key) {
+                None => Err(StoreError::NotFound),
+                Some((status, later)) if *status != PENDING && *status != RUNNING => {
+                    Ok(CancelReply::AlreadyFinished(status_of(*status, *later)))
+                }
+                Some(_) => request_cancel(conn, ctx, RunId(key)).await,
+            };
+            replies.insert(key, reply);
+        }
+    }
+    Ok(keys
+        .iter()
+        .map(|key| replies.remove(key).unwrap_or(Err(StoreError::NotFound)))
+        .collect())
 }
 
 pub(crate) async fn get(

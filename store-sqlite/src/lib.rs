@@ -421,6 +421,37 @@ impl RunStore for SqliteStore {
         Some(self.inner.cancels.subscribe())
     }
 
+    async fn run_request_cancel_many(
+        &self,
+        ids: Vec<RunId>,
+    ) -> StoreResult<Vec<StoreResult<CancelReply>>> {
+        let asked = ids.clone();
+        let replies = self
+            .write(move |_, conn, now| {
+                Ok(ids
+                    .iter()
+                    .map(|id| runs::request_cancel(conn, *id, now))
+                    .collect::<Vec<_>>())
+            })
+            .await?;
+        for (id, reply) in asked.iter().zip(&replies) {
+            if matches!(reply, Ok(CancelReply::Requested)) {
+                let _ = self.inner.cancels.send(*id);
+            }
+        }
+        Ok(replies)
+    }
+
+    async fn run_retry_many(&self, ids: Vec<RunId>) -> StoreResult<Vec<StoreResult<RetryReply>>> {
+        self.write(move |state, conn, now| {
+            Ok(ids
+                .iter()
+                .map(|id| runs::retry(state, conn, *id, now))
+                .collect::<Vec<_>>())
+        })
+        .await
+    }
+
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
         self.write(move |state, conn, now| runs::retry(state, conn, id, now))
             .await

@@ -231,3 +231,72 @@ pub async fn a_bulk_cancel_replayed_after_a_crash_cancels_each_run_once(
         "nothing twice: {replayed:?}"
     );
 }
+
+pub async fn batched_retries_and_cancels_answer_each_run_and_a_conflict_fails_alone(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let dispatcher = dispatcher(&env);
+    let keyed = match dispatcher
+        .enqueue(
+            EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
+                .tenant("acme")
+                .unique_key("order-7"),
+        )
+        .await
+        .expect("enqueue")
+    {
+        Enqueued::Inserted(id) => id,
+        other => panic!("a new run, got {other:?}"),
+    };
+    let plain = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
+    fail_all(&env).await;
+    // Another live run now holds the failed run's key.
+    let holder = match dispatcher
+        .enqueue(
+            EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
+                .tenant("acme")
+                .unique_key("order-7"),
+        )
+        .await
+        .expect("enqueue")
+    {
+        Enqueued::Inserted(id) => id,
+        other => panic!("the key is free once its run failed, got {other:?}"),
+    };
+    let unknown = RunId::new_v7();
+    let replies = env
+        .store
+        .run_retry_many(vec![keyed, unknown, plain])
+        .await
+        .expect("the batch");
+    assert!(
+        matches!(replies[0], Err(fronta_engine::StoreError::Conflict(_))),
+        "{replies:?}"
+    );
+    assert_eq!(replies[1], Err(fronta_engine::StoreError::NotFound));
+    assert_eq!(replies[2], Ok(fronta_engine::RetryReply::Requeued));
+    assert_eq!(status(env.store.as_ref(), keyed).await, RunStatus::Failed);
+    assert_eq!(status(env.store.as_ref(), plain).await, RunStatus::Queued);
+
+    let replies = env
+        .store
+        .run_request_cancel_many(vec![plain, unknown, keyed, holder])
+        .await
+        .expect("the batch");
+    assert_eq!(
+        replies,
+        vec![
+            Ok(fronta_engine::store::CancelReply::Cancelled),
+            Err(fronta_engine::StoreError::NotFound),
+            Ok(fronta_engine::store::CancelReply::AlreadyFinished(
+                RunStatus::Failed
+            )),
+            Ok(fronta_engine::store::CancelReply::Cancelled),
+        ]
+    );
+    assert_eq!(
+        status(env.store.as_ref(), holder).await,
+        RunStatus::Cancelled
+    );
+}
