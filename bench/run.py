@@ -4,6 +4,7 @@ every run, writes a markdown table.
 
     python3 bench/run.py            # the full run (≤ 25 min on 2 vCPU), 3 runs per cell
     python3 bench/run.py --quick    # a smoke run (< 3 min), 1 run per cell, small sizes
+    python3 bench/run.py --sections history   # reads against 1 k … 10 M finished runs (~20 min)
 
 Systems: fronta (the release `fronta` binary, `fronta bench …`) on SQLite (WAL,
 synchronous FULL and NORMAL) and on Postgres; apalis 1.0 + apalis-sqlite 1.0 (FULL and
@@ -60,6 +61,9 @@ FULL = dict(
     rss_seconds=10,
     cell_timeout=120,  # seconds before a run is killed (then it counts as failed)
     backlog_timeout=400,  # the same for claim and rss (they enqueue the backlog first)
+    history_sizes=[1_000, 100_000, 1_000_000, 10_000_000],  # finished runs, a fresh database each
+    history_samples=200,  # timed repetitions of each measure per size
+    history_timeout=3_600,  # seconds for one store's whole history run (10 M runs are written first)
 )
 QUICK = dict(
     runs=1,
@@ -84,6 +88,9 @@ QUICK = dict(
     rss_seconds=3,
     cell_timeout=60,
     backlog_timeout=120,
+    history_sizes=[1_000, 100_000],
+    history_samples=50,
+    history_timeout=300,
 )
 
 
@@ -196,7 +203,8 @@ class Fresh:
 
 # ---------------------------------------------------------------------------- systems
 
-FRONTA = ROOT / "target" / "release" / "fronta"
+# $BENCH_FRONTA names another fronta binary (with --no-build: one built elsewhere).
+FRONTA = Path(os.environ.get("BENCH_FRONTA", ROOT / "target" / "release" / "fronta"))
 APALIS_SQLITE = BENCH / "target" / "release" / "bench-apalis-sqlite"
 APALIS_PG = BENCH / "target" / "release" / "bench-apalis-postgres"
 
@@ -426,7 +434,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 run per cell, small sizes (< 3 min)")
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
     parser.add_argument("--only", default="", help="comma-separated systems (default: all): " + ",".join(SYSTEMS))
-    parser.add_argument("--sections", default="enqueue,drain,latency,http,backlog", help="comma-separated sections to run")
+    parser.add_argument("--sections", default="enqueue,drain,latency,http,backlog", help="comma-separated sections to run (also: history, not run by default: it writes up to 10 M runs per store)")
     parser.add_argument("--out", default=None, help="markdown file to write (default bench/results/{quick,full}.md)")
     parser.add_argument("--label", default="", help="a line printed above the tables (e.g. 'smoke run on a busy machine')")
     args = parser.parse_args()
@@ -564,6 +572,14 @@ def main():
         out.append(f"#### fronta worker process RSS (peak VmHWM from /proc, 64 in flight, {cfg['rss_seconds']} s over the backlog)\n")
         out.append(table(["system", "queued runs over tenants", "peak RSS MiB", "runs completed meanwhile"], rows) + "\n")
 
+    if "history" in sections:
+        log("== history (fronta only)")
+        # SQLite NORMAL, as for the claim-cost table: with FULL every write's figure is
+        # one fsync of a shared disk, whose latency moved 0.3 → 4 ms from one minute to the
+        # next here (other I/O on the machine), not the store's work against the history.
+        for name in [n for n in only if n in ("fronta-sqlite-normal", "fronta-pg")]:
+            out.append(history_section(name, cfg))
+
     out.append(targets(results, cfg, info))
     took = time.time() - started
     out.append(f"\nWall time of this run: {took / 60:.1f} min. Command: `python3 bench/run.py{' --quick' if args.quick else ''}`.\n")
@@ -574,6 +590,74 @@ def main():
     print(text)
     log(f"written: {path}")
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+# `fronta bench history`'s measures, in its order: (JSON key, row label).
+HISTORY_MEASURES = [
+    ("claim", "claim of one run (store call)"),
+    ("webhook", "webhook 202"),
+    ("metrics", "`GET /metrics`"),
+    ("runsBusy", "`GET /api/runs?limit=50`, busy tenant"),
+    ("runsEmpty", "`GET /api/runs?limit=50`, empty tenant"),
+    ("tickets", "`GET /api/tickets?limit=50`"),
+    ("healthz", "`GET /healthz` (reference: no database)"),
+]
+
+
+def history_section(name, cfg):
+    """`fronta bench history` on one store (it makes a fresh database per size itself):
+    one run, the table of median / p95 ms and each median's ratio to the smallest size."""
+    system = SYSTEMS[name]
+    sizes = ",".join(str(n) for n in cfg["history_sizes"])
+    args = ["history", "--sizes", sizes, "--samples", str(cfg["history_samples"]), "--json"]
+    if system["db"] == "sqlite":
+        cmd = [str(FRONTA), "--synchronous", system["sync"], "bench"] + args
+    else:
+        # Any database of the server: the bench creates and drops its own per size.
+        cmd = [str(FRONTA), "--database", f"{PG}/postgres?sslmode=disable", "bench"] + args
+    log(f"  {name} history: {' '.join(cmd[1:])}")
+    started = time.time()
+    try:
+        done = subprocess.run(
+            cmd, text=True, stdout=subprocess.PIPE, stderr=None, timeout=cfg["history_timeout"],
+            env=dict(os.environ, RUST_LOG="warn"),
+        )
+    except subprocess.TimeoutExpired:
+        return f"#### Reads against history — {system['label']}\n\ntimed out after {cfg['history_timeout']} s\n"
+    figures = parse_json(done.stdout) if done.returncode == 0 else None
+    if figures is None:
+        return f"#### Reads against history — {system['label']}\n\nfailed (exit {done.returncode})\n"
+    log(f"  {name} history: done in {(time.time() - started) / 60:.1f} min")
+    return history_table(system["label"], figures)
+
+
+def history_table(label, figures):
+    """The markdown of one `fronta bench history --json` report."""
+    sizes_seen = figures["sizes"]
+    header = ["measure"] + [f"{s['runs']:,} runs" for s in sizes_seen]
+    rows = []
+    for key, row_label in HISTORY_MEASURES:
+        row = [row_label]
+        for s in sizes_seen:
+            f = s["figures"][key]
+            mark = " ⚑" if f["flags"] else ""
+            row.append(f"{f['medianMs']:.2f} / {f['p95Ms']:.2f} ({f['ratio']:.2f}×){mark}")
+        rows.append(row)
+    written = ", ".join(
+        f"{s['runs']:,} in {s['insertSeconds']:.1f} s ({s['insertedPerSecond']:,.0f}/s)" for s in sizes_seen
+    )
+    text = [
+        f"#### Reads against history — {label} (ms median / p95 of {figures['samples']} samples; "
+        f"(×) the median over the {figures['baseRuns']:,}-run median; ⚑ over {figures['ratioTarget']}× "
+        f"or `/metrics` over {figures['metricsTargetMs']:.0f} ms)\n",
+        table(header, rows) + "\n",
+        f"History written (finished runs, batches of 10,000): {written}.\n",
+    ]
+    if figures["flagged"]:
+        text.append("Flagged: " + "; ".join(figures["flagged"]) + ".\n")
+    else:
+        text.append("Nothing flagged.\n")
+    return "\n".join(text)
 
 
 def find(results, name, workload, **params):

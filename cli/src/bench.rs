@@ -11,7 +11,8 @@
 //! run either completed exactly once or is still pending). The check, in every case: no
 //! run was reclaimed (a run started twice is a reclaim), the completed runs equal the
 //! handler calls (in this process) or the claims (worker processes), and completed plus
-//! pending equals enqueued. `claim` and `rss` measure with a backlog (`bench_backlog`).
+//! pending equals enqueued. `claim` and `rss` measure with a backlog (`bench_backlog`),
+//! `history` with a history of finished runs (`bench_history`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,6 +82,8 @@ pub enum Workload {
     Claim(crate::bench_backlog::ClaimBenchArgs),
     /// Peak RSS of a `fronta worker` process over a backlog spread across tenants.
     Rss(crate::bench_backlog::RssBenchArgs),
+    /// Claim, webhook, /metrics and list reads against 1 k … 10 M finished runs.
+    History(crate::bench_history::HistoryBenchArgs),
 }
 
 #[derive(Debug, Serialize)]
@@ -246,6 +249,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         Some(Workload::Webhook(webhook)) => return crate::bench_webhook::run(db, webhook).await,
         Some(Workload::Claim(claim)) => return crate::bench_backlog::claim(db, claim).await,
         Some(Workload::Rss(rss)) => return crate::bench_backlog::rss(db, rss).await,
+        Some(Workload::History(history)) => return crate::bench_history::run(db, history).await,
         None => {}
     }
     if args.runs == 0 || args.callers == 0 || args.in_flight == 0 || args.batch == 0 {
