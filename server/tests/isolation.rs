@@ -392,6 +392,26 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             "/api/runs/{id}/retry",
             vec![ids(&[("id", "run")], Some(json!({})))],
         ),
+        (
+            "POST",
+            "/api/runs/bulk",
+            // The filter's only object id is a ticket (an automation id matches none of
+            // the caller's runs, by the walk's tenant: store-tests' bulk cases).
+            vec![ids(
+                &[],
+                Some(json!({"action": "retry", "filter": {"ticket": "@ticket"}})),
+            )],
+        ),
+        (
+            "GET",
+            "/api/runs/bulk/{id}",
+            vec![ids(&[("id", "bulk")], None)],
+        ),
+        (
+            "POST",
+            "/api/runs/bulk/{id}/cancel",
+            vec![ids(&[("id", "bulk")], Some(json!({})))],
+        ),
         ("GET", "/api/incidents", vec![List]),
         (
             "GET",
@@ -611,7 +631,16 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         .webhook(&webhook_path(&automation), &order_body("1"), &[])
         .await
         .text("runId");
+    let bulk = harness
+        .post(
+            "/api/runs/bulk",
+            &token,
+            json!({"action": "retry", "filter": {"status": "failed"}}),
+        )
+        .await;
+    assert_eq!(bulk.status, StatusCode::ACCEPTED, "{}", bulk.json);
     let objects = BTreeMap::from([
+        ("bulk", bulk.text("id")),
         ("group", group),
         ("member", member),
         ("type", ticket_type),
@@ -657,6 +686,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
         paths.push(format!("/api/automations/{}", objects["automation"]));
         paths.push(format!("/api/tickets/{}", objects["ticket"]));
         paths.push(format!("/api/runs/{}", objects["run"]));
+        paths.push(format!("/api/runs/bulk/{}", objects["bulk"]));
         paths.push(format!("/api/incidents/{}", objects["incident"]));
         paths.push(format!("/api/mcp-servers/{}", objects["mcp"]));
         // Widgets through the port, not the API: an answer carries the data's age, which

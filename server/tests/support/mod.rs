@@ -185,6 +185,13 @@ impl Harness {
         let mut registry = Registry::new();
         executor::register(&mut registry, runtime, Duration::from_secs(60))
             .expect("the executor registers");
+        fronta_automation::bulk::register(
+            &mut registry,
+            runs.clone(),
+            Duration::from_secs(60),
+            fronta_automation::bulk::DEFAULT_BULK_BATCH,
+        )
+        .expect("bulk actions register");
         let registry = Arc::new(registry);
         let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
         store.set_ticket_event_sink(executor::event_sink(dispatcher.clone()));
