@@ -82,6 +82,8 @@ pub enum Workload {
     Claim(crate::bench_backlog::ClaimBenchArgs),
     /// Peak RSS of a `fronta worker` process over a backlog spread across tenants.
     Rss(crate::bench_backlog::RssBenchArgs),
+    /// One bulk action (`POST /api/runs/bulk`'s run) over many matching runs: time, memory.
+    Bulk(crate::bench_bulk::BulkBenchArgs),
     /// Claim, webhook, /metrics and list reads against 1 k … 10 M finished runs.
     History(crate::bench_history::HistoryBenchArgs),
 }
@@ -249,6 +251,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         Some(Workload::Webhook(webhook)) => return crate::bench_webhook::run(db, webhook).await,
         Some(Workload::Claim(claim)) => return crate::bench_backlog::claim(db, claim).await,
         Some(Workload::Rss(rss)) => return crate::bench_backlog::rss(db, rss).await,
+        Some(Workload::Bulk(bulk)) => return crate::bench_bulk::run(db, bulk).await,
         Some(Workload::History(history)) => return crate::bench_history::run(db, history).await,
         None => {}
     }

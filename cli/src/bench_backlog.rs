@@ -67,7 +67,7 @@ pub struct RssBenchArgs {
 }
 
 /// A fresh database (a temporary SQLite file unless `--database` is given), checked empty.
-async fn fresh(
+pub(crate) async fn fresh(
     db: &DbArgs,
     temp: &tempfile::TempDir,
     name: &str,
@@ -92,7 +92,7 @@ async fn fresh(
 /// `ANALYZE runs` and a `CHECKPOINT` on Postgres; SQLite checkpoints its WAL by itself
 /// every 1,000 pages and plans without table statistics). A refusal (a role without the
 /// right) is logged and the claims are timed anyway.
-async fn settle(opened: &crate::Store) {
+pub(crate) async fn settle(opened: &crate::Store) {
     if let crate::Store::Postgres(store) = opened {
         let start = Instant::now();
         match store.settle().await {

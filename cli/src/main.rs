@@ -10,6 +10,7 @@ mod apply;
 mod bench;
 mod bench_automation;
 mod bench_backlog;
+mod bench_bulk;
 mod bench_history;
 mod bench_webhook;
 mod connector_settings;
