@@ -12,18 +12,27 @@ use uuid::Uuid;
 use crate::map_err;
 use crate::runs::{Ctx, STATUS_OF, STATUS_OF_MANY, status_of};
 
-const RETRY: &str = "WITH done AS (
-        UPDATE runs SET status = 0,
+/// The update of a retry: back to pending, due now, a fresh budget, the checkpoint kept.
+macro_rules! retry_set {
+    () => {
+        "UPDATE runs SET status = 0,
             run_at = date_trunc('milliseconds', coalesce($1::timestamptz, now())),
             updated_at = date_trunc('milliseconds', coalesce($1::timestamptz, now())),
             failed_at = NULL, attempts = 0, reclaims = 0, parks = 0,
-            locked_by = NULL, locked_until = NULL
-        WHERE id = $2 AND status IN (3, 5)
+            locked_by = NULL, locked_until = NULL"
+    };
+}
+
+const RETRY: &str = concat!(
+    "WITH done AS (",
+    retry_set!(),
+    " WHERE id = $2 AND status IN (3, 5)
         RETURNING tenant
     ), noted AS (
         SELECT fronta_note_pending(ARRAY(SELECT tenant FROM done)) AS tenants
     )
-    SELECT count(*) FROM done CROSS JOIN noted";
+    SELECT count(*) FROM done CROSS JOIN noted"
+);
 
 pub(crate) async fn retry(
     conn: &mut PgConnection,
@@ -59,18 +68,16 @@ pub(crate) async fn retry(
 }
 
 /// [`RETRY`] of many runs in one statement: the ids it requeued.
-const RETRY_MANY: &str = "WITH done AS (
-        UPDATE runs SET status = 0,
-            run_at = date_trunc('milliseconds', coalesce($1::timestamptz, now())),
-            updated_at = date_trunc('milliseconds', coalesce($1::timestamptz, now())),
-            failed_at = NULL, attempts = 0, reclaims = 0, parks = 0,
-            locked_by = NULL, locked_until = NULL
-        WHERE id = ANY($2::uuid[]) AND status IN (3, 5)
+const RETRY_MANY: &str = concat!(
+    "WITH done AS (",
+    retry_set!(),
+    " WHERE id = ANY($2::uuid[]) AND status IN (3, 5)
         RETURNING id, tenant
     ), noted AS (
         SELECT fronta_note_pending(ARRAY(SELECT DISTINCT tenant FROM done)) AS tenants
     )
-    SELECT id FROM done CROSS JOIN noted";
+    SELECT id FROM done CROSS JOIN noted"
+);
 
 /// `RunStore::run_retry_many` on `conn` (the caller's transaction): one statement in a
 /// savepoint; when a run's unique key is held by another live run the statement fails

@@ -473,6 +473,23 @@ pub const FINISH: &str = concat!(
     SELECT done.id, done.owner, done.status, done.later FROM done CROSS JOIN noted"
 );
 
+/// The update of a cancel request ([`REQUEST_CANCEL`]): a pending run cancelled, a
+/// running one flagged; the caller's `WHERE` picks the runs.
+macro_rules! cancel_set {
+    () => {
+        concat!(
+            "UPDATE runs SET
+        status = CASE WHEN status = 0 THEN 4 ELSE status END,
+        cancelled_at = CASE WHEN status = 0 THEN ",
+            now!(),
+            " ELSE cancelled_at END,
+        cancel_requested = CASE WHEN status = 1 THEN true ELSE cancel_requested END,
+        updated_at = ",
+            now!()
+        )
+    };
+}
+
 /// Cancel run `$2` if it is pending, or flag it if it is running; answers the status it
 /// had (nothing when it is terminal or unknown). Every expression reads the version the
 /// write applies to: when a claim commits first, the update waits and then re-reads the
@@ -483,16 +500,8 @@ pub const FINISH: &str = concat!(
 /// could pair the pending status with the claimed row and write `cancelled` over a live
 /// owner token. `runs_owner_iff_running` now refuses such a row.)
 pub const REQUEST_CANCEL: &str = concat!(
-    "UPDATE runs SET
-        status = CASE WHEN status = 0 THEN 4 ELSE status END,
-        cancelled_at = CASE WHEN status = 0 THEN ",
-    now!(),
-    " ELSE cancelled_at END,
-        cancel_requested = CASE WHEN status = 1 THEN true ELSE cancel_requested END,
-        updated_at = ",
-    now!(),
-    "
-    WHERE id = $2 AND status IN (0, 1)
+    cancel_set!(),
+    " WHERE id = $2 AND status IN (0, 1)
     RETURNING CASE WHEN status = 1 THEN 1 ELSE 0 END::smallint"
 );
 
@@ -1219,16 +1228,8 @@ pub(crate) async fn request_cancel(
 /// [`REQUEST_CANCEL`] of many runs in one statement: the ids it changed, each with `1`
 /// when it was running (asked to stop) or `0` when it was pending (cancelled).
 const REQUEST_CANCEL_MANY: &str = concat!(
-    "UPDATE runs SET
-        status = CASE WHEN status = 0 THEN 4 ELSE status END,
-        cancelled_at = CASE WHEN status = 0 THEN ",
-    now!(),
-    " ELSE cancelled_at END,
-        cancel_requested = CASE WHEN status = 1 THEN true ELSE cancel_requested END,
-        updated_at = ",
-    now!(),
-    "
-    WHERE id = ANY($2::uuid[]) AND status IN (0, 1)
+    cancel_set!(),
+    " WHERE id = ANY($2::uuid[]) AND status IN (0, 1)
     RETURNING id, CASE WHEN status = 1 THEN 1 ELSE 0 END::smallint"
 );
 

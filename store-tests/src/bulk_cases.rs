@@ -22,11 +22,22 @@ fn dispatcher(env: &Env) -> Dispatcher {
 }
 
 async fn enqueue(dispatcher: &Dispatcher, kind: &str, tenant: &str) -> RunId {
-    match dispatcher
-        .enqueue(EnqueueRequest::new(kind, serde_json::json!({}), 3).tenant(tenant))
-        .await
-        .expect("enqueue")
-    {
+    inserted(
+        dispatcher,
+        EnqueueRequest::new(kind, serde_json::json!({}), 3).tenant(tenant),
+    )
+    .await
+}
+
+async fn enqueue_keyed(dispatcher: &Dispatcher, key: &str) -> RunId {
+    let request = EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
+        .tenant("acme")
+        .unique_key(key);
+    inserted(dispatcher, request).await
+}
+
+async fn inserted(dispatcher: &Dispatcher, request: EnqueueRequest) -> RunId {
+    match dispatcher.enqueue(request).await.expect("enqueue") {
         Enqueued::Inserted(id) => id,
         other => panic!("a new run, got {other:?}"),
     }
@@ -237,33 +248,12 @@ pub async fn batched_retries_and_cancels_answer_each_run_and_a_conflict_fails_al
 ) {
     let env = Env::open(factory).await;
     let dispatcher = dispatcher(&env);
-    let keyed = match dispatcher
-        .enqueue(
-            EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
-                .tenant("acme")
-                .unique_key("order-7"),
-        )
-        .await
-        .expect("enqueue")
-    {
-        Enqueued::Inserted(id) => id,
-        other => panic!("a new run, got {other:?}"),
-    };
+    let keyed = enqueue_keyed(&dispatcher, "order-7").await;
     let plain = enqueue(&dispatcher, AUTOMATION_KIND, "acme").await;
     fail_all(&env).await;
     // Another live run now holds the failed run's key.
-    let holder = match dispatcher
-        .enqueue(
-            EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
-                .tenant("acme")
-                .unique_key("order-7"),
-        )
-        .await
-        .expect("enqueue")
-    {
-        Enqueued::Inserted(id) => id,
-        other => panic!("the key is free once its run failed, got {other:?}"),
-    };
+    // (The key is free once its run failed.)
+    let holder = enqueue_keyed(&dispatcher, "order-7").await;
     let unknown = RunId::new_v7();
     let replies = env
         .store

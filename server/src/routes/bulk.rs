@@ -28,6 +28,7 @@ use crate::app::App;
 use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
+use crate::routes::runs::ticket_filter;
 
 /// The body of `POST /api/runs/bulk`.
 #[derive(Debug, Deserialize)]
@@ -99,19 +100,9 @@ pub async fn start(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let mut filter = body.filter;
     // A ticket is stored by its id: `TK-12` names another ticket once numbers move on.
-    if let Some(ticket) = filter
-        .ticket
-        .as_deref()
-        .filter(|text| !text.trim().is_empty())
-    {
-        filter.ticket = Some(
-            fronta_desk::store::find_ticket(app.desk(), tenant.id, ticket)
-                .await
-                .map_err(|err| ApiError::desk(err, "ticket"))?
-                .id
-                .to_string(),
-        );
-    }
+    filter.ticket = ticket_filter(&app, tenant.id, filter.ticket.as_deref())
+        .await?
+        .map(|ticket| ticket.to_string());
     let search = filter
         .search()
         .map_err(|err| ApiError::bad_request(format!("filter: {err}")))?;

@@ -93,18 +93,7 @@ pub async fn list(
         q: query.q.as_deref(),
     })
     .map_err(ApiError::bad_request)?;
-    if let Some(ticket) = query
-        .ticket
-        .as_deref()
-        .filter(|text| !text.trim().is_empty())
-    {
-        search.ticket = Some(
-            fronta_desk::store::find_ticket(app.desk(), tenant.id, ticket)
-                .await
-                .map_err(|err| ApiError::desk(err, "ticket"))?
-                .id,
-        );
-    }
+    search.ticket = ticket_filter(&app, tenant.id, query.ticket.as_deref()).await?;
     let found = run_search::search(
         app.runs(),
         Some(tenant.id.to_string()),
@@ -120,6 +109,22 @@ pub async fn list(
         found.runs,
         found.next.map(|id| id.to_string()),
     )))
+}
+
+/// A search's `ticket` (`TK-12`, `12` or an id) as the tenant's ticket id; nothing given
+/// is no filter, an unknown ticket the 404 of a ticket.
+pub(crate) async fn ticket_filter(
+    app: &App,
+    tenant: TenantId,
+    text: Option<&str>,
+) -> Result<Option<fronta_desk::TicketId>, ApiError> {
+    let Some(text) = text.filter(|text| !text.trim().is_empty()) else {
+        return Ok(None);
+    };
+    fronta_desk::store::find_ticket(app.desk(), tenant, text)
+        .await
+        .map(|ticket| Some(ticket.id))
+        .map_err(|err| ApiError::desk(err, "ticket"))
 }
 
 fn page_of(runs: Vec<Run>, next_cursor: Option<String>) -> Page<RunView> {
