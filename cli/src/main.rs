@@ -83,10 +83,6 @@ struct DbArgs {
     /// runs by this process (a round that meets many empty tenants tidies at once).
     #[arg(long, global = true, env = "FRONTA_PG_TENANT_TIDY", default_value = "1s", value_parser = duration::parse, help_heading = "Database")]
     pg_tenant_tidy: Duration,
-    /// Postgres: set TCP_NODELAY on the pool's sockets (false: leave Nagle's algorithm
-    /// on, as sqlx 0.9.0 does, which holds a large batch's last segment up to 40 ms).
-    #[arg(long, global = true, env = "FRONTA_PG_TCP_NODELAY", default_value_t = true, action = clap::ArgAction::Set, help_heading = "Database")]
-    pg_tcp_nodelay: bool,
     /// Postgres: enqueues of this process written at once; calls arriving while that
     /// many are being written wait and then share one statement and one commit (0: every
     /// enqueue is its own transaction).
@@ -486,7 +482,6 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
         }
         config.max_connections = db.pg_max_connections;
         config.tenant_tidy_every = db.pg_tenant_tidy;
-        config.tcp_nodelay = db.pg_tcp_nodelay;
         if db.pg_enqueue_group_max == 0 {
             bail!("--pg-enqueue-group-max (FRONTA_PG_ENQUEUE_GROUP_MAX) must be at least 1");
         }

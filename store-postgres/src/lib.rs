@@ -31,7 +31,6 @@ pub mod leader;
 pub mod listener;
 mod manual_retry;
 pub mod mcp_servers;
-pub mod nodelay;
 pub mod poll;
 pub mod runs;
 pub mod schema;
@@ -104,10 +103,6 @@ pub struct PgConfig {
     /// then not deleted and re-listed for every run (`Duration::ZERO`: tidy whenever a
     /// round finds an empty tenant).
     pub tenant_tidy_every: Duration,
-    /// Set `TCP_NODELAY` on every pooled connection's socket ([`nodelay`]): without it a
-    /// batch larger than one TCP segment waits up to 40 ms for the server's delayed
-    /// acknowledgement. `false` leaves the sockets as sqlx makes them (for measuring).
-    pub tcp_nodelay: bool,
     /// Group enqueue ([`group`]): concurrent enqueues of this process share one
     /// statement and one commit.
     pub enqueue_groups: enqueue_group::GroupConfig,
@@ -126,7 +121,6 @@ impl PgConfig {
             clock: None,
             listen: true,
             tenant_tidy_every: Duration::from_secs(1),
-            tcp_nodelay: true,
             enqueue_groups: enqueue_group::GroupConfig::default(),
         }
     }
@@ -141,7 +135,6 @@ impl std::fmt::Debug for PgConfig {
             .field("clock", &self.clock)
             .field("listen", &self.listen)
             .field("tenant_tidy_every", &self.tenant_tidy_every)
-            .field("tcp_nodelay", &self.tcp_nodelay)
             .field("enqueue_groups", &self.enqueue_groups)
             .finish()
     }
@@ -269,24 +262,14 @@ impl PgStore {
         let options = options
             .options([(SENDER_SETTING, sender.as_str())])
             .options(SESSION_SETTINGS);
-        let tcp_nodelay = config.tcp_nodelay;
         let pool = PgPoolOptions::new()
             .max_connections(config.max_connections)
             .acquire_timeout(config.acquire_timeout)
             // A ping before every acquire would double the round trips; a dead
             // connection fails its statement as `Unavailable` and is replaced.
             .test_before_acquire(false)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    if tcp_nodelay {
-                        match nodelay::apply(conn).await {
-                            nodelay::Outcome::Set => tracing::debug!("postgres: TCP_NODELAY set on a new connection"),
-                            nodelay::Outcome::Skipped(reason) => tracing::debug!(%reason, "postgres: TCP_NODELAY not set on a new connection"),
-                        }
-                    }
-                    Ok(())
-                })
-            })
+            // sqlx (0.9.1 on) opens its TCP sockets with `TCP_NODELAY`: a batch larger than
+            // one segment is not held for the server's delayed acknowledgement.
             .connect_with(options.clone())
             .await
             .map_err(|err| {
