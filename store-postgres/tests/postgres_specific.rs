@@ -574,7 +574,9 @@ mod nodelay {
                 return sockopt::tcp_nodelay(&fd).map_err(|err| err.to_string());
             }
         }
-        Err(format!("no socket of this process from {client} to {server}"))
+        Err(format!(
+            "no socket of this process from {client} to {server}"
+        ))
     }
 }
 
