@@ -126,6 +126,13 @@ impl Dispatcher {
         }
     }
 
+    /// Whether a single due enqueue through this dispatcher would be handed to its worker
+    /// now (the worker waits idle with a free slot); `false` for a dispatcher without a
+    /// worker. For tests and diagnostics: the answer may change at once.
+    pub fn hands_off_now(&self) -> bool {
+        self.intake.as_ref().is_some_and(|intake| intake.is_open())
+    }
+
     /// This dispatcher, handing single enqueues to the worker behind `intake` when it
     /// waits idle.
     pub(crate) fn with_intake(mut self, intake: Arc<Intake>) -> Self {

@@ -103,6 +103,13 @@ impl Intake {
         gate.free = gate.free.saturating_sub(1);
     }
 
+    /// Whether the worker waits idle with a slot no reservation holds: an enqueue now
+    /// would be handed over.
+    pub fn is_open(&self) -> bool {
+        let gate = self.gate();
+        gate.open && gate.reserved < gate.free
+    }
+
     /// One free slot of an open intake, or `None`.
     pub fn reserve(self: &Arc<Self>) -> Option<Reservation> {
         let mut gate = self.gate();

@@ -1140,12 +1140,13 @@ pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreF
     let first = enqueue(&own, EnqueueRequest::new("noop", serde_json::json!({}), 0)).await;
     wait_for_status(&env.store, first, RunStatus::Completed).await;
     let mut ids = vec![first];
-    ids.extend(enqueue_one_by_one(&env, &own, 5).await);
+    ids.extend(enqueue_one_by_one(&env, &own, 5, true).await);
     let report = worker.stop().await;
     assert!(
         report.handed_off >= 5,
         "the runs enqueued while the worker waited idle were handed over: {report:?}"
     );
+    assert!(!own.hands_off_now(), "a stopped worker's intake is closed");
     assert_eq!(report.claimed, 6, "every run was started once: {report:?}");
     assert_eq!(report.completed, 6, "{report:?}");
     let calls = ledger.calls();
@@ -1171,11 +1172,24 @@ pub async fn idle_worker_takes_its_own_enqueues_by_hand_off(factory: &dyn StoreF
     );
 }
 
-/// Enqueue `count` runs of `noop` through `own`, each once the one before completed (so
-/// the worker waits idle between them); answers their ids.
-async fn enqueue_one_by_one(env: &Env, own: &Dispatcher, count: usize) -> Vec<RunId> {
+/// Enqueue `count` runs of `noop` through `own`, each once the one before completed and,
+/// with `hand_off`, the worker waits idle again with its intake open (a completed run's
+/// status is written before the worker is back in its wait: on a busy machine an enqueue
+/// in between is claimed, not handed over); answers their ids.
+async fn enqueue_one_by_one(
+    env: &Env,
+    own: &Dispatcher,
+    count: usize,
+    hand_off: bool,
+) -> Vec<RunId> {
     let mut ids = Vec::with_capacity(count);
     for index in 0..count {
+        if hand_off {
+            wait_until("the worker to wait idle with its intake open", || async {
+                own.hands_off_now()
+            })
+            .await;
+        }
         let id = enqueue(
             own,
             EnqueueRequest::new("noop", serde_json::json!({ "index": index }), 0),
@@ -1199,7 +1213,8 @@ pub async fn worker_without_hand_off_claims_every_run(factory: &dyn StoreFactory
     };
     let worker = Running::spawn(&env.store, ledger.registry(Duration::ZERO), config);
     let metrics = worker.metrics.clone();
-    let ids = enqueue_one_by_one(&env, &worker.own, 5).await;
+    assert!(!worker.own.hands_off_now(), "its intake never opens");
+    let ids = enqueue_one_by_one(&env, &worker.own, 5, false).await;
     let report = worker.stop().await;
     assert_eq!(
         (report.claimed, report.handed_off, metrics.handed_off()),
