@@ -432,6 +432,14 @@ function bulkPanel(filter, reload) {
     try {
       const answer = await api("POST", "/api/runs/bulk", { action, filter: given(), preview: true });
       const [verb] = VERBS[action];
+      if (answer.exact && answer.matching === 0) {
+        replace(element,
+          h("p", { id: "bulk-question" }, `No run matches this search: nothing to ${action}. `,
+            h("button", { type: "button", id: "bulk-back", onclick: idle }, "Close")),
+          status);
+        status.textContent = "";
+        return;
+      }
       const count = `${answer.exact ? "" : "at least "}${answer.matching} matching run${answer.matching === 1 ? "" : "s"}`;
       const note = action === "retry"
         ? "Failed and suppressed runs among them are queued again from their checkpoint; others are skipped."
@@ -473,11 +481,12 @@ function bulkPanel(filter, reload) {
     const [, done, going] = VERBS[job.action];
     const counts = `${job.acted} ${done}, ${job.skipped} skipped${job.errors ? `, ${job.errors} refused` : ""}`;
     const finished = !["queued", "scheduled", "running"].includes(job.status);
+    const runs = `matching run${job.total === 1 ? "" : "s"}`;
     const said = finished
-      ? `${job.status === "completed" ? "Done" : `The bulk action ${job.status}`}: ${job.matched} of ${job.total} matching runs met — ${counts}.`
+      ? `${job.status === "completed" ? "Done" : `The bulk action ${job.status}`}: ${job.matched} of ${job.total} ${runs} met — ${counts}.`
       : job.phase === "counting"
         ? `${going}: counting the matching runs…`
-        : `${going}: ${job.matched} of ${job.total} matching runs — ${counts}.`;
+        : `${going}: ${job.matched} of ${job.total} ${runs} — ${counts}.`;
     replace(element,
       h("div", { id: "bulk-progress", dataset: { status: job.status, phase: job.phase } },
         h("progress", { max: 100, value: job.percent, "aria-label": "bulk action progress" }), " ",
