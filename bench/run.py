@@ -5,6 +5,7 @@ every run, writes a markdown table.
     python3 bench/run.py            # the full run (≤ 25 min on 2 vCPU), 3 runs per cell
     python3 bench/run.py --quick    # a smoke run (< 3 min), 1 run per cell, small sizes
     python3 bench/run.py --sections history   # reads against 1 k … 10 M finished runs (~20 min)
+    python3 bench/run.py --sections mixed --only fronta-pg,graphile   # short and long runs together (~3 min)
 
 Systems: fronta (the release `fronta` binary, `fronta bench …`) on SQLite (WAL,
 synchronous FULL and NORMAL) and on Postgres; apalis 1.0 + apalis-sqlite 1.0 (FULL and
@@ -64,6 +65,19 @@ FULL = dict(
     history_sizes=[1_000, 100_000, 1_000_000, 10_000_000],  # finished runs, a fresh database each
     history_samples=200,  # timed repetitions of each measure per size
     history_timeout=3_600,  # seconds for one store's whole history run (10 M runs are written first)
+    # The mixed cell: `mixed_rate` jobs/s for `mixed_seconds` into 2 processes, one job in
+    # 20 sleeping 2 s, at 64 in flight each (the issue's cell) and at 16 (slots scarce).
+    # 200/s is what both systems carry on 2 vCPU with their enqueues keeping pace
+    # (graphile-worker's enqueue calls fell behind at 350/s); the long jobs then hold
+    # 0.05 × 200 × 2 s = 20 slots on average: 20 of 128 at 64 in flight, 20 of 32 at 16
+    # (BENCHMARKS.md, "Mixed workload").
+    mixed_rate=200,
+    mixed_seconds=20,
+    mixed_long_every=20,
+    mixed_long_ms=2_000,
+    mixed_in_flight=[64, 16],
+    mixed_processes=2,
+    mixed_cap=60,  # seconds after the last arrival for every job to finish
 )
 QUICK = dict(
     runs=1,
@@ -91,6 +105,13 @@ QUICK = dict(
     history_sizes=[1_000, 100_000],
     history_samples=50,
     history_timeout=300,
+    mixed_rate=200,
+    mixed_seconds=5,
+    mixed_long_every=20,
+    mixed_long_ms=2_000,
+    mixed_in_flight=[64],
+    mixed_processes=2,
+    mixed_cap=30,
 )
 
 
@@ -222,7 +243,7 @@ SYSTEMS = {
     "apalis-sqlite-normal": dict(label="apalis-sqlite · NORMAL", db="sqlite", sync="normal", kind="peer", cmd=[str(APALIS_SQLITE)], http=True),
     "fronta-pg": dict(label="fronta · Postgres", db="postgres", kind="fronta"),
     "apalis-pg": dict(label="apalis-postgres", db="postgres", kind="peer", cmd=[str(APALIS_PG)], http=True),
-    "graphile": dict(label="graphile-worker (tuned)", db="postgres", kind="peer", cmd=node_peer("graphile-worker")),
+    "graphile": dict(label="graphile-worker (tuned)", db="postgres", kind="peer", cmd=node_peer("graphile-worker"), mixed=True),
     "pg-boss": dict(label="pg-boss (batch 100)", db="postgres", kind="peer", cmd=node_peer("pg-boss")),
 }
 
@@ -287,6 +308,10 @@ def fronta_workload(system, url, workload, p, cfg):
         return fronta_cmd(system, url, webhook)
     if workload == "claim":
         return fronta_cmd(system, url, ["claim", "--queued", str(p["queued"]), "--tenants", str(p["tenants"]), "--samples", str(p["samples"]), "--json"])
+    if workload == "mixed":
+        if system["db"] != "postgres":
+            return None  # worker processes side by side with the Postgres peers
+        return fronta_cmd(system, url, ["mixed"] + mixed_flags(p) + ["--drain-cap", f"{p['cap']}s", "--json"])
     if workload == "rss":
         return fronta_cmd(system, url, ["rss", "--queued", str(p["queued"]), "--tenants", str(p["tenants"]), "--seconds", f"{p['seconds']}s", "--json"])
     raise ValueError(workload)
@@ -308,7 +333,29 @@ def peer_workload(system, url, workload, p, cfg):
         if not system.get("http"):
             return None
         return base + ["--seconds", str(p["seconds"]), "--rate", str(p["rate"]), "--connections", "4"]
+    if workload == "mixed":
+        if not system.get("mixed"):
+            return None
+        return base + ["--jobs", str(p["rate"] * p["seconds"])] + mixed_flags(p) + ["--cap-seconds", str(p["cap"])]
     return None
+
+
+def mixed_flags(p):
+    """The mixed workload's flags, the same for `fronta bench mixed` and the peer programs."""
+    return [
+        "--rate", str(p["rate"]), "--seconds", str(p["seconds"]), "--long-every", str(p["long_every"]),
+        "--long-ms", str(p["long_ms"]), "--processes", str(p["processes"]), "--in-flight", str(p["in_flight"]),
+    ]
+
+
+def mixed_value(f):
+    """A mixed run: the short runs' p99 start delay, the exactly-once verdict, the rest."""
+    extra = {
+        "throughput": f["runsPerSecond"], "p50": f["short"]["p50Ms"], "p95": f["short"]["p95Ms"],
+        "max": f["short"]["maxMs"], "long_p99": f["long"]["p99Ms"], "lag": f["arrivalLagMaxMs"],
+        "enqueue_p50": f["enqueueP50Ms"],
+    }
+    return f["short"]["p99Ms"], f.get("ok", False), extra
 
 
 # ------------------------------------------------------------------ reading figures
@@ -336,7 +383,11 @@ def value_of(system, workload, f):
             return f["claimP50Micros"], f.get("ok", False), {"p99": f["claimP99Micros"], "mean": f["claimMeanMicros"]}
         if workload == "rss":
             return f["peakRssMiB"], f.get("ok", False), {"completed": f["completedMeanwhile"]}
+        if workload == "mixed":
+            return mixed_value(f)
     else:
+        if workload == "mixed":
+            return mixed_value(f)
         if workload == "enqueue":
             return f["perSecond"], f.get("ok", False), {}
         if workload == "drain":
@@ -360,6 +411,10 @@ class Cell:
     def extra_median(self, key):
         xs = [e[key] for e in self.extras if e.get(key) is not None]
         return statistics.median(xs) if xs else None
+
+    def extra_range(self, key):
+        xs = [e[key] for e in self.extras if e.get(key) is not None]
+        return (min(xs), max(xs)) if xs else None
 
     def capped(self):
         return any(e.get("capped") for e in self.extras)
@@ -434,7 +489,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="a smoke run: 1 run per cell, small sizes (< 3 min)")
     parser.add_argument("--no-build", action="store_true", help="use the binaries already built")
     parser.add_argument("--only", default="", help="comma-separated systems (default: all): " + ",".join(SYSTEMS))
-    parser.add_argument("--sections", default="enqueue,drain,latency,http,backlog", help="comma-separated sections to run (also: history, not run by default: it writes up to 10 M runs per store)")
+    parser.add_argument("--sections", default="enqueue,drain,latency,http,backlog", help="comma-separated sections to run (also, not run by default: history, which writes up to 10 M runs per store; mixed, fronta and graphile-worker on Postgres)")
     parser.add_argument("--out", default=None, help="markdown file to write (default bench/results/{quick,full}.md)")
     parser.add_argument("--label", default="", help="a line printed above the tables (e.g. 'smoke run on a busy machine')")
     args = parser.parse_args()
@@ -580,6 +635,10 @@ def main():
         for name in [n for n in only if n in ("fronta-sqlite-normal", "fronta-pg")]:
             out.append(history_section(name, cfg))
 
+    if "mixed" in sections:
+        log("== mixed")
+        out.append(mixed_section(only, cfg, scratch, results))
+
     out.append(targets(results, cfg, info))
     took = time.time() - started
     out.append(f"\nWall time of this run: {took / 60:.1f} min. Command: `python3 bench/run.py{' --quick' if args.quick else ''}`.\n")
@@ -590,6 +649,48 @@ def main():
     print(text)
     log(f"written: {path}")
     shutil.rmtree(scratch, ignore_errors=True)
+
+
+def mixed_section(only, cfg, scratch, results):
+    """Short and long runs arriving together (Postgres; fronta and graphile-worker): per
+    system the throughput and the short runs' start delays, medians of the runs with the
+    spread of the throughput and of the p99."""
+    rows = []
+    for in_flight in cfg["mixed_in_flight"]:
+        params = dict(
+            rate=cfg["mixed_rate"], seconds=cfg["mixed_seconds"], long_every=cfg["mixed_long_every"],
+            long_ms=cfg["mixed_long_ms"], in_flight=in_flight, processes=cfg["mixed_processes"],
+            cap=cfg["mixed_cap"],
+        )
+        for name in [n for n in only if n == "fronta-pg" or SYSTEMS[n].get("mixed")]:
+            cell = measure(name, "mixed", params, cfg, scratch, results)
+            label = SYSTEMS[name]["label"]
+            setting = f"{cfg['mixed_processes']} × {in_flight}"
+            if cell is None:
+                continue
+            if not cell.values:
+                rows.append([label, setting, fmt_rate(cell), "", "", "", ""])
+                continue
+            low, high = cell.extra_range("throughput")
+            spread = lambda lo, hi, f: f" ({lo:{f}}–{hi:{f}})" if len(cell.values) > 1 else ""
+            rows.append([
+                label,
+                setting,
+                f"{cell.extra_median('throughput'):,.0f}{spread(low, high, ',.0f')}",
+                f"{cell.extra_median('p50'):.1f} / {cell.extra_median('p95'):.1f} / {cell.median:.1f}{spread(min(cell.values), max(cell.values), '.1f')}",
+                f"{cell.extra_median('max'):.0f}",
+                f"{cell.extra_median('long_p99'):.1f}",
+                f"{cell.extra_median('enqueue_p50'):.1f}",
+            ])
+    total = cfg["mixed_rate"] * cfg["mixed_seconds"]
+    return (
+        f"#### Mixed workload on Postgres ({total:,} jobs at {cfg['mixed_rate']}/s for {cfg['mixed_seconds']} s, one in "
+        f"{cfg['mixed_long_every']} sleeping {cfg['mixed_long_ms']:,} ms, into worker processes already running; "
+        f"start delay = handler start − enqueue call made; throughput = jobs over first arrival → last end)\n\n"
+        + table(["system", "processes × in flight", "throughput (jobs/s)", "short jobs' start delay ms p50 / p95 / p99",
+                 "short max ms", "long p99 ms", "enqueue call p50 ms"], rows)
+        + "\n"
+    )
 
 
 # `fronta bench history`'s measures, in its order: (JSON key, row label).

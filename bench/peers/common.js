@@ -1,6 +1,6 @@
 // What the Node peer programs share; the same contract as bench/common (Rust):
-// `node bench.js --db URL --workload enqueue|drain|latency [--key value]...` prints one
-// JSON line on stdout. Every job's payload is `{ i: index }`; the ledger counts how often
+// `node bench.js --db URL --workload enqueue|drain|latency|mixed [--key value]...` prints
+// one JSON line on stdout. Every job's payload is `{ i: index }`; the ledger counts how often
 // each index ran; a figure is valid only with no duplicate and no loss.
 'use strict';
 
@@ -39,9 +39,13 @@ function parseArgs() {
     processes: num('processes', 1),
     capSeconds: num('cap-seconds', 60),
     rate: num('rate', 100),
+    // The mixed workload: `rate` jobs/s for `seconds`, one in `long-every` sleeping `long-ms`.
+    seconds: num('seconds', 20),
+    longEvery: num('long-every', 20),
+    longMs: num('long-ms', 2000),
     childOut: map['child-out'],
   };
-  for (const name of ['jobs', 'callers', 'batch', 'inFlight', 'processes', 'rate']) {
+  for (const name of ['jobs', 'callers', 'batch', 'inFlight', 'processes', 'rate', 'seconds', 'longEvery']) {
     if (!(args[name] >= 1)) fail(`--${name} must be at least 1`);
   }
   return args;
@@ -178,6 +182,82 @@ async function pacedEnqueue(args, ledger, enqueue) {
   }
 }
 
+// ---- The mixed workload (the same arrivals and figures as `fronta bench mixed`).
+
+// Job `i` is long when it is the last of its group of `longEvery`.
+const isLong = (args, i) => i % args.longEvery === args.longEvery - 1;
+
+// `rate` calls per second for `seconds`, each made at its scheduled time whether or not the
+// earlier ones have returned (an open arrival process). `enqueue(i, ms)` adds job `i`.
+// Answers when each call was made and returned (unix µs) and the worst lag behind schedule.
+async function mixedArrivals(args, enqueue) {
+  const total = args.rate * args.seconds;
+  const made = new Float64Array(total);
+  const returned = new Float64Array(total);
+  const calls = [];
+  let lagMaxMs = 0;
+  const gapMs = 1000 / args.rate;
+  const start = performance.now();
+  for (let i = 0; i < total; i++) {
+    const due = start + i * gapMs;
+    const wait = due - performance.now();
+    if (wait > 0) await sleep(wait);
+    lagMaxMs = Math.max(lagMaxMs, performance.now() - due);
+    made[i] = unixUs();
+    calls.push(enqueue(i, isLong(args, i) ? args.longMs : 0).then(() => { returned[i] = unixUs(); }));
+  }
+  await Promise.all(calls);
+  return { made, returned, lagMaxMs };
+}
+
+// Nearest rank over sorted values, as the Rust side computes it.
+function quantiles(values) {
+  const sorted = Float64Array.from(values).sort();
+  const at = (q) => (sorted.length === 0 ? 0 : sorted[Math.round((sorted.length - 1) * q)]);
+  return { runs: sorted.length, p50Ms: at(0.5), p95Ms: at(0.95), p99Ms: at(0.99), maxMs: at(1) };
+}
+
+// The figures of a mixed run from what the worker processes saw: `children` are their
+// reports `{ pid, counts, starts, ends }` (per job index; times in unix µs), `unfinished`
+// the jobs still in the queue. A start delay counts from the moment the enqueue call was made.
+function mixedFigures(args, arrivals, children, unfinished) {
+  const total = args.rate * args.seconds;
+  const counts = new Uint8Array(total);
+  const starts = new Float64Array(total);
+  const byProcess = children.map(() => [0, 0]);
+  let lastEnd = 0;
+  children.forEach((child, k) => {
+    for (let i = 0; i < total; i++) {
+      if (child.counts[i] === 0) continue;
+      counts[i] = Math.min(255, counts[i] + child.counts[i]);
+      starts[i] = child.starts[i];
+      lastEnd = Math.max(lastEnd, child.ends[i]);
+      byProcess[k][isLong(args, i) ? 1 : 0] += child.counts[i];
+    }
+  });
+  const { ran, duplicates, lost } = check(counts, unfinished);
+  const short = [];
+  const long = [];
+  for (let i = 0; i < total; i++) {
+    if (counts[i] === 0) continue;
+    (isLong(args, i) ? long : short).push(Math.max(0, starts[i] - arrivals.made[i]) / 1000);
+  }
+  const enqueueMs = Array.from(arrivals.made, (made, i) => (arrivals.returned[i] - made) / 1000);
+  const first = arrivals.made[0];
+  const wallSeconds = (lastEnd - first) / 1e6;
+  const enqueue = quantiles(enqueueMs);
+  return {
+    processes: args.processes, inFlight: args.inFlight, rate: args.rate, seconds: args.seconds,
+    longEvery: args.longEvery, longMs: args.longMs, runs: total,
+    arrivalSeconds: (arrivals.made[total - 1] - first) / 1e6, arrivalLagMaxMs: arrivals.lagMaxMs,
+    wallSeconds, runsPerSecond: ran / wallSeconds, startDelayFrom: 'enqueue call made',
+    short: quantiles(short), long: quantiles(long),
+    enqueueP50Ms: enqueue.p50Ms, enqueueP99Ms: enqueue.p99Ms, startedByProcess: byProcess,
+    ran, duplicates, lost, unfinished: unfinished.length,
+    ok: duplicates === 0 && lost === 0 && unfinished.length === 0 && ran === total,
+  };
+}
+
 function report(peer, args, figures) {
   const rss = fs.readFileSync('/proc/self/status', 'utf8').match(/VmHWM:\s+(\d+)/);
   process.stdout.write(`${JSON.stringify({ peer, workload: args.workload, jobs: args.jobs, peakRssKiB: rss ? Number(rss[1]) : 0, ...figures })}\n`);
@@ -185,5 +265,5 @@ function report(peer, args, figures) {
 
 module.exports = {
   fail, parseArgs, Ledger, sleep, check, percentiles, enqueueWorkload, pacedEnqueue, report,
-  drainInProcesses, nowUs, unixUs,
+  drainInProcesses, nowUs, unixUs, isLong, mixedArrivals, mixedFigures,
 };

@@ -12,7 +12,8 @@
 //! run was reclaimed (a run started twice is a reclaim), the completed runs equal the
 //! handler calls (in this process) or the claims (worker processes), and completed plus
 //! pending equals enqueued. `claim` and `rss` measure with a backlog (`bench_backlog`),
-//! `history` with a history of finished runs (`bench_history`).
+//! `history` with a history of finished runs (`bench_history`), `mixed` with short and
+//! long runs arriving together into worker processes (`bench_mixed`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,9 @@ pub enum Workload {
     Bulk(crate::bench_bulk::BulkBenchArgs),
     /// Claim, webhook, /metrics and list reads against 1 k … 10 M finished runs.
     History(crate::bench_history::HistoryBenchArgs),
+    /// Short and long runs arriving at a steady rate into worker processes: throughput
+    /// and the start delay of each.
+    Mixed(crate::bench_mixed::MixedBenchArgs),
 }
 
 #[derive(Debug, Serialize)]
@@ -253,6 +257,7 @@ pub async fn run(db: &DbArgs, args: BenchArgs) -> anyhow::Result<()> {
         Some(Workload::Rss(rss)) => return crate::bench_backlog::rss(db, rss).await,
         Some(Workload::Bulk(bulk)) => return crate::bench_bulk::run(db, bulk).await,
         Some(Workload::History(history)) => return crate::bench_history::run(db, history).await,
+        Some(Workload::Mixed(mixed)) => return crate::bench_mixed::run(db, mixed).await,
         None => {}
     }
     if args.runs == 0 || args.callers == 0 || args.in_flight == 0 || args.batch == 0 {

@@ -12,6 +12,7 @@ mod bench_automation;
 mod bench_backlog;
 mod bench_bulk;
 mod bench_history;
+mod bench_mixed;
 mod bench_webhook;
 mod connector_settings;
 mod demo;

@@ -6,6 +6,10 @@
 // are the rows left in `graphile_worker._private_jobs` (the `jobs` view hides the payload).
 'use strict';
 
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
 const { run, runMigrations, makeWorkerUtils, Logger } = require('graphile-worker');
 const { Pool } = require('pg');
 const c = require('../common.js');
@@ -30,9 +34,23 @@ function preset(concurrentJobs) {
   };
 }
 
+// What a mixed-workload worker process saw, per job index (times in unix µs).
+const mixedTotal = args.rate * args.seconds;
+const seen = args.workload === 'mixed-worker'
+  ? { counts: new Uint8Array(mixedTotal), starts: new Float64Array(mixedTotal), ends: new Float64Array(mixedTotal) }
+  : null;
+
 const taskList = {
   noop: async (payload) => {
     ledger.run(payload.i);
+  },
+  // The mixed workload's job: note the start, sleep `ms` (0 for a short job), note the end.
+  probe: async (payload) => {
+    const i = payload.i;
+    seen.counts[i] = Math.min(255, seen.counts[i] + 1);
+    seen.starts[i] = c.unixUs();
+    if (payload.ms > 0) await c.sleep(payload.ms);
+    seen.ends[i] = c.unixUs();
   },
 };
 
@@ -63,7 +81,61 @@ async function workUntil(concurrentJobs, until, capSeconds) {
   return reached;
 }
 
+// A mixed-workload worker process: says `ready` on stdout once its worker runs, works
+// until SIGTERM, then writes what it saw to `--child-out` as JSON.
+async function mixedWorker() {
+  let stopping = false;
+  process.on('SIGTERM', () => { stopping = true; });
+  const runner = await run({ preset: preset(args.inFlight), taskList, noHandleSignals: true });
+  process.stdout.write('ready\n');
+  while (!stopping) await c.sleep(20);
+  await runner.stop();
+  await runner.promise.catch(() => {});
+  fs.writeFileSync(args.childOut, JSON.stringify({
+    pid: process.pid, counts: Array.from(seen.counts), starts: Array.from(seen.starts), ends: Array.from(seen.ends),
+  }));
+  process.exit(0);
+}
+
+// The mixed workload: `processes` worker processes started and ready, then `rate` jobs/s
+// for `seconds` from this process, then wait until the queue is empty (`cap-seconds` at most).
+async function mixed(pool, utils) {
+  const folder = fs.mkdtempSync(path.join(os.tmpdir(), 'bench-mixed-'));
+  const children = [];
+  for (let k = 0; k < args.processes; k++) {
+    const file = path.join(folder, `child-${k}.json`);
+    const child = spawn(process.execPath, [
+      process.argv[1], '--db', args.db, '--workload', 'mixed-worker', '--rate', String(args.rate),
+      '--seconds', String(args.seconds), '--in-flight', String(args.inFlight), '--child-out', file,
+    ], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const ready = new Promise((resolve, reject) => {
+      child.stdout.on('data', (chunk) => { if (String(chunk).includes('ready')) resolve(); });
+      child.on('exit', (code) => reject(new Error(`a worker process exited (${code}) before it was ready`)));
+    });
+    const exit = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
+    children.push({ child, file, ready, exit });
+  }
+  await Promise.all(children.map((k) => k.ready));
+  await c.sleep(500);
+  process.stderr.write(`mixed: ${mixedTotal} jobs at ${args.rate}/s for ${args.seconds} s into ${args.processes} × ${args.inFlight}…\n`);
+  const arrivals = await c.mixedArrivals(args, (i, ms) => utils.addJob('probe', { i, ms }));
+  const deadline = Date.now() + args.capSeconds * 1000;
+  for (;;) {
+    const { rows } = await pool.query('select count(*)::int as n from graphile_worker._private_jobs');
+    if (rows[0].n === 0 || Date.now() > deadline) break;
+    await c.sleep(50);
+  }
+  for (const k of children) k.child.kill('SIGTERM');
+  const codes = await Promise.all(children.map((k) => k.exit));
+  const reports = children.map((k) => JSON.parse(fs.readFileSync(k.file, 'utf8')));
+  fs.rmSync(folder, { recursive: true, force: true });
+  const figures = c.mixedFigures(args, arrivals, reports, await unfinished(pool));
+  figures.ok = figures.ok && codes.every((code) => code === 0);
+  return figures;
+}
+
 async function main() {
+  if (args.workload === 'mixed-worker') return mixedWorker();
   const pool = new Pool({ connectionString: args.db, max: 4 });
   await checkCommit(pool);
   if (args.childOut) {
@@ -122,8 +194,10 @@ async function main() {
     const still = await unfinished(pool);
     const { ran, duplicates, lost } = c.check(ledger.counts, still);
     figures = { ...c.percentiles(ledger.waits), rate: args.rate, ran, duplicates, lost, ok: finished && duplicates === 0 && lost === 0 };
+  } else if (args.workload === 'mixed') {
+    figures = await mixed(pool, utils);
   } else {
-    c.fail(`--workload: enqueue, drain or latency, not ${args.workload}`);
+    c.fail(`--workload: enqueue, drain, latency or mixed, not ${args.workload}`);
   }
   await utils.release();
   await pool.end();
