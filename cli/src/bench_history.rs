@@ -38,7 +38,6 @@
 //! `fronta_bench_history_<pid>_<size>` is created per size and dropped afterwards.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -51,16 +50,15 @@ use fronta_desk::{Origin, TenantId};
 use fronta_engine::store::{ClaimParams, Enqueued, Finish, FinishAction};
 use fronta_engine::{
     Dispatcher, EnqueueRequest, KindConfig, Outcome, Registry, RunId, RunStore, StoreError,
-    WorkerConfig,
 };
-use fronta_server::{Listener, ServerConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_client::ApiClient;
-use crate::{DbArgs, Store, is_postgres, open_store, serve};
+use crate::bench_webhook::BenchServer;
+use crate::{DbArgs, Store, is_postgres, open_store};
 
 /// A figure whose median grew past this many times its smallest-size median is flagged.
 const RATIO_TARGET: f64 = 1.5;
@@ -410,40 +408,9 @@ async fn one_size(
 ) -> anyhow::Result<SizeFigures> {
     let store = open_store(db, "fronta-bench-history").await?;
     let runs = store.runs();
-    let before = runs.run_stats().await?;
-    if before.total() > 0 {
-        bail!(
-            "bench history needs an empty database: this one holds {} runs",
-            before.total()
-        );
-    }
-    let admin = fronta_desk::token::generate("fa_");
-    let config = ServerConfig {
-        admin_token_hash: Some(fronta_desk::token::hash(&admin)),
-        webhook_rate_per_token: None,
-        webhook_rate_per_tenant: None,
-        api_rate_per_tenant: None,
-        ..ServerConfig::default()
-    };
-    let worker_config = WorkerConfig {
-        name: "bench-history".into(),
-        ..WorkerConfig::default()
-    };
     // No worker: webhook runs stay queued, and nothing but the bench claims.
-    let (app, _worker) = serve::server_parts(
-        &store,
-        config,
-        worker_config,
-        &crate::connector_settings::ConnectorArgs::from_environment()?,
-    )?;
-    let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    let address = listener.local_addr()?;
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(fronta_server::serve(
-        listener,
-        app,
-        shutdown.clone().cancelled_owned(),
-    ));
+    let server = BenchServer::start(&store, "bench-history").await?;
+    let (address, admin) = (server.address, server.admin.clone());
     let result = async {
         let client = ApiClient::at(address)?.connection()?;
         let (tenants, webhook) = setup(&client, &admin).await?;
@@ -480,11 +447,7 @@ async fn one_size(
         })
     }
     .await;
-    shutdown.cancel();
-    server
-        .await
-        .context("the server task")?
-        .context("serving HTTP")?;
+    server.stop().await?;
     if let Store::Postgres(pg) = &store {
         pg.pool().close().await;
     }

@@ -138,56 +138,84 @@ pub async fn run(db: &DbArgs, args: WebhookBenchArgs) -> anyhow::Result<()> {
              (--database postgres://…); {url:?} is neither: leave out --database for SQLite"
         ),
     };
-    let runs = store.runs();
     // The check counts every run in the store as this bench's.
-    let before = runs.run_stats().await?;
-    if before.total() > 0 {
-        bail!(
-            "bench webhook needs an empty database: this one holds {} runs",
-            before.total()
-        );
-    }
-    let admin = fronta_desk::token::generate("fa_");
-    let config = ServerConfig {
-        admin_token_hash: Some(fronta_desk::token::hash(&admin)),
-        webhook_rate_per_token: None,
-        webhook_rate_per_tenant: None,
-        api_rate_per_tenant: None,
-        ..ServerConfig::default()
-    };
-    let worker_config = WorkerConfig {
-        name: "bench-webhook".into(),
-        ..WorkerConfig::default()
-    };
+    let runs = store.runs();
     // Ingestion only: the worker is never started, every accepted run stays queued.
-    let (app, _worker) = serve::server_parts(
-        &store,
-        config,
-        worker_config,
-        &crate::connector_settings::ConnectorArgs::from_environment()?,
-    )?;
-    let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
-    let address = listener.local_addr()?;
-    let shutdown = CancellationToken::new();
-    let server = tokio::spawn(fronta_server::serve(
-        listener,
-        app,
-        shutdown.clone().cancelled_owned(),
-    ));
+    let server = BenchServer::start(&store, "bench-webhook").await?;
     let database = match store {
         Store::Sqlite(_) => Database::Sqlite {
             synchronous: format!("{:?}", db.synchronous).to_lowercase(),
         },
         Store::Postgres(_) => Database::Postgres,
     };
-    let result = measure(address, &admin, runs, &database, &args).await;
-    shutdown.cancel();
-    server
-        .await
-        .context("the server task")?
-        .context("serving HTTP")?;
+    let result = measure(server.address, &server.admin, runs, &database, &args).await;
+    server.stop().await?;
     drop(temp);
     result
+}
+
+/// The real server of a bench, in this process, on a free loopback port, over an empty
+/// store: an admin token of its own, no rate limits, no worker (what the bench enqueues
+/// stays queued unless the bench claims it).
+pub(crate) struct BenchServer {
+    pub admin: String,
+    pub address: SocketAddr,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl BenchServer {
+    /// Starts it, once the store holds no run (every run counts as the bench's).
+    pub(crate) async fn start(store: &Store, name: &str) -> anyhow::Result<BenchServer> {
+        let before = store.runs().run_stats().await?;
+        if before.total() > 0 {
+            bail!(
+                "{name} needs an empty database: this one holds {} runs",
+                before.total()
+            );
+        }
+        let admin = fronta_desk::token::generate("fa_");
+        let config = ServerConfig {
+            admin_token_hash: Some(fronta_desk::token::hash(&admin)),
+            webhook_rate_per_token: None,
+            webhook_rate_per_tenant: None,
+            api_rate_per_tenant: None,
+            ..ServerConfig::default()
+        };
+        let worker_config = WorkerConfig {
+            name: name.into(),
+            ..WorkerConfig::default()
+        };
+        let (app, _worker) = serve::server_parts(
+            store,
+            config,
+            worker_config,
+            &crate::connector_settings::ConnectorArgs::from_environment()?,
+        )?;
+        let listener = Listener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await?;
+        let address = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(fronta_server::serve(
+            listener,
+            app,
+            shutdown.clone().cancelled_owned(),
+        ));
+        Ok(BenchServer {
+            admin,
+            address,
+            shutdown,
+            task,
+        })
+    }
+
+    /// Stops it and waits until it has.
+    pub(crate) async fn stop(self) -> anyhow::Result<()> {
+        self.shutdown.cancel();
+        self.task
+            .await
+            .context("the server task")?
+            .context("serving HTTP")
+    }
 }
 
 /// The store the bench ingests into, as its figures name it.
