@@ -227,7 +227,10 @@ impl std::fmt::Debug for Checkpointer {
 }
 
 impl Checkpointer {
-    pub(crate) fn new(
+    /// The checkpointer of run `run` claimed with `owner`: each save renews the lease by
+    /// `lease` and refuses once `signal` says the lease is lost. The worker makes one per
+    /// claimed run; a test or an application that runs a handler itself makes its own.
+    pub fn new(
         store: Arc<dyn RunStore>,
         run: crate::model::RunId,
         owner: OwnerToken,

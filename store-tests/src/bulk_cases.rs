@@ -5,17 +5,24 @@
 
 use std::time::Duration;
 
-use fronta_automation::bulk::{BulkAction, BulkProgress, Phase, Walk, step};
+use std::sync::Arc;
+
+use fronta_automation::bulk::{
+    BULK_KIND, BulkAction, BulkFilter, BulkPayload, BulkProgress, Phase, Walk, execute, step,
+};
 use fronta_automation::executor::AUTOMATION_KIND;
 use fronta_automation::run_search::RunSearch;
+use fronta_engine::registry::{Checkpointer, StopReason, StopSignal};
+use fronta_engine::store::CheckpointParams;
 use fronta_engine::{
-    Dispatcher, EnqueueRequest, Enqueued, FinishAction, Run, RunId, RunStatus, RunStore,
+    Dispatcher, EnqueueRequest, Enqueued, FinishAction, Outcome, Run, RunContext, RunId, RunStatus,
+    RunStore,
 };
 
 use crate::StoreFactory;
-use crate::support::{Env, params};
+use crate::support::{Env, LEASE, params};
 
-const BULK: &str = "runs:bulk";
+const BULK: &str = BULK_KIND;
 
 fn dispatcher(env: &Env) -> Dispatcher {
     Dispatcher::new(env.store.clone(), [AUTOMATION_KIND, BULK])
@@ -289,4 +296,88 @@ pub async fn batched_retries_and_cancels_answer_each_run_and_a_conflict_fails_al
         status(env.store.as_ref(), holder).await,
         RunStatus::Cancelled
     );
+}
+
+pub async fn a_cancelled_bulk_action_stops_between_two_pages_and_keeps_what_it_did(
+    factory: &dyn StoreFactory,
+) {
+    let env = Env::open(factory).await;
+    let dispatcher = dispatcher(&env);
+    let mut waiting = Vec::new();
+    for _ in 0..10 {
+        let request = EnqueueRequest::new(AUTOMATION_KIND, serde_json::json!({}), 3)
+            .tenant("acme")
+            .delay(std::time::Duration::from_secs(3600));
+        waiting.push(inserted(&dispatcher, request).await);
+        env.advance(Duration::from_millis(5));
+    }
+    let payload = BulkPayload {
+        action: BulkAction::Cancel,
+        filter: BulkFilter {
+            status: Some("scheduled".into()),
+            ..BulkFilter::default()
+        },
+        by: "test".into(),
+    };
+    let request = EnqueueRequest::new(BULK, serde_json::to_value(&payload).expect("a payload"), 3)
+        .tenant("acme");
+    let job = inserted(&dispatcher, request).await;
+    let claimed = env.claim_one().await;
+    assert_eq!(claimed.run.id, job, "the bulk action is the only run due");
+
+    // Its count and its first page of three, saved as its checkpoint.
+    let search = payload.filter.search().expect("a search");
+    let walk = Walk {
+        tenant: "acme",
+        start: job,
+        asked_at: claimed.run.created_at,
+        action: BulkAction::Cancel,
+        search: &search,
+        batch: 3,
+    };
+    let mut progress = BulkProgress::default();
+    while progress.phase == Phase::Counting {
+        progress = step(env.store.as_ref(), &walk, progress)
+            .await
+            .expect("a page")
+            .0;
+    }
+    let (progress, _) = step(env.store.as_ref(), &walk, progress)
+        .await
+        .expect("a page");
+    assert_eq!((progress.total, progress.acted), (10, 3), "{progress:?}");
+    env.store
+        .run_checkpoint(CheckpointParams {
+            id: job,
+            owner: claimed.owner,
+            state: serde_json::to_vec(&progress).expect("progress"),
+            lease: LEASE,
+        })
+        .await
+        .expect("the checkpoint");
+
+    // Cancelled before its next page: it stops there, saying how far it got.
+    let signal = StopSignal::new();
+    signal.stop(StopReason::Cancel);
+    let ctx = RunContext {
+        run: Arc::new(env.get(job).await),
+        signal: signal.clone(),
+        checkpointer: Checkpointer::new(env.store.clone(), job, claimed.owner, LEASE, signal),
+        dispatcher: dispatcher.clone(),
+        worker: "test".into(),
+    };
+    let outcome = execute(env.store.clone(), 3, ctx).await;
+    assert_eq!(
+        outcome,
+        Outcome::Fail("cancelled after 3 of 10 matches (3 acted on)".into())
+    );
+    let mut cancelled = 0;
+    for id in &waiting {
+        match status(env.store.as_ref(), *id).await {
+            RunStatus::Cancelled => cancelled += 1,
+            RunStatus::Scheduled => {}
+            other => panic!("run {id} is {other}"),
+        }
+    }
+    assert_eq!(cancelled, 3, "what it did stays done, nothing more");
 }

@@ -211,6 +211,7 @@ macro_rules! conformance_suite {
             bulk_cases::a_bulk_retry_replayed_after_a_crash_retries_no_run_twice,
             bulk_cases::a_bulk_cancel_replayed_after_a_crash_cancels_each_run_once,
             bulk_cases::batched_retries_and_cancels_answer_each_run_and_a_conflict_fails_alone,
+            bulk_cases::a_cancelled_bulk_action_stops_between_two_pages_and_keeps_what_it_did,
             // Reads.
             store_cases::run_list_is_newest_first_with_filters_limit_and_cursor,
             store_cases::run_stats_counts_every_status,
