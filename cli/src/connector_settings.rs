@@ -130,6 +130,10 @@ pub(crate) struct ConnectorArgs {
     /// longer templated value fails its step. At most 3660 days.
     #[arg(long, env = "FRONTA_MAX_PAUSE", default_value = "366d", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = RUNS)]
     pub(crate) max_pause: Duration,
+    /// Runs a bulk action (`POST /api/runs/bulk`) reads per page, acts on in one store
+    /// call and checkpoints after: a crash replays at most one page.
+    #[arg(long, env = "FRONTA_BULK_BATCH", default_value_t = fronta_automation::bulk::DEFAULT_BULK_BATCH, value_name = "RUNS", value_parser = clap::value_parser!(u64).range(1..=10_000).map(|runs| runs as usize), help_heading = RUNS)]
+    bulk_batch: usize,
 }
 
 /// Only the settings, for commands that have no flags for them: read from the
@@ -262,6 +266,8 @@ pub(crate) struct ConnectorSetup {
     pub storage_wait: Duration,
     /// `Runtime::max_pause` of the automation executor.
     pub max_pause: Duration,
+    /// The page of a bulk action (`fronta_automation::bulk::register`).
+    pub bulk_batch: usize,
     /// The poll's limits.
     pub poll: PollLimits,
 }
@@ -377,6 +383,7 @@ impl ConnectorArgs {
             limits,
             storage_wait: self.storage_wait,
             max_pause: self.max_pause,
+            bulk_batch: self.bulk_batch,
         })
     }
 

@@ -552,12 +552,7 @@ pub(crate) fn runtime_registry(
         max_pause: outside.max_pause,
     });
     fronta_automation::executor::register(&mut registry, runtime, lease)?;
-    fronta_automation::bulk::register(
-        &mut registry,
-        runs.clone(),
-        lease,
-        fronta_automation::bulk::DEFAULT_BULK_BATCH,
-    )?;
+    fronta_automation::bulk::register(&mut registry, runs.clone(), lease, outside.bulk_batch)?;
     let registry = Arc::new(registry);
     let dispatcher = Dispatcher::from_registry(runs, &registry);
     store.set_ticket_event_sink(fronta_automation::executor::event_sink(dispatcher.clone()));
