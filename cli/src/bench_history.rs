@@ -48,16 +48,14 @@ use clap::Args;
 use fronta_desk::store::TicketUpsert;
 use fronta_desk::{Origin, TenantId};
 use fronta_engine::store::{ClaimParams, Enqueued, Finish, FinishAction};
-use fronta_engine::{
-    Dispatcher, EnqueueRequest, KindConfig, Outcome, Registry, RunId, RunStore, StoreError,
-};
+use fronta_engine::{Dispatcher, EnqueueRequest, RunId, RunStore, StoreError};
 use serde::Serialize;
 use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
 use crate::api_client::ApiClient;
-use crate::bench_webhook::BenchServer;
+use crate::bench_webhook::{BenchServer, orders_webhook};
 use crate::{DbArgs, Store, is_postgres, open_store};
 
 /// A figure whose median grew past this many times its smallest-size median is flagged.
@@ -533,32 +531,7 @@ async fn setup(client: &ApiClient, admin: &str) -> anyhow::Result<(Tenants, Stri
         made.push((id, token));
     }
     debug_assert_eq!(made.len(), QUIET_TENANTS + 2);
-    let automation = client
-        .call(
-            "POST",
-            "/api/automations",
-            Some(&made[0].1),
-            Some(&json!({
-                "name": "Orders",
-                "trigger": {"type": "webhook", "params": [
-                    {"name": "kind", "path": "kind", "type": "string", "required": true},
-                    {"name": "orderId", "path": "data.order.id", "type": "string", "required": true}]},
-                "steps": [{"name": "note", "op": "flow/log", "input": {"message": "order {{orderId}}"}}]
-            })),
-        )
-        .await?;
-    if automation.status != 201 {
-        bail!(
-            "creating the automation: {}",
-            String::from_utf8_lossy(&automation.body)
-        );
-    }
-    let url = automation.json()["webhookUrl"]
-        .as_str()
-        .context("no webhookUrl")?
-        .to_owned();
-    let start = url.find("/webhook/").context("a webhook URL")?;
-    let webhook = url[start..].to_owned();
+    let webhook = orders_webhook(client, &made[0].1).await?;
     let empty_token = made[QUIET_TENANTS + 1].1.clone();
     let quiet = made[1..=QUIET_TENANTS].iter().map(|(id, _)| *id).collect();
     Ok((
@@ -913,13 +886,8 @@ async fn measure(
     // 1. Rounds of one claim and one of each read, so that a drift of the machine
     //    during the rounds falls on all of them alike. Claims come before any webhook:
     //    a webhook leaves a queued run the next claim would take.
-    let mut registry = Registry::new();
-    registry.register(
-        "noop",
-        KindConfig::fire_and_forget(Duration::from_secs(30)),
-        |_ctx| async { Outcome::done() },
-    )?;
-    let dispatcher = Dispatcher::from_registry(runs.clone(), &registry);
+    // Enqueue only: the bench claims and finishes these runs itself, no handler runs.
+    let dispatcher = Dispatcher::new(runs.clone(), ["noop"]);
     let busy_token = tenants.busy.1.as_str();
     let empty_token = tenants.empty_token.as_str();
     let page = format!("/api/runs?limit={PAGE}");

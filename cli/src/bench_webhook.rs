@@ -477,11 +477,17 @@ async fn setup(client: &ApiClient, admin: &str) -> anyhow::Result<String> {
         .as_str()
         .context("no tenant token")?
         .to_owned();
+    orders_webhook(client, &token).await
+}
+
+/// Creates the benches' webhook automation (an order's `kind` and `data.order.id`, one
+/// `flow/log` step) for the tenant of `token`; answers its webhook path.
+pub(crate) async fn orders_webhook(client: &ApiClient, token: &str) -> anyhow::Result<String> {
     let automation = client
         .call(
             "POST",
             "/api/automations",
-            Some(&token),
+            Some(token),
             Some(&json!({
                 "name": "Orders",
                 "trigger": {"type": "webhook", "params": [
