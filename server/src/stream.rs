@@ -216,7 +216,8 @@ impl Hub {
             return;
         };
         match app.runs().run_get(id).await {
-            Ok(Some(run)) => channel.run(&run, true),
+            Ok(Some(run)) if run.kind == STREAMED_KIND => channel.run(&run, true),
+            Ok(Some(_)) => {}
             Ok(None) => {}
             Err(err) => tracing::debug!(run = %id, error = %err, "stream: run not read"),
         }
@@ -257,13 +258,16 @@ async fn poll(app: App, tenant: TenantId, channel: Arc<Channel>) {
     }
 }
 
+/// The runs a stream tells of: the automation runs (a bulk action is followed at its own
+/// route).
+const STREAMED_KIND: &str = fronta_automation::executor::AUTOMATION_KIND;
+
 /// One look at the tenant's newest runs, tickets and incidents; what they no longer
 /// hold is forgotten (a failed read keeps what was seen).
 async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
     let filter = RunFilter {
         tenant: Some(tenant.to_string()),
-        // The automation runs: a bulk action is followed at its own route.
-        kind: Some(fronta_automation::executor::AUTOMATION_KIND.into()),
+        kind: Some(STREAMED_KIND.into()),
         limit: POLL_WINDOW,
         ..RunFilter::default()
     };

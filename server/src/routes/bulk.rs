@@ -19,8 +19,7 @@ use fronta_automation::bulk::{
     BULK_KIND, BulkAction, BulkFilter, BulkPayload, BulkProgress, Phase, count,
 };
 use fronta_desk::TenantId;
-use fronta_engine::store::CancelReply;
-use fronta_engine::{EnqueueRequest, Run, RunId, RunStatus, Trigger};
+use fronta_engine::{EnqueueRequest, Run, RunStatus, Trigger};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -28,7 +27,7 @@ use crate::app::App;
 use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
-use crate::routes::runs::ticket_filter;
+use crate::routes::runs::{cancel_run, tenant_run_of, ticket_filter};
 
 /// The body of `POST /api/runs/bulk`.
 #[derive(Debug, Deserialize)]
@@ -151,14 +150,7 @@ async fn tenant_bulk(
     tenant: TenantId,
     id: &str,
 ) -> Result<(Run, BulkPayload), ApiError> {
-    let id: RunId = id.parse().map_err(|_| ApiError::NotFound("bulk action"))?;
-    let run = app
-        .runs()
-        .run_get(id)
-        .await
-        .map_err(|err| ApiError::store(err, "bulk action"))?
-        .filter(|run| run.tenant == tenant.to_string() && run.kind == BULK_KIND)
-        .ok_or(ApiError::NotFound("bulk action"))?;
+    let run = tenant_run_of(app, tenant, id, Some(BULK_KIND), "bulk action").await?;
     let payload = serde_json::from_value(run.payload.clone()).map_err(|err| {
         tracing::error!(run = %run.id, error = %err, "a bulk action's payload does not read");
         ApiError::Internal
@@ -181,24 +173,6 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let (run, _) = tenant_bulk(&app, tenant.id, &id).await?;
-    let reply = app
-        .runs()
-        .run_request_cancel(run.id)
-        .await
-        .map_err(|err| ApiError::store(err, "bulk action"))?;
-    let cancel = match reply {
-        CancelReply::Cancelled => "cancelled",
-        CancelReply::Requested => {
-            app.cancel_here(run.id);
-            "requested"
-        }
-        CancelReply::AlreadyFinished(status) => {
-            return Err(ApiError::Conflict {
-                code: "run_finished",
-                message: format!("the bulk action is already {status}: nothing to cancel"),
-            });
-        }
-    };
-    tracing::info!(run = %run.id, cancel, "bulk action cancel requested through the API");
+    let (cancel, _) = cancel_run(&app, tenant.id, &run, "bulk action").await?;
     Ok(Json(json!({"id": run.id.to_string(), "cancel": cancel})))
 }

@@ -136,13 +136,58 @@ fn page_of(runs: Vec<Run>, next_cursor: Option<String>) -> Page<RunView> {
 
 /// The tenant's run `id`, or the 404 of an unknown id.
 async fn tenant_run(app: &App, tenant: TenantId, id: &str) -> Result<Run, ApiError> {
-    let id: RunId = id.parse().map_err(|_| ApiError::NotFound("run"))?;
+    tenant_run_of(app, tenant, id, None, "run").await
+}
+
+/// The tenant's run `id` (of `kind`, when given), or the 404 of an unknown `what`.
+pub(crate) async fn tenant_run_of(
+    app: &App,
+    tenant: TenantId,
+    id: &str,
+    kind: Option<&str>,
+    what: &'static str,
+) -> Result<Run, ApiError> {
+    let id: RunId = id.parse().map_err(|_| ApiError::NotFound(what))?;
     app.runs()
         .run_get(id)
         .await
-        .map_err(|err| ApiError::store(err, "run"))?
+        .map_err(|err| ApiError::store(err, what))?
         .filter(|run| run.tenant == tenant.to_string())
-        .ok_or(ApiError::NotFound("run"))
+        .filter(|run| kind.is_none_or(|kind| run.kind == kind))
+        .ok_or(ApiError::NotFound(what))
+}
+
+/// Asks the store to cancel the tenant's `run` (`what` names it in a refusal): a waiting
+/// run is cancelled at once, a running one is asked to stop (its handler in this process
+/// hears it now, elsewhere at the next heartbeat); 409 `run_finished` once it ended.
+/// Answers what was done and the status after it; the stream is told.
+pub(crate) async fn cancel_run(
+    app: &App,
+    tenant: TenantId,
+    run: &Run,
+    what: &str,
+) -> Result<(&'static str, RunStatus), ApiError> {
+    let reply = app
+        .runs()
+        .run_request_cancel(run.id)
+        .await
+        .map_err(|err| ApiError::store(err, "run"))?;
+    let done = match reply {
+        CancelReply::Cancelled => ("cancelled", RunStatus::Cancelled),
+        CancelReply::Requested => {
+            app.cancel_here(run.id);
+            ("requested", run.status)
+        }
+        CancelReply::AlreadyFinished(status) => {
+            return Err(ApiError::Conflict {
+                code: "run_finished",
+                message: format!("the {what} is already {status}: nothing to cancel"),
+            });
+        }
+    };
+    tracing::info!(run = %run.id, cancel = done.0, "cancel requested through the API");
+    app.hub().run_changed(app, tenant, run.id).await;
+    Ok(done)
 }
 
 pub async fn get(
@@ -160,27 +205,7 @@ pub async fn cancel(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let run = tenant_run(&app, tenant.id, &id).await?;
-    let reply = app
-        .runs()
-        .run_request_cancel(run.id)
-        .await
-        .map_err(|err| ApiError::store(err, "run"))?;
-    let (cancel, status) = match reply {
-        CancelReply::Cancelled => ("cancelled", RunStatus::Cancelled),
-        CancelReply::Requested => {
-            // Running here: its handler hears it now, not at the next heartbeat.
-            app.cancel_here(run.id);
-            ("requested", run.status)
-        }
-        CancelReply::AlreadyFinished(status) => {
-            return Err(ApiError::Conflict {
-                code: "run_finished",
-                message: format!("the run is already {status}: nothing to cancel"),
-            });
-        }
-    };
-    tracing::info!(run = %run.id, cancel, "cancel requested through the API");
-    app.hub().run_changed(&app, tenant.id, run.id).await;
+    let (cancel, status) = cancel_run(&app, tenant.id, &run, "run").await?;
     Ok(Json(
         json!({"runId": run.id.to_string(), "cancel": cancel, "status": status}),
     ))
