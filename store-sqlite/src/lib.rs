@@ -407,14 +407,10 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
-        let reply = self
-            .write(move |_, conn, now| runs::request_cancel(conn, id, now))
-            .await?;
-        if reply == CancelReply::Requested {
-            // No listener (no worker here) is not an error: the heartbeat delivers it.
-            let _ = self.inner.cancels.send(id);
-        }
-        Ok(reply)
+        self.run_request_cancel_many(vec![id])
+            .await?
+            .pop()
+            .unwrap_or(Err(StoreError::NotFound))
     }
 
     fn cancel_requests(&self) -> Option<tokio::sync::broadcast::Receiver<RunId>> {
@@ -436,6 +432,7 @@ impl RunStore for SqliteStore {
             .await?;
         for (id, reply) in asked.iter().zip(&replies) {
             if matches!(reply, Ok(CancelReply::Requested)) {
+                // No listener (no worker here) is not an error: the heartbeat delivers it.
                 let _ = self.inner.cancels.send(*id);
             }
         }
