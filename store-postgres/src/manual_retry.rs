@@ -2,7 +2,7 @@
 //! its checkpoint and a fresh budget; the tenant is noted as having pending work (and
 //! workers are notified) in the same statement.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use fronta_engine::store::{RetryReply, StoreResult};
 use fronta_engine::{RunId, StoreError};
@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection};
 use uuid::Uuid;
 
 use crate::map_err;
-use crate::runs::{Ctx, STATUS_OF, STATUS_OF_MANY, status_of};
+use crate::runs::{Ctx, STATUS_OF, status_of, statuses_of};
 
 /// The update of a retry: back to pending, due now, a fresh budget, the checkpoint kept.
 macro_rules! retry_set {
@@ -124,20 +124,7 @@ pub(crate) async fn retry_many(
         .filter(|key| !requeued.contains(key))
         .copied()
         .collect();
-    let mut found: HashMap<Uuid, (i16, bool)> = HashMap::new();
-    if !missing.is_empty() {
-        ctx.trip();
-        let rows: Vec<(Uuid, i16, bool)> = sqlx::query_as(STATUS_OF_MANY)
-            .bind(ctx.now)
-            .bind(&missing)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        found = rows
-            .into_iter()
-            .map(|(id, status, later)| (id, (status, later)))
-            .collect();
-    }
+    let found = statuses_of(conn, ctx, &missing).await?;
     Ok(keys
         .iter()
         .map(|key| {

@@ -1234,7 +1234,7 @@ const REQUEST_CANCEL_MANY: &str = concat!(
 );
 
 /// The status of each of the runs `$2` and whether it is not yet due.
-pub(crate) const STATUS_OF_MANY: &str = concat!(
+const STATUS_OF_MANY: &str = concat!(
     "SELECT id, status, run_at > ",
     now!(),
     " AS later FROM runs WHERE id = ANY($2::uuid[])"
@@ -1273,17 +1273,7 @@ pub(crate) async fn request_cancel_many(
         .copied()
         .collect();
     if !missing.is_empty() {
-        ctx.trip();
-        let found: Vec<(Uuid, i16, bool)> = sqlx::query_as(STATUS_OF_MANY)
-            .bind(ctx.now)
-            .bind(&missing)
-            .fetch_all(&mut *conn)
-            .await
-            .map_err(map_err)?;
-        let found: HashMap<Uuid, (i16, bool)> = found
-            .into_iter()
-            .map(|(id, status, later)| (id, (status, later)))
-            .collect();
+        let found = statuses_of(conn, ctx, &missing).await?;
         for key in missing {
             let reply = match found.get(&key) {
                 None => Err(StoreError::NotFound),
@@ -1298,6 +1288,29 @@ pub(crate) async fn request_cancel_many(
     Ok(keys
         .iter()
         .map(|key| replies.remove(key).unwrap_or(Err(StoreError::NotFound)))
+        .collect())
+}
+
+/// The status code of each of `ids` and whether it is not yet due ([`STATUS_OF_MANY`]);
+/// an id that is not there is left out. An empty `ids` reads nothing.
+pub(crate) async fn statuses_of(
+    conn: &mut PgConnection,
+    ctx: Ctx<'_>,
+    ids: &[Uuid],
+) -> SqlResult<HashMap<Uuid, (i16, bool)>> {
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    ctx.trip();
+    let rows: Vec<(Uuid, i16, bool)> = sqlx::query_as(STATUS_OF_MANY)
+        .bind(ctx.now)
+        .bind(ids)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(map_err)?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, status, later)| (id, (status, later)))
         .collect())
 }
 
