@@ -448,7 +448,7 @@ function bulkPanel(filter, reload) {
         h("div", { id: "bulk-confirm", class: "confirm", role: "alertdialog", "aria-labelledby": "bulk-question" },
           h("p", { id: "bulk-question" }, h("strong", {}, `${verb} ${count}?`), " ", note),
           h("button", { type: "button", id: "bulk-go", class: "danger", onclick: () => start(action) }, `${verb} ${count}`), " ",
-          h("button", { type: "button", id: "bulk-back", onclick: idle }, "Keep them")),
+          h("button", { type: "button", id: "bulk-back", onclick: idle }, "Not now")),
         status);
       status.textContent = "";
     } catch (failure) {
