@@ -22,6 +22,9 @@ pub enum Op {
     FlowLog,
     HttpRequest,
     McpCallTool,
+    /// Sends a message through one of the tenant's mail servers over SMTP
+    /// (`crate::mail`).
+    MailSend,
     /// The `mail` poll's fetch (`crate::poll`): not a step users write, so not in
     /// [`Op::KNOWN`]; a connector serves it like the others.
     PollMail,
@@ -31,7 +34,7 @@ pub enum Op {
 
 impl Op {
     /// Every op of the catalogue, in the order of API.md's table.
-    pub const KNOWN: [Op; 11] = [
+    pub const KNOWN: [Op; 12] = [
         Op::TicketUpsert,
         Op::TicketSetType,
         Op::TicketAddTags,
@@ -43,6 +46,7 @@ impl Op {
         Op::FlowLog,
         Op::HttpRequest,
         Op::McpCallTool,
+        Op::MailSend,
     ];
 
     /// Reads an op name; anything outside the catalogue is [`Op::Unknown`].
@@ -67,6 +71,7 @@ impl Op {
             Op::FlowLog => "flow/log",
             Op::HttpRequest => "http/request",
             Op::McpCallTool => "mcp/call-tool",
+            Op::MailSend => "mail/send",
             Op::PollMail => "poll/mail",
             Op::Unknown(name) => name,
         }
@@ -78,7 +83,10 @@ impl Op {
 
     /// Connector ops call a third-party service and name it in the step's `service`.
     pub fn is_connector(&self) -> bool {
-        matches!(self, Op::HttpRequest | Op::McpCallTool | Op::PollMail)
+        matches!(
+            self,
+            Op::HttpRequest | Op::McpCallTool | Op::MailSend | Op::PollMail
+        )
     }
 
     /// Whether the op changes anything outside its run (tickets, incidents, another
@@ -116,6 +124,7 @@ impl Op {
             Op::FlowLog => &["message"],
             Op::HttpRequest => &["url"],
             Op::McpCallTool => &["server", "tool"],
+            Op::MailSend => &["server", "to", "subject"],
             Op::PollMail => &["host", "user", "password"],
             Op::Unknown(_) => &[],
         }
@@ -128,6 +137,7 @@ impl Op {
             Op::IncidentCreate => &["ticket"],
             Op::HttpRequest => &["method", "headers", "query", "body", "timeoutSec"],
             Op::McpCallTool => &["arguments"],
+            Op::MailSend => &["cc", "text", "html"],
             _ => &[],
         }
     }
@@ -153,6 +163,7 @@ impl Op {
             Op::FlowPause | Op::FlowLog => &[],
             Op::HttpRequest => &["status", "headers", "body"],
             Op::McpCallTool => &["content", "structured", "isError"],
+            Op::MailSend => &["messageId", "reply", "from", "to", "cc", "subject"],
             Op::PollMail => &["items", "cursor", "left"],
             Op::Unknown(_) => &[],
         }
@@ -294,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn only_http_and_mcp_are_connectors() {
+    fn http_mcp_and_mail_are_the_connectors() {
         let connectors: Vec<&str> = Op::KNOWN
             .iter()
             .filter(|op| op.is_connector())
@@ -302,7 +313,7 @@ mod tests {
             .collect();
         assert_eq!(
             connectors,
-            vec!["http/request", "mcp/call-tool"],
+            vec!["http/request", "mcp/call-tool", "mail/send"],
             "the connector ops"
         );
     }

@@ -1,8 +1,9 @@
 //! The port to third-party services: the executor hands a connector step's rendered
 //! input to a [`Connector`] and gets outputs or a failure described by its [`Cause`].
 //!
-//! This crate knows no HTTP: `fronta-connectors` implements the port (`http/request`
-//! today; `mcp/call-tool` beside it). A process that installs no connector answers
+//! This crate knows no HTTP: `fronta-connectors` implements the port (`http/request`,
+//! `mcp/call-tool`, `mail/send`, `poll/mail`), and [`HostPolicy`], the address policy a
+//! saved configuration is judged by. A process that installs no connector answers
 //! connector steps with a fatal "not available" error. Per-(tenant, service) limits and a
 //! circuit breaker wrap a `Connector` as a decorator: every call names its tenant and its
 //! `service`.
@@ -97,6 +98,19 @@ impl ConnectorFailure {
 #[async_trait]
 pub trait Connector: Send + Sync + 'static {
     async fn call(&self, call: ConnectorCall<'_>) -> Result<ConnectorReply, ConnectorFailure>;
+}
+
+/// The SSRF guard's address policy as far as a host can be judged without looking it
+/// up: a literal address as that address, a name against the names refused outright
+/// (`localhost`, metadata names) unless the operator's allow-list names it. What a name
+/// resolves to is judged again, address by address, each time a connector connects.
+/// Implemented by `fronta-connectors` (`AddressPolicy`); the server checks a saved
+/// configuration (a mail server's host) with it, so a refusal that can be known on save
+/// is said then.
+pub trait HostPolicy: Send + Sync + 'static {
+    /// Why `host` (a bare name or address, IPv6 with or without brackets) may not be
+    /// reached, as a sentence; `None` when it may, as far as can be told now.
+    fn host_refused(&self, host: &str) -> Option<String>;
 }
 
 /// The failure of a connector step in a process without connectors.

@@ -5,7 +5,10 @@
 //!
 //! Also the ports the executor is handed: [`connector::Connector`] (third-party calls)
 //! and [`secrets::SecretStore`] / [`secrets::SecretCipher`] (per-tenant secrets); [`widget`]
-//! is dashboard widgets over connector data, with their [`widget::WidgetStore`] port.
+//! is dashboard widgets over connector data, with their [`widget::WidgetStore`] port;
+//! [`mcp`] and [`mail`] are the per-tenant MCP and mail servers connector steps name, with
+//! their ports, and [`mail`] the rules of `mail/send` (its input, addresses, the SMTP
+//! failure classification).
 //!
 //! The rules of the stores' writes are here too, as pure plans beside their ports (read
 //! → plan → write): automation saves and the loop guard in [`store`], widget create,
@@ -62,6 +65,7 @@ pub mod dates;
 pub mod dry_run;
 pub mod errors;
 pub mod executor;
+pub mod mail;
 pub mod mcp;
 pub mod model;
 pub mod poll;

@@ -9,6 +9,7 @@
 //! | 5xx and 429 from the other service                 | bad input, missing output, explicit fail |
 //! | our storage unavailable                             | missing or paused automation, missing group |
 //! | MCP: connection error, 408, 425, 429, 502, 503, 504 | MCP: timeout of a sent `tools/call`; a bug (panic) |
+//! | SMTP: connection error, timeout before the message data was sent, a 4xx reply | SMTP: a 5xx reply; a timeout or a broken connection after the message data was sent (it may have been sent) |
 //!
 //! Rows this table adds where §4.5 is silent, each "no" by its default: a timeout or a
 //! broken connection **after** the request was sent (it may have happened), an answer we
@@ -60,6 +61,10 @@ pub enum Cause {
     /// The platform lacks configuration the step needs (no connector installed, no
     /// secret key, a key version that is not configured): a person must act.
     NotConfigured,
+    /// SMTP: the mail server answered with this reply code. A 4xx is transient by the
+    /// protocol's own definition (the server did not take the message and asks to be
+    /// tried again); a 5xx is permanent. See `crate::mail::classify`.
+    SmtpReply(u16),
 }
 
 impl Cause {
@@ -70,6 +75,7 @@ impl Cause {
             Cause::HttpStatus(status) => *status == 429 || (500..=599).contains(status),
             Cause::McpConnection => true,
             Cause::McpStatus(status) => matches!(status, 408 | 425 | 429 | 502 | 503 | 504),
+            Cause::SmtpReply(code) => (400..=499).contains(code),
             Cause::BadInput
             | Cause::MissingOutput
             | Cause::ExplicitFail
@@ -121,6 +127,10 @@ mod tests {
             Cause::McpStatus(502),
             Cause::McpStatus(503),
             Cause::McpStatus(504),
+            Cause::SmtpReply(421),
+            Cause::SmtpReply(450),
+            Cause::SmtpReply(451),
+            Cause::SmtpReply(452),
         ];
         for cause in retried {
             assert!(cause.retryable(), "{cause:?} is retried");
@@ -144,6 +154,9 @@ mod tests {
             Cause::BrokenAfterSend,
             Cause::BadAnswer,
             Cause::NotConfigured,
+            Cause::SmtpReply(535),
+            Cause::SmtpReply(550),
+            Cause::SmtpReply(554),
         ];
         for cause in final_ {
             assert!(!cause.retryable(), "{cause:?} ends the run");

@@ -423,10 +423,12 @@ pub async fn perform(
                 })
             }
         }
-        Op::HttpRequest | Op::McpCallTool | Op::PollMail => Err(StepError::fatal(format!(
-            "{} is not available in this build: connector steps are not installed",
-            op.as_str()
-        ))),
+        Op::HttpRequest | Op::McpCallTool | Op::MailSend | Op::PollMail => {
+            Err(StepError::fatal(format!(
+                "{} is not available in this build: connector steps are not installed",
+                op.as_str()
+            )))
+        }
         Op::Unknown(name) => Err(StepError::fatal(format!("unknown op {name:?}"))),
     }
 }

@@ -254,6 +254,7 @@ pub mod names {
     pub const WIDGET: &str = "widget";
     pub const SECRET: &str = "secret";
     pub const MCP_SERVER: &str = "MCP server";
+    pub const MAIL_SERVER: &str = "mail server";
     pub const VERSION: &str = "automation version";
 }
 

@@ -138,6 +138,14 @@ pub fn connector_call(action: &ActionStep) -> Vec<Problem> {
         );
         return validator.problems;
     }
+    if action.op == Op::MailSend {
+        validator.report(
+            "op",
+            "a widget reads data: mail/send would send a message at every refresh; op must be \
+             http/request or mcp/call-tool",
+        );
+        return validator.problems;
+    }
     validator.action(action, "");
     validator.problems
 }
@@ -405,29 +413,19 @@ impl<'a> Validator<'a> {
 
     fn mailbox(&mut self, mailbox: &Mailbox) {
         let at = |key: &str| field_path("trigger.mailbox", key);
-        let host = mailbox.host.trim();
-        if host.is_empty() {
-            self.report(&at("host"), "the host is empty");
-        } else if host.contains("://") || host.contains(['/', ' ', '{', '}']) {
-            self.report(
-                &at("host"),
-                format!("host \"{}\" must be a bare name or address (imap.example.com), without a scheme or path", mailbox.host),
-            );
+        if let Some(problem) = crate::mail::host_problem(&mailbox.host) {
+            self.report(&at("host"), problem);
         }
         if mailbox.user.trim().is_empty() {
             self.report(&at("user"), "the user is empty");
         }
-        match template::single_name(&mailbox.password) {
-            Some(name)
-                if name.len() > "secrets.".len()
-                    && name.starts_with("secrets.")
-                    && !name["secrets.".len()..].contains('.') => {}
-            _ => self.report(
+        if !crate::mail::is_secret_reference(&mailbox.password) {
+            self.report(
                 &at("password"),
                 "the password must be a secret reference such as \"{{secrets.mail_password}}\" \
                  (store it with PUT /api/secrets/{name}); a literal password would be readable by \
                  everyone who can read the automation",
-            ),
+            );
         }
         if let Some(folder) = &mailbox.folder
             && folder.trim().is_empty()
@@ -528,7 +526,7 @@ impl<'a> Validator<'a> {
             self.report(
                 &field_path(path, "service"),
                 format!(
-                    "\"service\" is for connector steps (http/request, mcp/call-tool), not {op}"
+                    "\"service\" is for connector steps (http/request, mcp/call-tool, mail/send), not {op}"
                 ),
             );
         }
@@ -665,6 +663,11 @@ impl<'a> Validator<'a> {
             }
             Op::McpCallTool => {
                 self.object_or_template(input.get("arguments"), &at("arguments"), "arguments");
+            }
+            Op::MailSend => {
+                for (key, message) in crate::mail::literal_problems(input) {
+                    self.report(&at(&key), message);
+                }
             }
             _ => {}
         }
@@ -971,7 +974,7 @@ impl<'a> Validator<'a> {
         }
         if first == "secrets" {
             return if !self.secrets_allowed {
-                Err("secrets can be used only in the input of a connector step (http/request, mcp/call-tool): anywhere else their value would reach the run's log".to_owned())
+                Err("secrets can be used only in the input of a connector step (http/request, mcp/call-tool, mail/send): anywhere else their value would reach the run's log".to_owned())
             } else if name.len() > "secrets.".len() && !name["secrets.".len()..].contains('.') {
                 Ok(())
             } else {
@@ -1609,7 +1612,7 @@ mod tests {
              "rules": [{"field": "secrets.shop", "operator": "isNotEmpty"}], "then": []},
             {"name": "call", "op": "http/request", "input": {"url": "https://shop.test/{{secrets.a.b}}"}}
         ])));
-        let outside = "secrets can be used only in the input of a connector step (http/request, mcp/call-tool): anywhere else their value would reach the run's log";
+        let outside = "secrets can be used only in the input of a connector step (http/request, mcp/call-tool, mail/send): anywhere else their value would reach the run's log";
         assert_eq!(
             found,
             vec![
@@ -1618,6 +1621,46 @@ mod tests {
                 "steps[2].input.url: {{secrets.a.b}} names nothing: name the secret: {{secrets.<name>}}".to_owned(),
             ],
             "a secret only in a connector's input, and named by one word"
+        );
+    }
+
+    #[test]
+    fn mail_send_literal_addresses_are_checked_on_save_and_templates_at_run_time() {
+        let found = problems_of(webhook(json!([
+            {"name": "tell", "op": "mail/send", "service": "smtp",
+             "input": {"server": "desk", "to": "not-an-address", "cc": ["it@firm.example", "{{orderId}}"],
+                       "subject": "Order {{orderId}}", "text": "Hi {{secrets.signature}}"}},
+            {"name": "again", "op": "mail/send",
+             "input": {"server": "desk", "to": "{{_body.customer.email}}", "subject": "s", "html": "<p>{{tell.messageId}}</p>"}},
+            {"name": "bare", "op": "mail/send", "input": {"server": "desk", "subject": "s", "bcc": "x@y.example"}}
+        ])));
+        assert_eq!(
+            found,
+            vec![
+                "steps[0].input.to: \"not-an-address\" is not an e-mail address: no '@' (expected name@example.com or \"Name <name@example.com>\")".to_owned(),
+                "steps[2].input.to: missing input \"to\" (mail/send needs: server, to, subject)".to_owned(),
+                "steps[2].input.bcc: unknown input \"bcc\" for mail/send (its inputs: server, to, subject, cc, text, html)".to_owned(),
+                "steps[2].input.text: mail/send needs a body: input \"text\", \"html\" or both".to_owned(),
+            ],
+            "a literal bad address is refused on save, a templated one waits for the run, \
+             secrets are allowed in a connector's input and outputs are known"
+        );
+        let widget = ActionStep {
+            name: "w".into(),
+            op: Op::MailSend,
+            service: None,
+            input: json!({"server": "desk", "to": "a@b.example", "subject": "s", "text": "t"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        };
+        let refused = connector_call(&widget);
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(
+            refused[0]
+                .message
+                .contains("would send a message at every refresh"),
+            "{refused:?}"
         );
     }
 
