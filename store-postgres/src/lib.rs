@@ -29,6 +29,7 @@ pub mod desk;
 pub mod enqueue_group;
 pub mod leader;
 pub mod listener;
+pub mod mail_servers;
 mod manual_retry;
 pub mod mcp_servers;
 pub mod poll;

@@ -41,7 +41,21 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (17, "a tenant's own retention", TENANT_RETENTION_V17),
     (18, "incidents by their last change", INCIDENTS_UPDATED_V18),
     (19, "finished runs counted, runs by tenant", RUN_COUNTS_V19),
+    (20, "mail servers", MAIL_SERVERS_V20),
 ];
+
+/// Per-tenant mail servers (the `MailServerStore` port), like SQLite's migration 17 and
+/// the MCP servers of migration 7: the configuration as `jsonb` (the password a secret
+/// reference, never a value).
+pub const MAIL_SERVERS_V20: &str = r#"
+CREATE TABLE mail_servers (
+    tenant     uuid        NOT NULL REFERENCES desk_tenants (id),
+    name       text        COLLATE "C" NOT NULL,
+    config     jsonb       NOT NULL,
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+"#;
 
 /// Reads that stay flat as history grows (`RunStore::run_stats`, `RunStore::run_list`).
 ///

@@ -108,6 +108,16 @@ impl AutomationStoreFactory for PgAutomationFactory {
         (Arc::new(store.clone()), Arc::new(store))
     }
 
+    async fn open_mail_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mail::MailServerStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open().await;
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
     async fn open_widgets(
         &self,
         clock: ManualClock,

@@ -23,6 +23,7 @@
 
 pub mod automations;
 pub mod desk;
+pub mod mail_servers;
 pub mod mcp_servers;
 pub mod poll;
 pub mod runs;

@@ -23,7 +23,21 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (14, "a tenant's own retention", TENANT_RETENTION_V14),
     (15, "incidents by their last change", INCIDENTS_UPDATED_V15),
     (16, "finished runs counted, runs by tenant", RUN_COUNTS_V16),
+    (17, "mail servers", MAIL_SERVERS_V17),
 ];
+
+/// Per-tenant mail servers (the `MailServerStore` port), like the MCP servers of
+/// migration 7: the configuration as JSON (the password a secret reference, never a
+/// value).
+const MAIL_SERVERS_V17: &str = r#"
+CREATE TABLE mail_servers (
+    tenant     BLOB    NOT NULL REFERENCES desk_tenants (id),
+    name       TEXT    NOT NULL,
+    config     TEXT    NOT NULL,
+    updated_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, name)
+) WITHOUT ROWID;
+"#;
 
 /// References by id (`fronta_automation::refs`): what the names of each version, and of
 /// the current definition, are bound to. `automations.refs` is NULL for a definition

@@ -102,6 +102,16 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
         (Arc::new(store.clone()), Arc::new(store))
     }
 
+    async fn open_mail_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mail::MailServerStore>,
+        Arc<dyn DeskStore>,
+    ) {
+        let store = self.open();
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
     async fn open_widgets(
         &self,
         clock: ManualClock,

@@ -1992,6 +1992,7 @@ pub async fn another_tenants_secret_answers_exactly_like_a_missing_one(
 
 // The service limits cases live in their own module and run in this suite.
 pub use crate::limits_cases::*;
+pub use crate::mail_cases::*;
 pub use crate::poll_cases::*;
 pub use crate::widget_cases::*;
 fn mcp_server(name: &str, url: &str) -> fronta_automation::mcp::McpServer {

@@ -34,6 +34,7 @@ pub mod automation_cases;
 pub mod bulk_cases;
 pub mod desk_cases;
 pub mod limits_cases;
+pub mod mail_cases;
 pub mod poll_cases;
 pub mod race_cases;
 pub mod scenario_cases;
@@ -118,6 +119,15 @@ pub trait AutomationStoreFactory: Send + Sync {
         &self,
     ) -> (
         Arc<dyn fronta_automation::mcp::McpServerStore>,
+        Arc<dyn fronta_desk::DeskStore>,
+    );
+
+    /// A fresh, empty store's mail servers port; both handles are the same database (the
+    /// desk one creates the tenants).
+    async fn open_mail_servers(
+        &self,
+    ) -> (
+        Arc<dyn fronta_automation::mail::MailServerStore>,
         Arc<dyn fronta_desk::DeskStore>,
     );
 
@@ -381,6 +391,9 @@ macro_rules! automation_conformance_suite {
             // MCP servers.
             mcp_servers_are_put_listed_read_replaced_and_deleted,
             another_tenants_mcp_server_answers_exactly_like_a_missing_one,
+            // Mail servers.
+            mail_servers_are_put_listed_read_replaced_and_deleted,
+            another_tenants_mail_server_answers_exactly_like_a_missing_one,
             // Dashboard widgets.
             widgets_are_created_listed_updated_and_deleted,
             widget_claim_serves_fresh_data_and_claims_when_stale_or_forced,
