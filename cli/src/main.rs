@@ -187,6 +187,11 @@ pub(crate) struct BatchingArgs {
     /// every run starts by a claim.
     #[arg(long, env = "FRONTA_HAND_OFF", default_value_t = true, action = clap::ArgAction::Set, help_heading = "Batching")]
     hand_off: bool,
+    /// The most runs a worker claims ahead of its free slots into its local queue, which
+    /// holds about what the slots finish in a claim round or two (measured) and nothing
+    /// when handlers are slow. 0: no local queue; each round claims the free slots only.
+    #[arg(long, env = "FRONTA_PREFETCH_MAX", default_value_t = fronta_engine::prefetch::DEFAULT_PREFETCH_MAX, help_heading = "Batching")]
+    prefetch_max: usize,
 }
 
 impl Default for BatchingArgs {
@@ -195,6 +200,7 @@ impl Default for BatchingArgs {
             completer_linger: fronta_engine::worker::DEFAULT_COMPLETER_LINGER,
             claim_gather: fronta_engine::worker::DEFAULT_CLAIM_GATHER,
             hand_off: true,
+            prefetch_max: fronta_engine::prefetch::DEFAULT_PREFETCH_MAX,
         }
     }
 }
@@ -206,12 +212,13 @@ impl BatchingArgs {
             completer_linger: self.completer_linger,
             claim_gather: self.claim_gather,
             hand_off: self.hand_off,
+            prefetch_max: self.prefetch_max,
             ..config
         }
     }
 
     /// The same settings as flags of a `fronta worker` child process.
-    pub(crate) fn as_flags(&self) -> [String; 6] {
+    pub(crate) fn as_flags(&self) -> [String; 8] {
         [
             "--completer-linger".into(),
             duration::format(self.completer_linger),
@@ -219,6 +226,8 @@ impl BatchingArgs {
             duration::format(self.claim_gather),
             "--hand-off".into(),
             self.hand_off.to_string(),
+            "--prefetch-max".into(),
+            self.prefetch_max.to_string(),
         ]
     }
 }

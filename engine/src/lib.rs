@@ -17,6 +17,7 @@ pub mod handoff;
 pub mod machine;
 pub mod metrics;
 pub mod model;
+pub mod prefetch;
 pub mod registry;
 pub mod retention;
 pub mod store;

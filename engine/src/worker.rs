@@ -1,7 +1,10 @@
-//! The worker pool: claims only free slots and starts each run at once — again once half
+//! The worker pool: claims its free slots plus a local queue sized from what it measures
+//! ([`crate::prefetch`]; `prefetch_max` 0 claims only free slots) and starts each run at
+//! once, filling slots from the queue while the next round is out — again once half
 //! the slots are free (or `claim_gather` has passed) while the last claim came back full,
-//! else on a wake-up (an enqueue or a put-back) or the poll; a heartbeater
-//! renews every active lease in one write per round and delivers cancel flags; a
+//! or when the queue is down to half its target, else on a wake-up (an enqueue or a
+//! put-back) or the poll; a heartbeater
+//! renews every active and queued lease in one write per round and delivers cancel flags; a
 //! completer writes finished runs in batches (held open up to `completer_linger` under
 //! load) and tells [`Worker::keyed_ends`] listeners of keyed runs it wrote terminal.
 //! Handlers run outside any transaction.
@@ -15,8 +18,9 @@
 //!   abandoned: nothing more is written about it;
 //! - cancel requested → the handler's signal fires; what it answers becomes `Cancel`
 //!   (or `Complete` when it had finished);
-//! - shutdown → no more claims; runs get `shutdown_grace` to finish, then are stopped
-//!   and given back (`Release`, owner-checked, no counter spent).
+//! - shutdown → no more claims; queued runs are given back at once, running ones get
+//!   `shutdown_grace` to finish, then are stopped and given back (`Release`,
+//!   owner-checked, no counter spent).
 //!
 //! While it waits idle after a claim that came back short, the worker's intake is open:
 //! its own dispatcher's enqueues are handed to it already claimed, one commit instead of
@@ -37,6 +41,7 @@ use crate::handoff::Intake;
 use crate::machine::{self, RetryLadder};
 use crate::metrics::WorkerMetrics;
 use crate::model::{OwnerToken, Run, RunId, RunStatus};
+use crate::prefetch::{self, LocalQueue, Queued, Sizer};
 use crate::registry::{
     Checkpointer, MIN_DURATION, Outcome, Registry, RunContext, StopReason, StopSignal,
 };
@@ -86,6 +91,11 @@ pub struct WorkerConfig {
     /// every run starts by a claim (to measure the difference, or to keep every start on
     /// the claim path).
     pub hand_off: bool,
+    /// The most runs the worker claims ahead of its free slots into its local queue
+    /// ([`crate::prefetch`]): the queue holds about what the slots finish in one or two
+    /// claim rounds, measured, and nothing when handlers are slow. 0: no local queue,
+    /// each round claims the free slots only.
+    pub prefetch_max: usize,
 }
 
 /// The previous batch size from which the completer lingers (see
@@ -125,6 +135,7 @@ impl Default for WorkerConfig {
             completer_linger: DEFAULT_COMPLETER_LINGER,
             claim_gather: DEFAULT_CLAIM_GATHER,
             hand_off: true,
+            prefetch_max: prefetch::DEFAULT_PREFETCH_MAX,
         }
     }
 }
@@ -151,6 +162,12 @@ impl WorkerConfig {
             Some(format!(
                 "claim gather {:?} is above {MAX_CLAIM_GATHER:?}: free slots would wait too long for work",
                 self.claim_gather
+            ))
+        } else if self.prefetch_max > prefetch::MAX_PREFETCH {
+            Some(format!(
+                "prefetch max {} is above {}: a process would hold runs others could start",
+                self.prefetch_max,
+                prefetch::MAX_PREFETCH
             ))
         } else if self.completer_linger > MAX_COMPLETER_LINGER {
             Some(format!(
@@ -231,9 +248,15 @@ struct Active {
     lease: Duration,
     signal: StopSignal,
     abort: AbortHandle,
+    /// When its handler started (the local queue's sizing measures handlers; tokio's
+    /// clock, as the worker's timers).
+    started: tokio::time::Instant,
 }
 
 type ActiveMap = Arc<Mutex<HashMap<RunId, Active>>>;
+
+/// The local queue, shared by the loop, the heartbeater and [`LocalRuns`].
+type QueueRef = Arc<Mutex<LocalQueue>>;
 
 enum Ended {
     Answered(Outcome),
@@ -253,6 +276,10 @@ pub struct Worker {
     handed: Option<mpsc::UnboundedReceiver<ClaimedRun>>,
     /// The runs in flight here, by id (shared with [`LocalRuns`]).
     active: ActiveMap,
+    /// Runs claimed ahead of the free slots (shared with [`LocalRuns`] and the heartbeater).
+    queue: QueueRef,
+    /// The local queue's sizing, fed by the loop.
+    sizer: Mutex<Sizer>,
     /// Where the completer tells of keyed runs that reached their end ([`Worker::keyed_ends`]).
     ends: tokio::sync::broadcast::Sender<KeyedEnd>,
     /// `config.name`, shared with every run's context.
@@ -281,6 +308,7 @@ pub struct KeyedEnd {
 #[derive(Clone)]
 pub struct LocalRuns {
     active: ActiveMap,
+    queue: QueueRef,
 }
 
 impl std::fmt::Debug for LocalRuns {
@@ -292,16 +320,31 @@ impl std::fmt::Debug for LocalRuns {
 impl LocalRuns {
     /// Fires the cancel signal of `run` when it is in flight here (after the store
     /// recorded the request); `false` when it is not. The handler's answer becomes the
-    /// cancel, as when the heartbeat hears it.
+    /// cancel, as when the heartbeat hears it. A run waiting in the local queue is
+    /// marked: it leaves the queue cancelled, never started.
     pub fn cancel(&self, run: RunId) -> bool {
         match lock(&self.active).get(&run) {
             Some(entry) if !entry.signal.is_stopped() => {
                 tracing::info!(run = %run, kind = %entry.run.kind, "cancel requested here; signalling the handler");
                 entry.signal.stop(StopReason::Cancel);
+                return true;
+            }
+            Some(_) => return false,
+            None => {}
+        }
+        match lock_queue(&self.queue).get_mut(run) {
+            Some(queued) if !queued.cancel => {
+                tracing::info!(run = %run, kind = %queued.claimed.run.kind, "cancel requested here; the run leaves the local queue cancelled");
+                queued.cancel = true;
                 true
             }
             _ => false,
         }
+    }
+
+    /// How many runs wait in the worker's local queue now ([`crate::prefetch`]).
+    pub fn queued(&self) -> usize {
+        lock_queue(&self.queue).len()
     }
 }
 
@@ -325,6 +368,7 @@ impl Worker {
         let dispatcher =
             Dispatcher::from_registry(store.clone(), &registry).with_intake(intake.clone());
         let name = Arc::from(config.name.as_str());
+        let sizer = Mutex::new(Sizer::new(config.prefetch_max, config.max_in_flight));
         Ok(Self {
             store,
             registry,
@@ -335,6 +379,8 @@ impl Worker {
             intake,
             handed: Some(handed),
             active: Arc::new(Mutex::new(HashMap::new())),
+            queue: Arc::new(Mutex::new(LocalQueue::default())),
+            sizer,
             ends: tokio::sync::broadcast::channel(KEYED_ENDS_BUFFER).0,
             name,
         })
@@ -351,6 +397,7 @@ impl Worker {
     pub fn local_runs(&self) -> LocalRuns {
         LocalRuns {
             active: self.active.clone(),
+            queue: self.queue.clone(),
         }
     }
 
@@ -418,18 +465,15 @@ impl Worker {
         ));
         // Cancels other processes requested, heard from the database at once (the
         // heartbeat delivers them too, later).
-        let _cancels = self.store.cancel_requests().map(|requests| {
-            AbortOnDrop::spawn(hear_cancels(
-                requests,
-                LocalRuns {
-                    active: active.clone(),
-                },
-            ))
-        });
+        let _cancels = self
+            .store
+            .cancel_requests()
+            .map(|requests| AbortOnDrop::spawn(hear_cancels(requests, self.local_runs())));
         let heartbeat_stop = CancellationToken::new();
         let heartbeater = AbortOnDrop::spawn(heartbeater(
             self.store.clone(),
-            active.clone(),
+            self.local_runs(),
+            self.counters.clone(),
             self.heartbeat_every(),
             heartbeat_stop.clone(),
         ));
@@ -442,6 +486,7 @@ impl Worker {
         let mut task_runs: HashMap<tokio::task::Id, RunId> = HashMap::new();
         let enqueue_signal = self.store.enqueue_signal();
         let mut storage_backoff = Duration::from_millis(50);
+        let store = self.store.clone();
 
         'work: loop {
             if shutdown.is_cancelled() {
@@ -453,6 +498,8 @@ impl Worker {
             while let Ok(run) = handed.try_recv() {
                 self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
             }
+            self.hand_back_held(&finisher);
+            self.start_queued(&active, &mut tasks, &mut task_runs, &finisher);
             // Register for the wake-up before claiming, so an enqueue between the claim
             // and the wait is not missed.
             let notified = enqueue_signal.notified();
@@ -460,22 +507,42 @@ impl Worker {
             notified.as_mut().enable();
 
             // Slots reserved by a hand-off in flight are not free: its run will arrive.
+            // A free slot means the local queue is empty (it was just drawn from).
             self.intake.close();
-            let free = self
-                .config
-                .max_in_flight
-                .saturating_sub(tasks.len() + self.intake.reserved());
+            let free = self.free_slots(&tasks);
+            let queued = lock_queue(&self.queue).len();
+            let target = self.sizer().target();
+            let ask = if free > 0 || (target > 0 && queued * 2 <= target) {
+                (free + target).saturating_sub(queued)
+            } else {
+                0
+            };
             let mut claimed_now = 0;
-            if free > 0 {
-                let round = Instant::now();
-                let claimed = self.store.run_claim(self.claim_params(free)).await;
-                self.metrics.claim.record(round.elapsed());
+            if ask > 0 {
+                let round = tokio::time::Instant::now();
+                let claim = store.run_claim(self.claim_params(ask));
+                tokio::pin!(claim);
+                // While the round is out, slots that free take queued runs.
+                let claimed = loop {
+                    tokio::select! {
+                        biased;
+                        claimed = &mut claim => break claimed,
+                        Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                            self.reap(joined, &active, &mut task_runs, &finisher);
+                            self.start_queued(&active, &mut tasks, &mut task_runs, &finisher);
+                        }
+                    }
+                };
+                let took = round.elapsed();
+                self.metrics.claim.record(took);
+                self.sizer().round_took(took);
                 match claimed {
                     Ok(batch) => {
                         storage_backoff = Duration::from_millis(50);
                         claimed_now =
                             batch.claimed.len() + batch.crash_looped.len() + batch.cancelled.len();
-                        self.start_batch(batch, &active, &mut tasks, &mut task_runs, &finisher);
+                        self.take_batch(batch);
+                        self.start_queued(&active, &mut tasks, &mut task_runs, &finisher);
                     }
                     Err(err) => {
                         tracing::warn!(worker = %name, error = %err, retry_in = ?storage_backoff, "claim failed");
@@ -488,26 +555,37 @@ impl Worker {
                     }
                 }
             }
-            if claimed_now > 0 && claimed_now >= free {
+            if claimed_now > 0 && claimed_now >= ask {
                 // The queue may hold more: go round again as soon as a slot frees.
-                tokio::select! {
-                    biased;
-                    _ = shutdown.cancelled() => {}
-                    Some(run) = handed.recv() => {
-                        // A hand-off reserved before the intake closed: it has its slot.
-                        self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
-                        continue;
-                    }
-                    Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
-                        self.reap(joined, &active, &mut task_runs, &finisher);
+                if tasks.is_empty() {
+                    // Nothing started (every run of the round was a crash loop or a
+                    // cancel): no slot will free, look again now.
+                    continue;
+                }
+                loop {
+                    let held_until = self.held_until();
+                    tokio::select! {
+                        biased;
+                        _ = shutdown.cancelled() => continue 'work,
+                        Some(run) = handed.recv() => {
+                            // A hand-off reserved before the intake closed: it has its slot.
+                            self.start_handed(run, &active, &mut tasks, &mut task_runs, &finisher);
+                            continue 'work;
+                        }
+                        Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                            self.reap(joined, &active, &mut task_runs, &finisher);
+                            break;
+                        }
+                        _ = sleep_until_or_never(held_until) => self.hand_back_held(&finisher),
                     }
                 }
                 // Gather: let more slots free before the next round, so one round
                 // claims many runs rather than one per finished run (each round is a
-                // statement and a commit). A slot waits at most `claim_gather`.
+                // statement and a commit). A slot waits at most `claim_gather`. With a
+                // local queue the slots are fed from it instead.
                 let gather = self.config.claim_gather;
                 let wanted = self.config.max_in_flight.div_ceil(2);
-                if !gather.is_zero() {
+                if !gather.is_zero() && lock_queue(&self.queue).is_empty() {
                     let until = tokio::time::Instant::now() + gather;
                     while self.config.max_in_flight.saturating_sub(tasks.len()) < wanted {
                         match tokio::select! {
@@ -522,7 +600,11 @@ impl Worker {
                 }
                 continue;
             }
-            if self.config.until_idle && tasks.is_empty() && claimed_now == 0 {
+            if self.config.until_idle
+                && tasks.is_empty()
+                && claimed_now == 0
+                && lock_queue(&self.queue).is_empty()
+            {
                 finisher.flushed().await;
                 match self.store.run_busy().await {
                     Ok(false) => {
@@ -536,20 +618,23 @@ impl Worker {
             // Wait for a reason to look again. A claim that came back short found no
             // more due runs: a handler finishing is then no reason to claim (the round
             // would come back empty — a round trip for nothing, in the way of the next
-            // enqueue); a wake-up is (an enqueue or a put-back, which every store
-            // signals after its commit), or the poll (delayed runs coming due, expired
-            // leases, other processes without notifications). With every slot busy no
-            // claim was made, and a slot freeing is the reason.
+            // enqueue), only to start a queued run; a wake-up is (an enqueue or a
+            // put-back, which every store signals after its commit), or the poll
+            // (delayed runs coming due, expired leases, other processes without
+            // notifications). With every slot busy and the queue full enough no claim was
+            // made, and a slot freeing is the reason.
             //
-            // After a short claim the intake is open: an enqueue of this process is
-            // handed over claimed, and the worker keeps waiting (the queue is still
-            // empty as far as it knows). Leaving the wait closes it.
-            let queue_emptied = free > 0;
+            // After a short claim, with the local queue empty, the intake is open: an
+            // enqueue of this process is handed over claimed, and the worker keeps
+            // waiting (the queue is still empty as far as it knows). Leaving the wait
+            // closes it.
+            let queue_emptied = ask > 0;
             let poll = tokio::time::sleep(self.config.poll_interval);
             tokio::pin!(poll);
             loop {
                 let free_after = self.config.max_in_flight.saturating_sub(tasks.len());
-                if queue_emptied && self.config.hand_off {
+                let held_until = self.held_until();
+                if queue_emptied && self.config.hand_off && held_until.is_none() {
                     self.intake.open(free_after);
                 }
                 tokio::select! {
@@ -560,6 +645,7 @@ impl Worker {
                     }
                     Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                         self.reap(joined, &active, &mut task_runs, &finisher);
+                        self.start_queued(&active, &mut tasks, &mut task_runs, &finisher);
                         let idle_check = self.config.until_idle && tasks.is_empty();
                         if !queue_emptied || idle_check {
                             break;
@@ -567,6 +653,7 @@ impl Worker {
                     }
                     _ = &mut notified, if free_after > 0 => break,
                     _ = &mut poll, if free_after > 0 => break,
+                    _ = sleep_until_or_never(held_until) => self.hand_back_held(&finisher),
                 }
             }
         }
@@ -587,6 +674,13 @@ impl Worker {
                 },
                 Arc::new(run),
             );
+        }
+        let queued = lock_queue(&self.queue).drain();
+        if !queued.is_empty() {
+            tracing::info!(worker = %name, runs = queued.len(), "stopping: the local queue's runs go back to the queue");
+        }
+        for queued in queued {
+            self.give_back(queued, &finisher);
         }
         self.shut_down(&mut tasks, &active, &mut task_runs, &finisher)
             .await;
@@ -638,14 +732,22 @@ impl Worker {
         }
     }
 
-    fn start_batch(
-        &self,
-        batch: ClaimBatch,
-        active: &ActiveMap,
-        tasks: &mut JoinSet<Ended>,
-        task_runs: &mut HashMap<tokio::task::Id, RunId>,
-        finisher: &Finisher,
-    ) {
+    /// Slots free for a run now: neither running nor reserved by a hand-off in flight.
+    fn free_slots(&self, tasks: &JoinSet<Ended>) -> usize {
+        self.config
+            .max_in_flight
+            .saturating_sub(tasks.len() + self.intake.reserved())
+    }
+
+    fn sizer(&self) -> std::sync::MutexGuard<'_, Sizer> {
+        self.sizer
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Counts a claim round's crash loops and cancels, and puts its runs at the end of
+    /// the local queue in claim order ([`Worker::start_queued`] starts them).
+    fn take_batch(&self, batch: ClaimBatch) {
         for run in &batch.crash_looped {
             Counters::bump(&self.counters.crash_looped, 1);
             Counters::bump(&self.counters.failed, 1);
@@ -656,9 +758,86 @@ impl Worker {
             Counters::bump(&self.counters.cancelled, 1);
             tracing::info!(run = %id, "run cancelled: its cancel was requested before its lease expired");
         }
+        let since = tokio::time::Instant::now();
+        let mut queue = lock_queue(&self.queue);
         for claimed in batch.claimed {
-            self.start_one(claimed, active, tasks, task_runs, finisher);
+            let lease = self
+                .registry
+                .get(&claimed.run.kind)
+                .and_then(|registered| registered.config.lease())
+                .unwrap_or(self.config.default_lease);
+            queue.push(Queued {
+                claimed,
+                lease,
+                since,
+                cancel: false,
+            });
         }
+    }
+
+    /// Starts queued runs, first claimed first, while slots are free; a run whose cancel
+    /// was requested while it waited leaves cancelled, without a slot.
+    fn start_queued(
+        &self,
+        active: &ActiveMap,
+        tasks: &mut JoinSet<Ended>,
+        task_runs: &mut HashMap<tokio::task::Id, RunId>,
+        finisher: &Finisher,
+    ) {
+        loop {
+            if self.free_slots(tasks) == 0 {
+                return;
+            }
+            let Some(queued) = lock_queue(&self.queue).pop() else {
+                return;
+            };
+            if queued.cancel {
+                self.give_back(queued, finisher);
+                continue;
+            }
+            self.start_one(queued.claimed, active, tasks, task_runs, finisher);
+        }
+    }
+
+    /// When the queue's oldest run will have waited its hold (`None`: the queue is empty).
+    fn held_until(&self) -> Option<tokio::time::Instant> {
+        let oldest = lock_queue(&self.queue).oldest()?;
+        Some(oldest + self.sizer().hold())
+    }
+
+    /// Hands back the queued runs that waited past their hold: every slot is busy with
+    /// handlers slower than the sizing expected, and another process may be idle.
+    fn hand_back_held(&self, finisher: &Finisher) {
+        let hold = self.sizer().hold();
+        let held = lock_queue(&self.queue).take_held(hold);
+        if held.is_empty() {
+            return;
+        }
+        self.sizer().stalled();
+        tracing::info!(worker = %self.config.name, runs = held.len(), ?hold,
+            "local queue: runs waited past their hold with every slot busy; handing them back");
+        for queued in held {
+            self.give_back(queued, finisher);
+        }
+    }
+
+    /// Gives a queued run back to the store, never started: pending and due at once with
+    /// no counter moved (`Release`), or cancelled when that was requested meanwhile.
+    fn give_back(&self, queued: Queued, finisher: &Finisher) {
+        let ClaimedRun { run, owner, .. } = queued.claimed;
+        let action = if queued.cancel {
+            FinishAction::Cancel
+        } else {
+            FinishAction::Release
+        };
+        finisher.send(
+            Finish {
+                id: run.id,
+                owner,
+                action,
+            },
+            Arc::new(run),
+        );
     }
 
     /// Start a run the intake delivered (see [`crate::handoff`]).
@@ -763,6 +942,7 @@ impl Worker {
                 lease,
                 signal,
                 abort,
+                started: tokio::time::Instant::now(),
             },
         );
     }
@@ -799,8 +979,13 @@ impl Worker {
             return;
         };
         let Active {
-            run, owner, signal, ..
+            run,
+            owner,
+            signal,
+            started,
+            ..
         } = entry;
+        self.sizer().handler_ended(started.elapsed());
         // A reference, not a copy: this runs once per finished run.
         let default_ladder;
         let ladder = match self.registry.get(&run.kind) {
@@ -875,6 +1060,20 @@ fn lock(active: &ActiveMap) -> std::sync::MutexGuard<'_, HashMap<RunId, Active>>
     active
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn lock_queue(queue: &QueueRef) -> std::sync::MutexGuard<'_, LocalQueue> {
+    queue
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Sleeps until `until`, or forever when there is nothing to wait for.
+async fn sleep_until_or_never(until: Option<tokio::time::Instant>) {
+    match until {
+        Some(until) => tokio::time::sleep_until(until).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
@@ -1080,19 +1279,23 @@ async fn hear_cancels(mut requests: tokio::sync::broadcast::Receiver<RunId>, run
     }
 }
 
-/// Renews every active lease in one write per round and delivers cancel flags.
+/// Renews every active and queued lease in one write per round and delivers cancel
+/// flags. A queued run whose lease is lost leaves the queue (nothing is written); one
+/// whose cancel was requested leaves it cancelled when it is next taken.
 async fn heartbeater(
     store: Arc<dyn RunStore>,
-    active: ActiveMap,
+    runs: LocalRuns,
+    counters: Arc<Counters>,
     every: Duration,
     stop: CancellationToken,
 ) {
+    let LocalRuns { active, queue } = runs;
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let renewals: Vec<LeaseRenewal> = lock(&active)
+        let mut renewals: Vec<LeaseRenewal> = lock(&active)
             .iter()
             .filter(|(_, entry)| !entry.signal.is_stopped())
             .map(|(id, entry)| LeaseRenewal {
@@ -1101,6 +1304,11 @@ async fn heartbeater(
                 lease: entry.lease,
             })
             .collect();
+        renewals.extend(lock_queue(&queue).iter().map(|queued| LeaseRenewal {
+            id: queued.claimed.run.id,
+            owner: queued.claimed.owner,
+            lease: queued.lease,
+        }));
         if renewals.is_empty() {
             continue;
         }
@@ -1112,17 +1320,33 @@ async fn heartbeater(
             }
         };
         let map = lock(&active);
+        let mut waiting = lock_queue(&queue);
         for reply in replies {
-            let Some(entry) = map.get(&reply.id) else {
-                continue;
-            };
-            if reply.lost {
-                tracing::warn!(run = %reply.id, kind = %entry.run.kind, "heartbeat: lease lost; stopping the handler");
-                entry.signal.stop(StopReason::LeaseLost);
-                entry.abort.abort();
-            } else if reply.cancel_requested && !entry.signal.is_stopped() {
-                tracing::info!(run = %reply.id, kind = %entry.run.kind, "heartbeat: cancel requested; signalling the handler");
-                entry.signal.stop(StopReason::Cancel);
+            // A run both running and queued here is one claimed back while its earlier
+            // execution went on unnoticed: the reply goes to the running one, which
+            // starting the queued one stops anyway.
+            if let Some(entry) = map.get(&reply.id) {
+                if reply.lost {
+                    tracing::warn!(run = %reply.id, kind = %entry.run.kind, "heartbeat: lease lost; stopping the handler");
+                    entry.signal.stop(StopReason::LeaseLost);
+                    entry.abort.abort();
+                } else if reply.cancel_requested && !entry.signal.is_stopped() {
+                    tracing::info!(run = %reply.id, kind = %entry.run.kind, "heartbeat: cancel requested; signalling the handler");
+                    entry.signal.stop(StopReason::Cancel);
+                }
+            } else if reply.lost {
+                if let Some(queued) = waiting.remove(reply.id) {
+                    Counters::bump(&counters.abandoned, 1);
+                    tracing::warn!(run = %reply.id, kind = %queued.claimed.run.kind,
+                        "heartbeat: lease lost while the run waited in the local queue; dropped, nothing written");
+                }
+            } else if reply.cancel_requested
+                && let Some(queued) = waiting.get_mut(reply.id)
+                && !queued.cancel
+            {
+                tracing::info!(run = %reply.id, kind = %queued.claimed.run.kind,
+                    "heartbeat: cancel requested; the run leaves the local queue cancelled");
+                queued.cancel = true;
             }
         }
     }

@@ -676,6 +676,8 @@ impl World {
                 completer_linger: Duration::from_millis(20),
                 claim_gather: Duration::from_millis(20),
                 hand_off: true,
+                // A small local queue: the simulation crashes and cuts workers holding one.
+                prefetch_max: 16,
             },
         )
         .map_err(|err| format!("a worker: {err}"))?;

@@ -36,6 +36,7 @@ pub mod desk_cases;
 pub mod limits_cases;
 pub mod mail_cases;
 pub mod poll_cases;
+pub mod prefetch_cases;
 pub mod race_cases;
 pub mod scenario_cases;
 pub mod store_cases;
@@ -245,6 +246,12 @@ macro_rules! conformance_suite {
             worker_cases::shutdown_gives_running_runs_back_without_spending_counters,
             worker_cases::dropped_worker_stops_renewing_its_leases,
             worker_cases::worker_refuses_a_lease_under_a_millisecond,
+            // The worker's local queue.
+            prefetch_cases::a_stuck_worker_hands_its_queued_runs_to_an_idle_one,
+            prefetch_cases::tenants_take_turns_through_the_local_queue,
+            prefetch_cases::shutdown_gives_queued_runs_back_without_spending_counters,
+            prefetch_cases::queued_runs_of_a_dead_worker_are_reclaimed_counting_one_reclaim,
+            prefetch_cases::a_cancel_reaches_a_queued_run_before_it_starts,
         );
     };
     (@cases $factory:expr; $($module:ident :: $case:ident),+ $(,)?) => {
