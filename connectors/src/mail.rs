@@ -54,7 +54,7 @@ use serde_json::{Map, Value, json};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use crate::ssrf::{AddressPolicy, NameLookup, SystemLookup};
+use crate::ssrf::{AddressPolicy, HostFailure, NameLookup, SystemLookup};
 
 /// The mail poll's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -308,22 +308,18 @@ impl MailConnector {
 
     /// The addresses of `host` the policy lets through.
     async fn addresses(&self, host: &str) -> Result<Vec<IpAddr>, ConnectorFailure> {
-        let refused = |reason: String| bad_input(format!("trigger.mailbox.host: {reason}"));
-        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-            self.policy.check_ip(ip).map_err(|r| refused(r.0))?;
-            return Ok(vec![ip]);
-        }
-        self.policy.check_name(host).map_err(|r| refused(r.0))?;
-        let found = self.lookup.lookup(host).await.map_err(|err| {
-            failure(
-                Cause::Connection,
-                format!("the IMAP host {host:?} could not be looked up: {err}"),
-            )
-        })?;
         self.policy
-            .check_resolved(host, &found)
-            .map_err(|r| refused(r.0))?;
-        Ok(found)
+            .checked_addresses(self.lookup.as_ref(), host)
+            .await
+            .map_err(|failed| match failed {
+                HostFailure::Refused(refused) => {
+                    bad_input(format!("trigger.mailbox.host: {}", refused.0))
+                }
+                HostFailure::Lookup(err) => failure(
+                    Cause::Connection,
+                    format!("the IMAP host {host:?} could not be looked up: {err}"),
+                ),
+            })
     }
 
     async fn connect(&self, input: &Input) -> Result<TcpStream, ConnectorFailure> {

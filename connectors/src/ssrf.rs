@@ -401,6 +401,59 @@ impl AddressPolicy {
     }
 }
 
+/// Why a host gave no address a connection may use.
+#[derive(Debug)]
+pub enum HostFailure {
+    /// The policy refuses the host, or an address it resolves to.
+    Refused(Refused),
+    /// The name could not be looked up (retryable: a resolver has bad minutes).
+    Lookup(std::io::Error),
+}
+
+impl AddressPolicy {
+    /// A host (a bare name or address, IPv6 with or without brackets) as far as it can be
+    /// judged without a lookup: a literal address as that address, a name by
+    /// [`AddressPolicy::check_name`]. What a save can know; the addresses a name resolves
+    /// to are judged by [`AddressPolicy::checked_addresses`] when a connection is made.
+    pub fn check_host(&self, host: &str) -> Result<(), Refused> {
+        let host = host.trim();
+        match host.trim_matches(['[', ']']).parse::<IpAddr>() {
+            Ok(ip) => self.check_ip(ip),
+            Err(_) => self.check_name(host),
+        }
+    }
+
+    /// The addresses a connection to `host` may use, for connectors that dial themselves
+    /// (IMAP, SMTP): a literal address checked as itself; a name checked, looked up once,
+    /// and every address of the answer checked (a mixed answer is refused whole). The
+    /// caller connects to exactly these, never to the name, so nothing is looked up
+    /// between the check and the connection.
+    pub async fn checked_addresses(
+        &self,
+        lookup: &dyn NameLookup,
+        host: &str,
+    ) -> Result<Vec<IpAddr>, HostFailure> {
+        let host = host.trim();
+        if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
+            self.check_ip(ip).map_err(HostFailure::Refused)?;
+            return Ok(vec![ip]);
+        }
+        self.check_name(host).map_err(HostFailure::Refused)?;
+        let found = lookup.lookup(host).await.map_err(HostFailure::Lookup)?;
+        self.check_resolved(host, &found)
+            .map_err(HostFailure::Refused)?;
+        tracing::debug!(host = %host, addresses = ?found, "SSRF guard: resolved and checked");
+        Ok(found)
+    }
+}
+
+/// The policy as the automation runtime's port: how the server judges a saved host.
+impl fronta_automation::connector::HostPolicy for AddressPolicy {
+    fn host_refused(&self, host: &str) -> Option<String> {
+        self.check_host(host).err().map(|refused| refused.0)
+    }
+}
+
 /// Looks host names up (the system's resolver, or a fixed table in tests).
 #[async_trait]
 pub trait NameLookup: Send + Sync + 'static {
@@ -484,6 +537,88 @@ impl reqwest::dns::Resolve for GuardedResolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_is_judged_without_a_lookup_as_far_as_it_can_be() {
+        let strict = AddressPolicy::default();
+        assert!(strict.check_host("10.0.0.5").is_err(), "a private literal");
+        assert!(
+            strict.check_host("[::1]").is_err(),
+            "a bracketed IPv6 literal"
+        );
+        assert!(strict.check_host("localhost").is_err(), "a localhost name");
+        assert!(
+            strict.check_host(" smtp.example.com ").is_ok(),
+            "a public name"
+        );
+        let allowed =
+            AddressPolicy::new(AllowList::parse("127.0.0.1, relay.internal").expect("a list"));
+        assert!(
+            allowed.check_host("127.0.0.1").is_ok(),
+            "an allowed address"
+        );
+        use fronta_automation::connector::HostPolicy;
+        assert_eq!(
+            allowed.host_refused("relay.internal"),
+            None,
+            "an allowed name"
+        );
+        assert!(
+            strict
+                .host_refused("169.254.169.254")
+                .is_some_and(|why| why.contains("FRONTA_HTTP_ALLOW")),
+            "the refusal says how an operator allows a host"
+        );
+    }
+
+    #[tokio::test]
+    async fn checked_addresses_are_the_looked_up_ones_each_checked() {
+        let private: IpAddr = "10.1.2.3".parse().expect("ip");
+        let public: IpAddr = "93.184.216.34".parse().expect("ip");
+        let lookup = FixedLookup::new()
+            .with("mail.example.com", &[public])
+            .with("mixed.example.com", &[public, private])
+            .with("relay.internal", &[private]);
+        let strict = AddressPolicy::default();
+        assert_eq!(
+            strict
+                .checked_addresses(&lookup, "mail.example.com")
+                .await
+                .expect("public"),
+            vec![public]
+        );
+        assert!(
+            matches!(
+                strict.checked_addresses(&lookup, "mixed.example.com").await,
+                Err(HostFailure::Refused(_))
+            ),
+            "one forbidden address refuses the whole answer"
+        );
+        assert!(
+            matches!(
+                strict
+                    .checked_addresses(&lookup, "nowhere.example.com")
+                    .await,
+                Err(HostFailure::Lookup(_))
+            ),
+            "a failed lookup is not a refusal"
+        );
+        assert!(
+            matches!(
+                strict.checked_addresses(&lookup, "10.0.0.1").await,
+                Err(HostFailure::Refused(_))
+            ),
+            "a literal is checked without a lookup"
+        );
+        let allowed = AddressPolicy::new(AllowList::parse("relay.internal").expect("a list"));
+        assert_eq!(
+            allowed
+                .checked_addresses(&lookup, "relay.internal")
+                .await
+                .expect("allowed by name"),
+            vec![private]
+        );
+    }
 
     #[test]
     fn public_addresses_pass() {
