@@ -14,7 +14,7 @@
 //!  "from": "Service desk <desk@firm.example>"}
 //! ```
 //!
-//! `security` is `tls` (TLS from the first byte, port 465 by default), `starttls` (plain
+//! `security` is `tls` (the default: TLS from the first byte, port 465 by default), `starttls` (plain
 //! text upgraded with STARTTLS before anything else is said, port 587; a server that does
 //! not offer STARTTLS is refused, never used in the clear) or `none` (plain text, port
 //! 25; then no `user` and `password`: a password is never sent unencrypted). The password
@@ -75,6 +75,10 @@ pub enum MailSecurity {
 }
 
 impl MailSecurity {
+    /// What a server that names none gets: TLS from the first byte (RFC 8314 prefers it
+    /// to STARTTLS, and the mail poll's IMAP does the same).
+    pub const DEFAULT: MailSecurity = MailSecurity::Tls;
+
     /// The port a server gets when it names none.
     pub fn default_port(self) -> u16 {
         match self {

@@ -1,6 +1,6 @@
 //! What every working process is handed to reach the outside world: the connectors
-//! (`http/request`, `mcp/call-tool` and the `mail` poll's IMAP, all behind the SSRF
-//! guard), the secret keyring and the per-(tenant, service) limits.
+//! (`http/request`, `mcp/call-tool`, `mail/send` over SMTP and the `mail` poll's IMAP,
+//! all behind the SSRF guard), the secret keyring and the per-(tenant, service) limits.
 //!
 //! Each setting is a flag of `fronta serve` and `fronta worker` with its `FRONTA_*`
 //! variable ([`ConnectorArgs`]; `--help` lists them by group with their defaults, and the
@@ -18,13 +18,14 @@ use clap::builder::TypedValueParser;
 use clap::error::ErrorKind;
 use clap::{Args, Parser};
 use fronta_automation::connector::Connector;
+use fronta_automation::mail::MailServerStore;
 use fronta_automation::mcp::McpServerStore;
 use fronta_automation::poll::PollLimits;
 use fronta_automation::secrets::{SecretCipher, SecretVault};
 use fronta_automation::service_limits::{LimitRules, LimitsConfig};
 use fronta_connectors::{
     AddressPolicy, AllowList, Connectors, HttpConnector, HttpLimits, Keyring, MailConnector,
-    MailLimits, McpConnector, McpLimits,
+    MailLimits, McpConnector, McpLimits, SmtpConnector, SmtpLimits,
 };
 
 use crate::duration;
@@ -32,6 +33,7 @@ use crate::duration;
 const HTTP: &str = "Connectors: http/request";
 const MCP: &str = "Connectors: mcp/call-tool";
 const MAIL: &str = "Poll sources";
+const SMTP: &str = "Connectors: mail/send";
 const SECRETS: &str = "Secrets";
 const LIMITS: &str = "Per-service limits and breakers";
 const RUNS: &str = "Automation runs";
@@ -88,6 +90,18 @@ pub(crate) struct ConnectorArgs {
     /// Bytes of decoded text a message publishes (`text`).
     #[arg(long, env = "FRONTA_MAIL_TEXT_BYTES", default_value = "65536", value_name = "BYTES", value_parser = setting(whole_number), help_heading = MAIL)]
     mail_text_bytes: usize,
+
+    /// One TCP connection to one address of a mail server (`mail/send`).
+    #[arg(long, env = "FRONTA_SMTP_CONNECT_TIMEOUT", default_value = "10s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = SMTP)]
+    smtp_connect_timeout: Duration,
+    /// Everything before the message data (connecting, TLS, login, recipients): a timeout
+    /// here is retried, nothing was sent.
+    #[arg(long, env = "FRONTA_SMTP_TIMEOUT", default_value = "60s", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = SMTP)]
+    smtp_timeout: Duration,
+    /// Sending the message data and waiting for the final reply: a timeout here is final
+    /// (the message may have been sent).
+    #[arg(long, env = "FRONTA_SMTP_DATA_TIMEOUT", default_value = "2m", value_name = "DURATION", value_parser = setting(duration::parse), help_heading = SMTP)]
+    smtp_data_timeout: Duration,
 
     /// Base64 of 32 random bytes (`head -c32 /dev/urandom | base64`); unset: secrets
     /// cannot be stored or used. Prefer the variable: a flag shows in `ps`.
@@ -259,6 +273,7 @@ pub(crate) struct ConnectorSetup {
     mail: MailConnector,
     policy: AddressPolicy,
     mcp: McpLimits,
+    smtp: SmtpLimits,
     pub cipher: Option<Arc<dyn SecretCipher>>,
     /// Per-(tenant, service) limits the connectors are wrapped in.
     pub limits: LimitsConfig,
@@ -279,18 +294,33 @@ impl ConnectorSetup {
         self.http.limits().connect_timeout + self.http.limits().max_timeout
     }
 
-    /// The connectors, reading MCP servers from `servers` and revealing their header
-    /// secrets through `vault`.
+    /// The address policy every connector reaches the outside through (the server judges
+    /// a saved mail server's host by it).
+    pub(crate) fn address_policy(&self) -> AddressPolicy {
+        self.policy.clone()
+    }
+
+    /// The connectors, reading MCP servers from `servers` and mail servers from
+    /// `mail_servers`, revealing their secrets (headers, passwords) through `vault`.
     pub(crate) fn connectors(
         &self,
         servers: Arc<dyn McpServerStore>,
+        mail_servers: Arc<dyn MailServerStore>,
         vault: SecretVault,
     ) -> anyhow::Result<Arc<dyn Connector>> {
-        let mcp = McpConnector::new(servers, Some(vault), self.policy.clone(), self.mcp.clone())
-            .map_err(|err| anyhow!("MCP connector: {err}"))?;
+        let mcp = McpConnector::new(
+            servers,
+            Some(vault.clone()),
+            self.policy.clone(),
+            self.mcp.clone(),
+        )
+        .map_err(|err| anyhow!("MCP connector: {err}"))?;
+        let smtp = SmtpConnector::new(mail_servers, Some(vault), self.policy.clone(), self.smtp)
+            .map_err(|err| anyhow!("mail/send connector (FRONTA_SMTP_*): {err}"))?;
         Ok(Arc::new(
             Connectors::new(self.http.clone())
                 .with_mcp(mcp)
+                .with_smtp(smtp)
                 .with_mail(self.mail.clone()),
         ))
     }
@@ -339,6 +369,29 @@ impl ConnectorArgs {
                 limits.rules.slot_lease
             ));
         }
+        let smtp = SmtpLimits {
+            connect_timeout: self.smtp_connect_timeout,
+            timeout: self.smtp_timeout,
+            data_timeout: self.smtp_data_timeout,
+        };
+        if [smtp.connect_timeout, smtp.timeout, smtp.data_timeout]
+            .iter()
+            .any(Duration::is_zero)
+        {
+            return Err(anyhow!(
+                "FRONTA_SMTP_CONNECT_TIMEOUT, FRONTA_SMTP_TIMEOUT and FRONTA_SMTP_DATA_TIMEOUT \
+                 must be longer than zero"
+            ));
+        }
+        if limits.rules.slot_lease <= smtp.longest_call() {
+            return Err(anyhow!(
+                "FRONTA_SERVICE_SLOT_LEASE ({:?}) must be longer than the longest mail/send \
+                 call (FRONTA_SMTP_TIMEOUT + FRONTA_SMTP_DATA_TIMEOUT and 5 s to close = {:?})",
+                limits.rules.slot_lease,
+                smtp.longest_call()
+            ));
+        }
+        tracing::info!(limits = ?smtp, "mail/send connector ready");
         tracing::info!(?limits, "per-(tenant, service) limits and breakers");
         let mcp = McpLimits {
             connect_timeout: self.mcp_connect_timeout,
@@ -379,6 +432,7 @@ impl ConnectorArgs {
             poll,
             policy,
             mcp,
+            smtp,
             cipher,
             limits,
             storage_wait: self.storage_wait,
@@ -488,6 +542,16 @@ mod tests {
             ),
             "polls"
         );
+        let smtp = SmtpLimits::default();
+        assert_eq!(
+            (
+                args.smtp_connect_timeout,
+                args.smtp_timeout,
+                args.smtp_data_timeout
+            ),
+            (smtp.connect_timeout, smtp.timeout, smtp.data_timeout),
+            "mail/send"
+        );
         let limits = args.limits().expect("the default limits");
         assert_eq!(limits, LimitsConfig::default(), "limits and breakers");
         assert_eq!(
@@ -567,6 +631,12 @@ mod tests {
         let message = short_lease.setup().err().expect("refused").to_string();
         assert!(
             message.contains("FRONTA_SERVICE_SLOT_LEASE") && message.contains("longest HTTP call"),
+            "{message}"
+        );
+        let slow_mail = given(&["--smtp-data-timeout", "10m"]).expect("parses");
+        let message = slow_mail.setup().err().expect("refused").to_string();
+        assert!(
+            message.contains("FRONTA_SERVICE_SLOT_LEASE") && message.contains("mail/send"),
             "{message}"
         );
         let no_wait = given(&["--storage-wait", "0s"]).expect("parses");

@@ -427,6 +427,14 @@ impl Store {
         }
     }
 
+    /// The mail servers port on this database.
+    pub(crate) fn mail_servers(&self) -> Arc<dyn fronta_automation::mail::MailServerStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     /// The secrets port on this database.
     pub(crate) fn secrets(&self) -> Arc<dyn fronta_automation::secrets::SecretStore> {
         match self {
@@ -580,7 +588,7 @@ pub(crate) fn limited_connectors(
     };
     Ok(Arc::new(
         fronta_automation::service_limits::LimitedConnector::new(
-            outside.connectors(store.mcp_servers(), vault)?,
+            outside.connectors(store.mcp_servers(), store.mail_servers(), vault)?,
             store.limits(),
             outside.limits,
             Arc::new(fronta_engine::SystemClock),

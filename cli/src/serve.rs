@@ -298,6 +298,8 @@ pub(crate) fn server_parts(
             secret_cipher: outside.cipher.clone(),
             limits: store.limits(),
             mcp_servers: store.mcp_servers(),
+            mail_servers: store.mail_servers(),
+            hosts: std::sync::Arc::new(outside.address_policy()),
             widgets: store.widgets(),
             connectors: Some(crate::limited_connectors(store, &outside)?),
         },

@@ -218,7 +218,7 @@ fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
 }
 
 /// Every setting of a working process, by its variable.
-const SETTINGS: [&str; 25] = [
+const SETTINGS: [&str; 28] = [
     "FRONTA_HTTP_ALLOW",
     "FRONTA_HTTP_TIMEOUT",
     "FRONTA_HTTP_MAX_TIMEOUT",
@@ -234,6 +234,9 @@ const SETTINGS: [&str; 25] = [
     "FRONTA_MAIL_TIMEOUT",
     "FRONTA_MAIL_MESSAGE_BYTES",
     "FRONTA_MAIL_TEXT_BYTES",
+    "FRONTA_SMTP_CONNECT_TIMEOUT",
+    "FRONTA_SMTP_TIMEOUT",
+    "FRONTA_SMTP_DATA_TIMEOUT",
     "FRONTA_SECRET_KEY",
     "FRONTA_SECRET_KEY_VERSION",
     "FRONTA_SECRET_OLD_KEYS",
@@ -274,6 +277,7 @@ fn help_lists_every_setting_with_its_default_and_never_a_secret() {
             ("--http-timeout", "[default: 30s]"),
             ("--service-slot-lease", "[default: 10m]"),
             ("--mail-text-bytes", "[default: 65536]"),
+            ("--smtp-data-timeout", "[default: 2m]"),
         ] {
             let line = help
                 .lines()

@@ -1,6 +1,6 @@
 //! [`App`]: what every handler shares — the configuration, the ports ([`Ports`]: runs,
-//! desk, automations, secrets, service limits, MCP servers, widgets, and the guarded
-//! connectors), the dispatcher, the rate limiters, the stream hub and the metrics it
+//! desk, automations, secrets, service limits, MCP and mail servers, widgets, the guarded
+//! connectors and their address policy), the dispatcher, the rate limiters, the stream hub and the metrics it
 //! reports. Cheap to clone.
 //!
 //! The server depends on no store crate: it gets each port as an `Arc<dyn …>` from
@@ -11,7 +11,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use fronta_automation::connector::Connector;
+use fronta_automation::connector::{Connector, HostPolicy};
+use fronta_automation::mail::MailServerStore;
 use fronta_automation::mcp::McpServerStore;
 use fronta_automation::secrets::{SecretCipher, SecretStore, SecretVault};
 use fronta_automation::service_limits::ServiceLimits;
@@ -40,6 +41,11 @@ pub struct Ports {
     pub limits: Arc<dyn ServiceLimits>,
     /// Per-tenant MCP servers (`/api/mcp-servers`).
     pub mcp_servers: Arc<dyn McpServerStore>,
+    /// Per-tenant mail servers (`/api/mail-servers`).
+    pub mail_servers: Arc<dyn MailServerStore>,
+    /// The connectors' address policy (the SSRF guard with the operator's allow-list): a
+    /// saved host it refuses (a private address, `localhost`) is refused on save.
+    pub hosts: Arc<dyn HostPolicy>,
     /// Dashboard widgets and their cached data (`/api/widgets`).
     pub widgets: Arc<dyn WidgetStore>,
     /// The guarded connectors widgets call (the same SSRF guard, caps and breaker as the
@@ -243,6 +249,14 @@ impl App {
 
     pub(crate) fn mcp_servers(&self) -> &dyn McpServerStore {
         self.inner.ports.mcp_servers.as_ref()
+    }
+
+    pub(crate) fn mail_servers(&self) -> &dyn MailServerStore {
+        self.inner.ports.mail_servers.as_ref()
+    }
+
+    pub(crate) fn hosts(&self) -> &dyn HostPolicy {
+        self.inner.ports.hosts.as_ref()
     }
 
     pub(crate) fn widgets(&self) -> &WidgetService {

@@ -8,7 +8,7 @@
 //! knows the automation kind:
 //!
 //! ```text
-//! let app = App::new(ServerConfig::default(), Ports { runs, desk, automations, secrets, secret_cipher, limits, mcp_servers }, dispatcher)?;
+//! let app = App::new(ServerConfig::default(), Ports { runs, desk, automations, secrets, secret_cipher, limits, mcp_servers, mail_servers, hosts, … }, dispatcher)?;
 //! fronta_server::serve(Listener::bind(address).await?, app, shutdown).await?;
 //! ```
 //!

@@ -303,6 +303,9 @@ fn schemas() -> Value {
     if let (Value::Object(all), Value::Object(widgets)) = (&mut all, widget_schemas()) {
         all.extend(widgets);
     }
+    if let (Value::Object(all), Value::Object(mail)) = (&mut all, mail_server_schemas()) {
+        all.extend(mail);
+    }
     if let (Value::Object(all), Value::Object(versions)) = (&mut all, version_schemas()) {
         all.extend(versions);
     }
@@ -393,6 +396,22 @@ fn dry_run_schemas() -> Value {
                 "wouldStart": {"type": "array", "items": {"type": "object"}},
                 "notStarted": {"type": "array", "items": {"type": "object"}}}))},
             "incident": {"type": ["object", "null"]}, "notes": texts})),
+    })
+}
+
+/// The schemas of `/api/mail-servers` (apart: one `json!` of every schema is too deep).
+fn mail_server_schemas() -> Value {
+    let text = json!({"type": "string"});
+    json!({
+        "MailServer": object(&["name", "host", "port", "security", "from"], json!({"name": text,
+            "host": {"type": "string", "description": "a bare name or address; judged by the connectors' address guard (FRONTA_HTTP_ALLOW)"},
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "default 465 (tls), 587 (starttls), 25 (none)"},
+            "security": {"enum": ["tls", "starttls", "none"], "description": "default tls; none allows no user and password"},
+            "user": {"type": "string"},
+            "password": {"type": "string", "description": "a {{secrets.<name>}} reference, never a value"},
+            "from": {"type": "string", "description": "the sender: name@example.com or \"Name <name@example.com>\""}})),
+        "MailServerList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/MailServer"}},
+            "nextCursor": {"type": "null"}})),
     })
 }
 

@@ -169,6 +169,36 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
                 status: StatusCode::BAD_REQUEST,
             }],
         ),
+        ("GET", "/api/mail-servers", vec![List]),
+        (
+            "POST",
+            "/api/mail-servers",
+            vec![NoIds(
+                "creates a mail server in the caller's tenant, by name",
+            )],
+        ),
+        (
+            "GET",
+            "/api/mail-servers/{name}",
+            vec![ids(&[("name", "mail")], None)],
+        ),
+        (
+            "DELETE",
+            "/api/mail-servers/{name}",
+            vec![ids(&[("name", "mail")], None)],
+        ),
+        (
+            // Names are per tenant: a valid PUT with the owner's name writes the caller's
+            // own server; here a refused PUT must read the same whoever's name it
+            // carries, and change nothing.
+            "PUT",
+            "/api/mail-servers/{name}",
+            vec![Ids {
+                fill: &[("name", "mail")],
+                body: Some(json!({"host": 42})),
+                status: StatusCode::BAD_REQUEST,
+            }],
+        ),
         ("GET", "/api/widgets", vec![List]),
         (
             "POST",
@@ -555,6 +585,28 @@ async fn mcp_server(harness: &Harness, token: &str, name: &str) -> String {
     server
 }
 
+/// A mail server of the tenant named `name`; its name (unique to the tenant) is its id.
+async fn mail_server(harness: &Harness, token: &str, name: &str) -> String {
+    let server = format!("desk-{}", name.to_lowercase());
+    let reply = harness
+        .call(
+            Method::PUT,
+            &format!("/api/mail-servers/{server}"),
+            Some(token),
+            Some(json!({"host": format!("smtp.{}.test", name.to_lowercase()),
+                "security": "starttls", "user": "desk", "password": "{{secrets.smtp}}",
+                "from": format!("desk@{}.test", name.to_lowercase())})),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::OK,
+        "mail server of {name}: {}",
+        reply.json
+    );
+    server
+}
+
 /// A widget of the tenant whose cache is filled and fresh for a day, so reading it
 /// (the snapshot, the intruder's own list) never calls out; its id.
 async fn widget(harness: &Harness, tenant: TenantId, token: &str, name: &str) -> String {
@@ -654,6 +706,7 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         ("secret", secret(harness, &token, name).await),
         ("service", service(harness, tenant, name).await),
         ("mcp", mcp_server(harness, &token, name).await),
+        ("mail", mail_server(harness, &token, name).await),
         ("widget", widget(harness, tenant, &token, name).await),
         ("tenant", tenant.to_string()),
         // Every automation has a version 1: what makes a version path another tenant's
@@ -677,6 +730,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
             "/api/secrets",
             "/api/services",
             "/api/mcp-servers",
+            "/api/mail-servers",
         ]
         .map(String::from)
         .to_vec();
@@ -689,6 +743,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
         paths.push(format!("/api/runs/bulk/{}", objects["bulk"]));
         paths.push(format!("/api/incidents/{}", objects["incident"]));
         paths.push(format!("/api/mcp-servers/{}", objects["mcp"]));
+        paths.push(format!("/api/mail-servers/{}", objects["mail"]));
         // Widgets through the port, not the API: an answer carries the data's age, which
         // moves with the wall clock between two snapshots.
         {

@@ -623,6 +623,8 @@ fn harness_ports(harness: &Harness) -> fronta_server::Ports {
         secret_cipher: None,
         limits: Arc::new(harness.store.clone()),
         mcp_servers: Arc::new(harness.store.clone()),
+        mail_servers: Arc::new(harness.store.clone()),
+        hosts: Arc::new(fronta_connectors::AddressPolicy::default()),
         widgets: Arc::new(harness.store.clone()),
         connectors: None,
     }

@@ -23,6 +23,7 @@ pub mod bulk;
 pub mod desk;
 pub mod dry_runs;
 pub mod health;
+pub mod mail_servers;
 pub mod mcp_servers;
 pub mod runs;
 pub mod secrets;
@@ -412,6 +413,32 @@ fn table() -> Routes {
                     .body("McpServer")
                     .answers(200, "McpServer"),
                 op(delete_, "Delete an MCP server").answers(204, ""),
+            ],
+        )
+        .add(
+            "/api/mail-servers",
+            get(mail_servers::mail_server_list).post(mail_servers::mail_server_create),
+            [
+                op(get_, "List the tenant's mail servers").answers(200, "MailServerList"),
+                op(
+                    post_,
+                    "Add a mail server for mail/send (409 when the name is taken; 400 for a host the address guard refuses)",
+                )
+                .body("MailServer")
+                .answers(201, "MailServer"),
+            ],
+        )
+        .add(
+            "/api/mail-servers/{name}",
+            get(mail_servers::mail_server_get)
+                .put(mail_servers::mail_server_put)
+                .delete(mail_servers::mail_server_delete),
+            [
+                op(get_, "Read a mail server").answers(200, "MailServer"),
+                op(put_, "Create or replace a mail server whole")
+                    .body("MailServer")
+                    .answers(200, "MailServer"),
+                op(delete_, "Delete a mail server").answers(204, ""),
             ],
         )
         .add(

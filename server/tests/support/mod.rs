@@ -148,11 +148,23 @@ impl Harness {
             fronta_connectors::McpLimits::default(),
         )
         .expect("an MCP connector");
+        // mail/send: the tests' SMTP server is on 127.0.0.1 too, in plain text (TLS and
+        // logins are tested in connectors/tests/smtp.rs).
+        let smtp = fronta_connectors::SmtpConnector::new(
+            Arc::new(store.clone()),
+            Some(vault.clone()),
+            fronta_connectors::AddressPolicy::new(
+                fronta_connectors::AllowList::parse("127.0.0.1").expect("an allow-list"),
+            ),
+            fronta_connectors::SmtpLimits::default(),
+        )
+        .expect("an SMTP connector");
         let connectors: Arc<dyn fronta_automation::connector::Connector> =
             Arc::new(LimitedConnector::new(
                 Arc::new(
                     fronta_connectors::Connectors::new(http)
                         .with_mcp(mcp)
+                        .with_smtp(smtp)
                         .with_mail(
                             fronta_connectors::MailConnector::new(
                                 fronta_connectors::AddressPolicy::new(
@@ -205,6 +217,11 @@ impl Harness {
                 secret_cipher: Some(cipher),
                 limits: Arc::new(store.clone()),
                 mcp_servers: Arc::new(store.clone()),
+                mail_servers: Arc::new(store.clone()),
+                // The same allow-list as the connectors: 127.0.0.1 may be saved.
+                hosts: Arc::new(fronta_connectors::AddressPolicy::new(
+                    fronta_connectors::AllowList::parse("127.0.0.1").expect("an allow-list"),
+                )),
                 widgets: Arc::new(store.clone()),
                 // Widgets call through the same guarded, limited connectors as steps.
                 connectors: Some(connectors),
