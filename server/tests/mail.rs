@@ -3,11 +3,11 @@
 //! (aiosmtpd, `connectors/tests/smtp_server/`) on 127.0.0.1, which the harness's
 //! allow-list lets through. A saved server with a private host the allow-list does not
 //! name, or a literal password, is refused on save; a literal `to` that is not an address
-//! is refused with the automation. A run's message arrives with the rendered subject and
-//! body and its step log says what went to whom; a refused recipient (5xx) fails the run
-//! at once; a temporary refusal (4xx) is counted by the service's breaker, retried with
-//! the ladder and goes through; a
-//! templated `to` that renders to no address fails the run, naming it.
+//! is refused with the automation, and a widget cannot be a `mail/send`. A run's message
+//! arrives with the rendered subject and body and its step log says what went to whom; a
+//! refused recipient (5xx) fails the run at once; a temporary refusal (4xx) is counted by
+//! the service's breaker, retried with the ladder and goes through; a templated `to` that
+//! renders to no address fails the run, naming it.
 
 #[path = "../../connectors/tests/smtp_server/mod.rs"]
 mod smtp_server;
@@ -175,6 +175,25 @@ async fn mail_servers_are_created_read_replaced_and_deleted_and_bad_ones_refused
     assert_eq!(deleted.status, StatusCode::NO_CONTENT);
     let gone = harness.get("/api/mail-servers/desk", &token).await;
     assert_eq!(gone.status, StatusCode::NOT_FOUND);
+
+    let widget = harness
+        .post(
+            "/api/widgets",
+            &token,
+            json!({"name": "Mail", "op": "mail/send",
+                   "input": {"server": "relay", "to": "a@b.example", "subject": "s", "text": "t"},
+                   "ttlSec": 60}),
+        )
+        .await;
+    assert_eq!(widget.status, StatusCode::BAD_REQUEST, "{}", widget.json);
+    assert_eq!(widget.code(), "invalid_widget");
+    assert!(
+        widget.json["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("would send a message at every refresh")),
+        "a widget never sends mail: {}",
+        widget.json
+    );
 }
 
 #[tokio::test]
