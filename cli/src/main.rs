@@ -105,6 +105,18 @@ struct DbArgs {
         help_heading = "Database"
     )]
     pg_enqueue_group_max: usize,
+    /// Postgres: a worker's claim round carries its finished runs in one transaction
+    /// (one commit for both) instead of leaving them to its completer. Off: measured
+    /// slower with the local queue (ARCHITECTURE.md, "The worker's local queue").
+    #[arg(
+        long,
+        global = true,
+        env = "FRONTA_PG_FINISH_RIDES_CLAIM",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        help_heading = "Database"
+    )]
+    pg_finish_rides_claim: bool,
 }
 
 fn parse_sync(text: &str) -> Result<Synchronous, String> {
@@ -500,6 +512,7 @@ pub(crate) async fn open_store(db: &DbArgs, name: &str) -> anyhow::Result<Store>
         }
         config.max_connections = db.pg_max_connections;
         config.tenant_tidy_every = db.pg_tenant_tidy;
+        config.finish_rides_claim = db.pg_finish_rides_claim;
         if db.pg_enqueue_group_max == 0 {
             bail!("--pg-enqueue-group-max (FRONTA_PG_ENQUEUE_GROUP_MAX) must be at least 1");
         }

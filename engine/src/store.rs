@@ -486,6 +486,34 @@ pub trait RunStore: Send + Sync + 'static {
 
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch>;
 
+    /// Write `finishes` ([`RunStore::run_finish_many`]) and make a claim round
+    /// ([`RunStore::run_claim`]) in one call: a worker's claim round carries the finishes
+    /// waiting to be written. A store that can writes both in one transaction (one
+    /// commit; the finishes first, so a run they put back due now may be claimed by the
+    /// round). The outer error: no finish was written (the claim was not made, or was
+    /// rolled back with them); the inner one: the finishes were written and answered, the
+    /// claim failed. The default makes the two calls one after the other (and
+    /// [`RunStore::finishes_ride_claims`] says `false`: a worker then leaves its finishes
+    /// to its completer, which writes them beside the claim instead of before it).
+    async fn run_finish_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        params: ClaimParams,
+    ) -> StoreResult<(Vec<FinishReply>, StoreResult<ClaimBatch>)> {
+        let replies = if finishes.is_empty() {
+            Vec::new()
+        } else {
+            self.run_finish_many(finishes).await?
+        };
+        Ok((replies, self.run_claim(params).await))
+    }
+
+    /// Whether [`RunStore::run_finish_and_claim`] writes both in one transaction, so a
+    /// worker's claim round should carry the finishes waiting to be written.
+    fn finishes_ride_claims(&self) -> bool {
+        false
+    }
+
     async fn run_heartbeat_many(
         &self,
         leases: Vec<LeaseRenewal>,

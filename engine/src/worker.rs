@@ -448,20 +448,18 @@ impl Worker {
             kinds = ?self.registry.kinds().collect::<Vec<_>>(), "worker started");
 
         let active: ActiveMap = self.active.clone();
-        let pending_finishes = Arc::new(AtomicUsize::new(0));
-        let (finish_tx, finish_rx) = mpsc::unbounded_channel::<(Finish, Arc<Run>)>();
+        let finisher = Arc::new(Finisher::new(self.config.completer_batch));
+        let told = Arc::new(Told {
+            counters: self.counters.clone(),
+            metrics: self.metrics.clone(),
+            ends: self.ends.clone(),
+        });
         // Both helpers die with this future: a dropped worker must not keep renewing leases.
         let completer = AbortOnDrop::spawn(completer(
             self.store.clone(),
-            finish_rx,
-            self.config.completer_batch,
+            finisher.clone(),
             self.config.completer_linger,
-            Told {
-                pending: pending_finishes.clone(),
-                counters: self.counters.clone(),
-                metrics: self.metrics.clone(),
-                ends: self.ends.clone(),
-            },
+            told.clone(),
         ));
         // Cancels other processes requested, heard from the database at once (the
         // heartbeat delivers them too, later).
@@ -477,16 +475,13 @@ impl Worker {
             self.heartbeat_every(),
             heartbeat_stop.clone(),
         ));
-        let finisher = Finisher {
-            tx: finish_tx,
-            pending: pending_finishes.clone(),
-        };
 
         let mut tasks: JoinSet<Ended> = JoinSet::new();
         let mut task_runs: HashMap<tokio::task::Id, RunId> = HashMap::new();
         let enqueue_signal = self.store.enqueue_signal();
         let mut storage_backoff = Duration::from_millis(50);
         let store = self.store.clone();
+        let carries = store.finishes_ride_claims();
 
         'work: loop {
             if shutdown.is_cancelled() {
@@ -520,13 +515,23 @@ impl Worker {
             let mut claimed_now = 0;
             if ask > 0 {
                 let round = tokio::time::Instant::now();
-                let claim = store.run_claim(self.claim_params(ask));
+                // The round carries the finishes waiting to be written where the store
+                // writes both in one transaction: one commit instead of a claim's and a
+                // batch's.
+                let carried = if carries {
+                    finisher.take(self.config.completer_batch)
+                } else {
+                    Vec::new()
+                };
+                let finishes: Vec<Finish> =
+                    carried.iter().map(|(finish, _)| finish.clone()).collect();
+                let claim = store.run_finish_and_claim(finishes, self.claim_params(ask));
                 tokio::pin!(claim);
                 // While the round is out, slots that free take queued runs.
-                let claimed = loop {
+                let answered = loop {
                     tokio::select! {
                         biased;
-                        claimed = &mut claim => break claimed,
+                        answered = &mut claim => break answered,
                         Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                             self.reap(joined, &active, &mut task_runs, &finisher);
                             self.start_queued(&active, &mut tasks, &mut task_runs, &finisher);
@@ -535,7 +540,23 @@ impl Worker {
                 };
                 let took = round.elapsed();
                 self.metrics.claim.record(took);
+                if !carried.is_empty() {
+                    // A completion batch too, written in the round's time.
+                    self.metrics.complete.record(took);
+                }
                 self.sizer().round_took(took);
+                let claimed = match answered {
+                    Ok((replies, claimed)) => {
+                        told.written(&carried, replies);
+                        finisher.done(carried.len());
+                        claimed
+                    }
+                    Err(err) => {
+                        // Nothing of it was written: the completer writes the finishes.
+                        finisher.put_back(carried);
+                        Err(err)
+                    }
+                };
                 match claimed {
                     Ok(batch) => {
                         storage_backoff = Duration::from_millis(50);
@@ -687,7 +708,7 @@ impl Worker {
         heartbeat_stop.cancel();
         heartbeater.join().await;
         finisher.flushed().await;
-        drop(finisher);
+        finisher.close();
         completer.join().await;
         let report = self.counters.report(&self.metrics);
         tracing::info!(worker = %name, ?report, "worker stopped");
@@ -1086,19 +1107,85 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
-/// The worker's side of the completer channel; counts finishes not yet written.
+/// A finished run waiting to be written, with the run it is about.
+type Finished = (Finish, Arc<Run>);
+
+/// Finished runs waiting to be written: the worker adds them ([`Finisher::send`]); the
+/// completer takes them in batches, and a claim round takes what waits to write it in
+/// its own transaction ([`RunStore::run_finish_and_claim`]).
+///
+/// A send is a push under a short lock. It wakes the completer only when the list was
+/// empty (the completer may be idle) or reaches a whole batch (a lingering completer
+/// may write now): under load a hundred finishes cost the completer one or two wake-ups,
+/// not a hundred.
 struct Finisher {
-    tx: mpsc::UnboundedSender<(Finish, Arc<Run>)>,
-    pending: Arc<AtomicUsize>,
+    waiting: Mutex<Vec<Finished>>,
+    /// Sent and not yet written (or given up on), wherever they are.
+    pending: AtomicUsize,
+    arrived: tokio::sync::Notify,
+    closed: std::sync::atomic::AtomicBool,
+    max_batch: usize,
 }
 
 impl Finisher {
+    fn new(max_batch: usize) -> Self {
+        Self {
+            waiting: Mutex::new(Vec::new()),
+            pending: AtomicUsize::new(0),
+            arrived: tokio::sync::Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            max_batch,
+        }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, Vec<Finished>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn send(&self, finish: Finish, run: Arc<Run>) {
         self.pending.fetch_add(1, Ordering::SeqCst);
-        if self.tx.send((finish, run)).is_err() {
-            self.pending.fetch_sub(1, Ordering::SeqCst);
-            tracing::error!("invariant: the completer stopped before the worker");
+        let waiting = {
+            let mut list = self.waiting();
+            list.push((finish, run));
+            list.len()
+        };
+        if waiting == 1 || waiting == self.max_batch {
+            self.arrived.notify_one();
         }
+    }
+
+    /// Up to `at_most` of the waiting finishes, oldest first.
+    fn take(&self, at_most: usize) -> Vec<Finished> {
+        let mut list = self.waiting();
+        let n = list.len().min(at_most);
+        list.drain(..n).collect()
+    }
+
+    /// Finishes taken but not written (a claim that carried them failed): first in line
+    /// again, for the completer.
+    fn put_back(&self, mut finishes: Vec<Finished>) {
+        if finishes.is_empty() {
+            return;
+        }
+        {
+            let mut list = self.waiting();
+            finishes.append(&mut list);
+            *list = finishes;
+        }
+        self.arrived.notify_one();
+    }
+
+    /// `n` taken finishes are written or given up on.
+    fn done(&self, n: usize) {
+        self.pending.fetch_sub(n, Ordering::SeqCst);
+    }
+
+    /// No more sends: the completer writes what waits and ends.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.arrived.notify_one();
     }
 
     /// Wait until every finish sent so far is written (or given up on).
@@ -1109,50 +1196,77 @@ impl Finisher {
     }
 }
 
-/// Whom the completer tells what it wrote: the count of finishes not yet written, the
-/// counters, the metrics, and the listeners of keyed ends.
+/// Whom a writer of finishes tells what it wrote: the counters, the metrics, and the
+/// listeners of keyed ends.
 struct Told {
-    pending: Arc<AtomicUsize>,
     counters: Arc<Counters>,
     metrics: Arc<WorkerMetrics>,
     ends: tokio::sync::broadcast::Sender<KeyedEnd>,
 }
 
+impl Told {
+    /// Counts and logs what the store answered for `batch`, and tells of keyed ends.
+    fn written(&self, batch: &[Finished], replies: Vec<FinishReply>) {
+        let by_id: HashMap<RunId, &Finished> =
+            batch.iter().map(|entry| (entry.0.id, entry)).collect();
+        for reply in replies {
+            if let FinishReply::Applied { id, status } = &reply
+                && status.is_terminal()
+                && self.ends.receiver_count() > 0
+                && let Some((_, run)) = by_id.get(id)
+                && let Some(key) = &run.unique_key
+            {
+                // No listener, or one that went away: nothing to tell.
+                let _ = self.ends.send(KeyedEnd {
+                    id: *id,
+                    tenant: run.tenant.clone(),
+                    kind: run.kind.clone(),
+                    unique_key: key.clone(),
+                    status: *status,
+                });
+            }
+            record(&self.counters, reply, &by_id);
+        }
+    }
+}
+
 /// Writes finishes in batches: whatever arrived while the previous batch was written
 /// goes together, so the batch grows with load and one commit carries many runs. After
 /// a batch of several, the next is held open up to `linger` for more (a lone finish is
-/// written at once).
+/// written at once). Ends once the finisher is closed and nothing waits.
 async fn completer(
     store: Arc<dyn RunStore>,
-    mut rx: mpsc::UnboundedReceiver<(Finish, Arc<Run>)>,
-    max_batch: usize,
+    finisher: Arc<Finisher>,
     linger: Duration,
-    told: Told,
+    told: Arc<Told>,
 ) {
-    let Told {
-        pending,
-        counters,
-        metrics,
-        ends,
-    } = told;
-    let mut batch: Vec<(Finish, Arc<Run>)> = Vec::with_capacity(max_batch);
+    let max_batch = finisher.max_batch;
     let mut previous = 0;
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < max_batch {
-            match rx.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
+    loop {
+        let mut batch = finisher.take(max_batch);
+        if batch.is_empty() {
+            if finisher.closed.load(Ordering::SeqCst) {
+                return;
             }
+            // A send since the take left a permit: no finish is missed.
+            finisher.arrived.notified().await;
+            continue;
         }
-        if previous >= LINGER_AFTER && !linger.is_zero() {
+        if previous >= LINGER_AFTER && !linger.is_zero() && batch.len() < max_batch {
             let until = tokio::time::Instant::now() + linger;
-            while batch.len() < max_batch {
-                match tokio::time::timeout_at(until, rx.recv()).await {
-                    Ok(Some(next)) => batch.push(next),
-                    Ok(None) | Err(_) => break,
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(until) => break,
+                    _ = finisher.arrived.notified() => {
+                        if batch.len() + finisher.waiting().len() >= max_batch
+                            || finisher.closed.load(Ordering::SeqCst)
+                        {
+                            break;
+                        }
+                    }
                 }
             }
+            batch.extend(finisher.take(max_batch - batch.len()));
         }
         previous = batch.len();
         let mut delay = Duration::from_millis(20);
@@ -1163,7 +1277,7 @@ async fn completer(
             let finishes: Vec<Finish> = batch.iter().map(|(finish, _)| finish.clone()).collect();
             let write = Instant::now();
             let written = store.run_finish_many(finishes).await;
-            metrics.complete.record(write.elapsed());
+            told.metrics.complete.record(write.elapsed());
             match written {
                 Ok(replies) => break Some(replies),
                 Err(StoreError::Unavailable(message)) if tries < 30 => {
@@ -1179,29 +1293,9 @@ async fn completer(
             }
         };
         if let Some(replies) = replies {
-            let by_id: HashMap<RunId, &(Finish, Arc<Run>)> =
-                batch.iter().map(|entry| (entry.0.id, entry)).collect();
-            for reply in replies {
-                if let FinishReply::Applied { id, status } = &reply
-                    && status.is_terminal()
-                    && ends.receiver_count() > 0
-                    && let Some((_, run)) = by_id.get(id)
-                    && let Some(key) = &run.unique_key
-                {
-                    // No listener, or one that went away: nothing to tell.
-                    let _ = ends.send(KeyedEnd {
-                        id: *id,
-                        tenant: run.tenant.clone(),
-                        kind: run.kind.clone(),
-                        unique_key: key.clone(),
-                        status: *status,
-                    });
-                }
-                record(&counters, reply, &by_id);
-            }
+            told.written(&batch, replies);
         }
-        pending.fetch_sub(batch.len(), Ordering::SeqCst);
-        batch.clear();
+        finisher.done(batch.len());
     }
 }
 

@@ -107,6 +107,13 @@ pub struct PgConfig {
     /// Group enqueue ([`group`]): concurrent enqueues of this process share one
     /// statement and one commit.
     pub enqueue_groups: enqueue_group::GroupConfig,
+    /// Whether a worker's claim round carries the finishes waiting to be written, in one
+    /// transaction with the claim ([`RunStore::run_finish_and_claim`]). Off by default:
+    /// with the worker's local queue a round already takes ~100–250 runs and a finish
+    /// batch ~250, so the commit saved is under 1 % of the commits, while the round's
+    /// claim then waits behind the finish statement; the drain measured 20–30 % slower
+    /// with it (ARCHITECTURE.md, "The worker's local queue").
+    pub finish_rides_claim: bool,
 }
 
 /// Empty tenants a claim round may meet before it tidies the tenant list at once,
@@ -123,6 +130,7 @@ impl PgConfig {
             listen: true,
             tenant_tidy_every: Duration::from_secs(1),
             enqueue_groups: enqueue_group::GroupConfig::default(),
+            finish_rides_claim: false,
         }
     }
 }
@@ -219,6 +227,7 @@ struct Inner {
     ticket_event_sink: fronta_automation::ticket_events::SinkSlot,
     /// Concurrent enqueues waiting to share a commit.
     groups: Arc<enqueue_group::Groups>,
+    finish_rides_claim: bool,
 }
 
 impl Drop for Inner {
@@ -309,6 +318,8 @@ impl PgStore {
                 round_trips: AtomicU64::new(0),
                 last_tidy: Mutex::new(None),
                 tenant_tidy_every: config.tenant_tidy_every,
+                finish_rides_claim: std::env::var("FRONTA_PG_FINISH_RIDES_CLAIM")
+                    .is_ok_and(|v| v == "1"),
                 listener,
                 own_wakeups_skipped,
                 cancels,
@@ -413,6 +424,40 @@ impl PgStore {
         &self,
     ) -> Result<sqlx::pool::PoolConnection<Postgres>, StoreError> {
         self.inner.pool.acquire().await.map_err(map_err)
+    }
+
+    /// One claim round on `conn` from the tenant the last round of this process ended at
+    /// (see [`runs::claim`]); moves that cursor.
+    async fn claim_on(
+        &self,
+        conn: &mut PgConnection,
+        params: &ClaimParams,
+    ) -> StoreResult<ClaimBatch> {
+        let cursor = self
+            .inner
+            .tenant_cursor
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let (batch, ended_at) = runs::claim(
+            conn,
+            self.ctx(),
+            params,
+            cursor.as_deref(),
+            runs::TidyGate {
+                last: &self.inner.last_tidy,
+                every: self.inner.tenant_tidy_every,
+            },
+        )
+        .await?;
+        if let Some(tenant) = ended_at {
+            *self
+                .inner
+                .tenant_cursor
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tenant);
+        }
+        Ok(batch)
     }
 
     pub(crate) async fn begin_tx(
@@ -562,32 +607,33 @@ impl RunStore for PgStore {
         if params.limit == 0 {
             return Ok(ClaimBatch::default());
         }
-        let cursor = self
-            .inner
-            .tenant_cursor
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
         let mut conn = self.connection().await?;
-        let (batch, ended_at) = runs::claim(
-            &mut conn,
-            self.ctx(),
-            &params,
-            cursor.as_deref(),
-            runs::TidyGate {
-                last: &self.inner.last_tidy,
-                every: self.inner.tenant_tidy_every,
-            },
-        )
-        .await?;
-        if let Some(tenant) = ended_at {
-            *self
-                .inner
-                .tenant_cursor
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(tenant);
+        self.claim_on(&mut conn, &params).await
+    }
+
+    /// The finishes and the claim round in one transaction on one connection: one
+    /// commit for both. The claim's levels then commit together too; each later level
+    /// still sees the runs the earlier ones took as `running` (its own writes).
+    async fn run_finish_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        params: ClaimParams,
+    ) -> StoreResult<(Vec<FinishReply>, StoreResult<ClaimBatch>)> {
+        if finishes.is_empty() {
+            return Ok((Vec::new(), self.run_claim(params).await));
         }
-        Ok(batch)
+        let mut tx = self.begin_tx().await?;
+        let (replies, put_back) = runs::finish(&mut tx, self.ctx(), &finishes).await?;
+        let batch = self.claim_on(&mut tx, &params).await?;
+        self.commit_tx(tx).await?;
+        if put_back {
+            self.inner.signal.notify_waiters();
+        }
+        Ok((replies, Ok(batch)))
+    }
+
+    fn finishes_ride_claims(&self) -> bool {
+        self.inner.finish_rides_claim
     }
 
     async fn run_heartbeat_many(

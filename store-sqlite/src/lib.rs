@@ -380,6 +380,26 @@ impl RunStore for SqliteStore {
             .await
     }
 
+    /// One writer job: the finishes, then the claim, in one savepoint of one group
+    /// transaction — one commit and one fsync for both (a claim that fails rolls the
+    /// finishes back with it).
+    async fn run_finish_and_claim(
+        &self,
+        finishes: Vec<Finish>,
+        params: ClaimParams,
+    ) -> StoreResult<(Vec<FinishReply>, StoreResult<ClaimBatch>)> {
+        self.write(move |state, conn, now| {
+            let replies = runs::finish(state, conn, &finishes, now)?;
+            let batch = runs::claim(state, conn, &params, now)?;
+            Ok((replies, Ok(batch)))
+        })
+        .await
+    }
+
+    fn finishes_ride_claims(&self) -> bool {
+        true
+    }
+
     async fn run_heartbeat_many(
         &self,
         leases: Vec<LeaseRenewal>,

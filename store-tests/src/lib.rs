@@ -211,6 +211,7 @@ macro_rules! conformance_suite {
             store_cases::finish_actions_write_what_they_say,
             store_cases::finish_of_a_run_no_longer_running_is_lease_lost,
             store_cases::batched_writes_answer_each_entry_by_its_own_token,
+            store_cases::finish_and_claim_writes_the_finishes_then_claims,
             // Cancel.
             store_cases::cancel_of_a_pending_run_cancels_it_at_once,
             store_cases::cancel_of_a_running_run_is_requested_and_delivered_by_heartbeat,

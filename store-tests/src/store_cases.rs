@@ -2928,3 +2928,90 @@ pub async fn run_stats_follow_every_write_into_and_out_of_finished(factory: &dyn
     env.store.compact_counts().await.expect("compact");
     check("compacting the counts").await;
 }
+
+/// `run_finish_and_claim` writes the finishes first, answering each by its own token (a
+/// stale one is lease lost), then makes the claim round, which may take a run those
+/// finishes just put back due now; with no finishes it is a claim.
+pub async fn finish_and_claim_writes_the_finishes_then_claims(factory: &dyn StoreFactory) {
+    let env = Env::open(factory).await;
+    let ids: Vec<RunId> = env
+        .dispatcher
+        .enqueue_many((0..3).map(|_| request(KIND_A)).collect())
+        .await
+        .expect("enqueue succeeds")
+        .into_iter()
+        .map(Enqueued::id)
+        .collect();
+    let first = env.claim(params(2)).await.claimed;
+    assert_eq!(first.len(), 2, "two of the three claimed");
+    let (done, released) = (&first[0], &first[1]);
+    let waiting = *ids
+        .iter()
+        .find(|id| **id != done.run.id && **id != released.run.id)
+        .expect("one run still pending");
+    let finishes = vec![
+        Finish {
+            id: done.run.id,
+            owner: done.owner,
+            action: FinishAction::Complete { result: None },
+        },
+        Finish {
+            id: released.run.id,
+            owner: released.owner,
+            action: FinishAction::Release,
+        },
+        Finish {
+            id: waiting,
+            owner: OwnerToken::fresh(),
+            action: FinishAction::Complete { result: None },
+        },
+    ];
+    let (replies, claimed) = env
+        .store
+        .run_finish_and_claim(finishes, params(5))
+        .await
+        .expect("the finishes are written");
+    assert_eq!(
+        replies,
+        vec![
+            FinishReply::Applied {
+                id: done.run.id,
+                status: RunStatus::Completed
+            },
+            FinishReply::Applied {
+                id: released.run.id,
+                status: RunStatus::Queued
+            },
+            FinishReply::LeaseLost { id: waiting },
+        ],
+        "each finish answered in order, by its own token"
+    );
+    let claimed = claimed.expect("the claim round is made");
+    let mut taken: Vec<RunId> = claimed.claimed.iter().map(|c| c.run.id).collect();
+    taken.sort();
+    let mut expected = vec![released.run.id, waiting];
+    expected.sort();
+    assert_eq!(
+        taken, expected,
+        "the round takes the pending run and the one just given back"
+    );
+    let again = claimed
+        .claimed
+        .iter()
+        .find(|c| c.run.id == released.run.id)
+        .expect("the released run was claimed again");
+    assert_ne!(again.owner, released.owner, "with a fresh owner token");
+    assert!(!again.reclaimed, "as a claim, not a reclaim");
+    assert_eq!(env.get(done.run.id).await.status, RunStatus::Completed);
+
+    let (replies, empty) = env
+        .store
+        .run_finish_and_claim(Vec::new(), params(5))
+        .await
+        .expect("a claim alone");
+    assert!(replies.is_empty());
+    assert!(
+        empty.expect("the claim round is made").claimed.is_empty(),
+        "nothing left to claim"
+    );
+}
