@@ -242,6 +242,9 @@ SYSTEMS = {
     "apalis-sqlite-full": dict(label="apalis-sqlite · FULL", db="sqlite", sync="full", kind="peer", cmd=[str(APALIS_SQLITE)], http=True),
     "apalis-sqlite-normal": dict(label="apalis-sqlite · NORMAL", db="sqlite", sync="normal", kind="peer", cmd=[str(APALIS_SQLITE)], http=True),
     "fronta-pg": dict(label="fronta · Postgres", db="postgres", kind="fronta"),
+    # The same without the worker's local queue: the baseline of the queue's gains and of
+    # the mixed cell's rule (short runs' p99 start delay no worse than 2× this).
+    "fronta-pg-noqueue": dict(label="fronta · Postgres, --prefetch-max 0", db="postgres", kind="fronta", flags=["--prefetch-max", "0"], mixed=True),
     "apalis-pg": dict(label="apalis-postgres", db="postgres", kind="peer", cmd=[str(APALIS_PG)], http=True),
     "graphile": dict(label="graphile-worker (tuned)", db="postgres", kind="peer", cmd=node_peer("graphile-worker"), mixed=True),
     "pg-boss": dict(label="pg-boss (batch 100)", db="postgres", kind="peer", cmd=node_peer("pg-boss")),
@@ -252,7 +255,7 @@ def fronta_cmd(system, url, extra):
     cmd = [str(FRONTA), "--database", url]
     if system["db"] == "sqlite":
         cmd += ["--synchronous", system["sync"]]
-    return cmd + ["bench"] + extra
+    return cmd + ["bench"] + extra + system.get("flags", [])
 
 
 def parse_json(stdout):
@@ -289,6 +292,8 @@ def run_once(system, workload, params, cfg, scratch):
 
 
 def fronta_workload(system, url, workload, p, cfg):
+    if system.get("flags") and workload not in ("drain", "latency", "mixed"):
+        return None  # a worker setting: only the cells with a worker
     if workload == "enqueue":
         return fronta_cmd(system, url, ["--runs", str(p["jobs"]), "--callers", str(p["callers"]), "--batch", str(p["batch"]), "--no-drain", "--latency-runs", "0", "--json"])
     if workload == "drain":

@@ -22,8 +22,9 @@
 //! line and no other run appears; the store counts them all completed with no reclaim,
 //! failure or cancel; the worker processes' claims add up to the runs enqueued.
 //!
-//! Left out: a local queue or prefetch setting for the workers (there is none yet); the
-//! workers run with the same batching flags as the bench (`--completer-linger` …).
+//! The workers run with the bench's batching flags (`--completer-linger`, `--claim-gather`,
+//! `--hand-off`, `--prefetch-max`): `--prefetch-max 0` measures them without a local
+//! queue, the comparison the issue asks for (short runs must not wait behind long ones).
 
 use std::collections::HashMap;
 use std::sync::Arc;
