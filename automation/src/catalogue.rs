@@ -17,6 +17,10 @@ pub enum Op {
     TicketSetStatus,
     TicketClose,
     TicketAssignLeastBusy,
+    /// Reads a ticket as it is now: the run's, or the one input `ticket` names.
+    TicketGet,
+    /// An internal note on a ticket's log, written by the automation.
+    TicketComment,
     IncidentCreate,
     FlowPause,
     FlowLog,
@@ -34,13 +38,15 @@ pub enum Op {
 
 impl Op {
     /// Every op of the catalogue, in the order of API.md's table.
-    pub const KNOWN: [Op; 12] = [
+    pub const KNOWN: [Op; 14] = [
         Op::TicketUpsert,
         Op::TicketSetType,
         Op::TicketAddTags,
         Op::TicketSetStatus,
         Op::TicketClose,
         Op::TicketAssignLeastBusy,
+        Op::TicketGet,
+        Op::TicketComment,
         Op::IncidentCreate,
         Op::FlowPause,
         Op::FlowLog,
@@ -66,6 +72,8 @@ impl Op {
             Op::TicketSetStatus => "ticket/set-status",
             Op::TicketClose => "ticket/close",
             Op::TicketAssignLeastBusy => "ticket/assign-least-busy",
+            Op::TicketGet => "ticket/get",
+            Op::TicketComment => "ticket/comment",
             Op::IncidentCreate => "incident/create",
             Op::FlowPause => "flow/pause",
             Op::FlowLog => "flow/log",
@@ -91,9 +99,16 @@ impl Op {
 
     /// Whether the op changes anything outside its run (tickets, incidents, another
     /// service, the run's own schedule). The executor checkpoints after such ops; one
-    /// without (`flow/log`) may simply run again after a crash.
+    /// without (`flow/log`, the read of `ticket/get`) may simply run again after a crash.
     pub fn has_outside_effect(&self) -> bool {
-        !matches!(self, Op::FlowLog)
+        !matches!(self, Op::FlowLog | Op::TicketGet)
+    }
+
+    /// Whether the ticket the step wrote or read becomes the run's ticket: the one
+    /// `ticket/get` and `ticket/comment` take when their input names none, and the one
+    /// the run's end is noted on.
+    pub fn takes_the_runs_ticket(&self) -> bool {
+        self.changes_tickets() || matches!(self, Op::TicketGet | Op::TicketComment)
     }
 
     /// Whether the op writes tickets (and so may start the automations listening to
@@ -119,6 +134,8 @@ impl Op {
             Op::TicketSetStatus => &["ticket", "status"],
             Op::TicketClose => &["ticket"],
             Op::TicketAssignLeastBusy => &["ticket", "group"],
+            Op::TicketGet => &[],
+            Op::TicketComment => &["text"],
             Op::IncidentCreate => &["title", "impact"],
             Op::FlowPause => &["seconds"],
             Op::FlowLog => &["message"],
@@ -133,7 +150,16 @@ impl Op {
     /// Inputs the step may have besides the required ones.
     pub fn optional_inputs(&self) -> &'static [&'static str] {
         match self {
-            Op::TicketUpsert => &["title", "type", "status", "tags", "fields", "group"],
+            Op::TicketUpsert => &[
+                "title",
+                "type",
+                "status",
+                "tags",
+                "fields",
+                "group",
+                "onExisting",
+            ],
+            Op::TicketGet | Op::TicketComment => &["ticket"],
             Op::IncidentCreate => &["ticket"],
             Op::HttpRequest => &["method", "headers", "query", "body", "timeoutSec"],
             Op::McpCallTool => &["arguments"],
@@ -159,6 +185,9 @@ impl Op {
             Op::TicketSetStatus => &["status"],
             Op::TicketClose => &["closed"],
             Op::TicketAssignLeastBusy => &["assignee", "group"],
+            // The ticket itself, as an event's `ticket` (`crate::steps::ticket_json`).
+            Op::TicketGet => &TICKET_OUTPUTS,
+            Op::TicketComment => &[],
             Op::IncidentCreate => &["id", "opened"],
             Op::FlowPause | Op::FlowLog => &[],
             Op::HttpRequest => &["status", "headers", "body"],
@@ -169,6 +198,22 @@ impl Op {
         }
     }
 }
+
+/// The ticket as automations see it, key by key: an event's `ticket` and the outputs of
+/// `ticket/get` (`crate::steps::ticket_json` writes them).
+pub const TICKET_OUTPUTS: [&str; 11] = [
+    "id",
+    "number",
+    "externalId",
+    "title",
+    "type",
+    "status",
+    "closed",
+    "tags",
+    "assignee",
+    "group",
+    "fields",
+];
 
 impl std::fmt::Display for Op {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fronta_desk::store::names;
-use fronta_desk::store::{IncidentReport, TicketChange, TicketUpsert};
-use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
+use fronta_desk::store::{IncidentReport, OnExisting, TicketChange, TicketUpsert};
+use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId, TicketLogEntry};
 use serde_json::{Map, Value, json};
 
 use crate::catalogue::Op;
@@ -61,6 +61,74 @@ fn days(max: Duration) -> String {
         format!("{} days", secs / 86_400)
     } else {
         format!("{secs} s")
+    }
+}
+
+/// The longest note `ticket/comment` writes, in characters: a longer text is cut there
+/// and the note and the step's line say so.
+pub const MAX_NOTE_CHARS: usize = 10_000;
+
+/// The kind of the ticket log line `ticket/comment` writes.
+pub const NOTE_KIND: &str = "note";
+
+/// `ticket/upsert`'s `onExisting`, read: which of its inputs apply when the external id
+/// finds a ticket that exists already. Nothing (or `null`, or `[]`) is
+/// [`OnExisting::ATTACH_ONLY`] — the event is attached and logged, the ticket keeps its
+/// status, type, title, tags, fields and group; a list names the inputs that apply
+/// (`["status", "tags"]`); `"all"` applies every input given (the behaviour before
+/// `onExisting` existed). A problem is `(where, message)`: `""` for the value itself,
+/// `"[1]"` for the second item of the list (the validator adds the input's path; a step
+/// joins them into its error).
+pub fn on_existing_of(value: Option<&Value>) -> Result<OnExisting, Vec<(String, String)>> {
+    let choices = || {
+        format!(
+            "the inputs that can apply to an existing ticket: {}; or \"all\"",
+            OnExisting::NAMES.join(", ")
+        )
+    };
+    let items = match value {
+        None | Some(Value::Null) => return Ok(OnExisting::ATTACH_ONLY),
+        Some(Value::String(all)) if all == "all" => return Ok(OnExisting::ALL),
+        Some(Value::Array(items)) => items,
+        Some(other) => {
+            return Err(vec![(
+                String::new(),
+                format!(
+                    "onExisting must be a list of input names such as [\"status\", \"tags\"] \
+                     or \"all\", found {other} ({})",
+                    choices()
+                ),
+            )]);
+        }
+    };
+    let mut on = OnExisting::ATTACH_ONLY;
+    let mut problems = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let at = format!("[{index}]");
+        let Some(name) = item.as_str() else {
+            problems.push((at, format!("an input name must be text, found {item}")));
+            continue;
+        };
+        if on.applies(name) {
+            problems.push((at, format!("\"{name}\" is named twice")));
+            continue;
+        }
+        match on.with(name) {
+            Some(with) => on = with,
+            None if name == "externalId" => problems.push((
+                at,
+                "\"externalId\" finds the existing ticket; it never changes".to_owned(),
+            )),
+            None => problems.push((
+                at,
+                format!("unknown input \"{name}\" in onExisting ({})", choices()),
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(on)
+    } else {
+        Err(problems)
     }
 }
 
@@ -194,6 +262,87 @@ fn strings(input: &Map<String, Value>, key: &str) -> Result<Vec<String>, StepErr
     }
 }
 
+/// The ticket `ticket/get` and `ticket/comment` act on, as it is now: the one input
+/// `ticket` names (its id, or its number: `TK-12`, `12`), else the run's
+/// ([`StepEnv::run_ticket`]).
+async fn the_ticket(input: &Map<String, Value>, env: &StepEnv<'_>) -> Result<Ticket, StepError> {
+    if let Some(reference) = text(input, "ticket")? {
+        return fronta_desk::store::find_ticket(env.desk, env.tenant, &reference)
+            .await
+            .map_err(|err| match err {
+                DeskError::NotFound(_) => StepError::fatal(format!(
+                    "input \"ticket\": there is no ticket {:?}",
+                    reference.trim()
+                )),
+                DeskError::Invalid(message) => {
+                    StepError::fatal(format!("input \"ticket\": {message}"))
+                }
+                other => StepError::from(other),
+            });
+    }
+    let Some(id) = env.run_ticket else {
+        return Err(StepError::fatal(
+            "no ticket to act on: the run has none (no ticket event started it and no \
+             earlier step wrote or read one); name one in input \"ticket\"",
+        ));
+    };
+    env.desk
+        .ticket_get(env.tenant, id)
+        .await
+        .map_err(|err| match err {
+            DeskError::NotFound(_) => StepError::fatal(format!(
+                "the run's ticket ({id}) no longer exists; name one in input \"ticket\""
+            )),
+            other => StepError::from(other),
+        })
+}
+
+/// The run's ticket, for a step that names none: the last ticket a step of the run wrote
+/// or read (`last`, the executor's record, an id), else the ticket of the event that
+/// started the run (`event`), else the `ticket.id` its context starts with (error
+/// workflows carry one).
+pub fn run_ticket(
+    last: Option<&str>,
+    event: Option<TicketId>,
+    context: &crate::context::Context,
+) -> Option<TicketId> {
+    last.and_then(|id| id.parse().ok()).or(event).or_else(|| {
+        context
+            .get("ticket")
+            .and_then(|ticket| ticket.get("id"))
+            .and_then(Value::as_str)
+            .and_then(|id| id.parse().ok())
+    })
+}
+
+/// What `ticket/get` says of the ticket it read: `TK-4 is open, unassigned, status new,
+/// tags [vip]`.
+fn described(ticket: &Ticket) -> String {
+    let mut parts = vec![
+        if ticket.closed { "closed" } else { "open" }.to_owned(),
+        match &ticket.assignee {
+            Some(assignee) => format!("assigned to {}", assignee.name),
+            None => "unassigned".to_owned(),
+        },
+    ];
+    if let Some(status) = &ticket.status {
+        parts.push(format!("status {status}"));
+    }
+    parts.push(format!("tags [{}]", ticket.tags.join(", ")));
+    format!("{} is {}", ticket.human_id(), parts.join(", "))
+}
+
+/// A note's text cut to [`MAX_NOTE_CHARS`], and whether it was.
+fn note_text(text: &str) -> (String, bool) {
+    match text.char_indices().nth(MAX_NOTE_CHARS) {
+        None => (text.to_owned(), false),
+        Some((end, _)) => (
+            format!("{}… (cut at {MAX_NOTE_CHARS} characters)", &text[..end]),
+            true,
+        ),
+    }
+}
+
 fn ticket_id(input: &Map<String, Value>) -> Result<TicketId, StepError> {
     let value = required_text(input, "ticket")?;
     value
@@ -209,6 +358,13 @@ pub struct StepEnv<'a> {
     /// Identifies the incident cause of `incident/create` (automation id).
     pub automation_id: String,
     pub automation_name: String,
+    /// The version of the automation the run walks (a note says which wrote it).
+    pub automation_version: u32,
+    /// The run's ticket ([`run_ticket`]): what `ticket/get` and `ticket/comment` act on
+    /// when their input names none.
+    pub run_ticket: Option<TicketId>,
+    /// Now, by the runtime's clock (the time of a note).
+    pub now: chrono::DateTime<chrono::Utc>,
     pub run_id: String,
     pub step_name: String,
     /// The run's stop signal: a connector call still in flight when the run is cancelled
@@ -245,6 +401,15 @@ pub async fn perform(
                 },
                 group: text(&input, "group")?,
                 note: Some(format!("from automation \"{}\"", env.automation_name)),
+                on_existing: on_existing_of(input.get("onExisting")).map_err(|problems| {
+                    StepError::fatal(
+                        problems
+                            .into_iter()
+                            .map(|(at, message)| format!("input \"onExisting{at}\": {message}"))
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    )
+                })?,
             };
             let (group, ticket_type) = (upsert.group.clone(), upsert.ticket_type.clone());
             let write = env
@@ -355,6 +520,39 @@ pub async fn perform(
                 ticket,
             ))
         }
+        Op::TicketGet => {
+            let ticket = the_ticket(&input, env).await?;
+            Ok(done(ticket_json(&ticket), described(&ticket), ticket))
+        }
+        Op::TicketComment => {
+            let written = required_text(&input, "text")?;
+            let ticket = the_ticket(&input, env).await?;
+            let (text, cut) = note_text(written.trim());
+            let entry = TicketLogEntry {
+                at: env.now,
+                kind: NOTE_KIND.into(),
+                message: format!(
+                    "Note by automation \"{}\" ({}): {text}",
+                    env.automation_name,
+                    match env.automation_version {
+                        // A dry run of a definition not saved yet.
+                        0 => "not saved yet".to_owned(),
+                        version => format!("version {version}"),
+                    }
+                ),
+                run_id: Some(env.run_id.clone()),
+            };
+            env.desk
+                .ticket_log_append(env.tenant, ticket.id, entry)
+                .await?;
+            let mut message = format!("noted on {}", ticket.human_id());
+            if cut {
+                message.push_str(&format!(
+                    " (the text was cut at {MAX_NOTE_CHARS} characters)"
+                ));
+            }
+            Ok(done(json!({}), message, ticket))
+        }
         Op::IncidentCreate => {
             let title = required_text(&input, "title")?;
             let impact = text(&input, "impact")?.unwrap_or_default();
@@ -458,5 +656,137 @@ fn done(outputs: Value, message: String, ticket: Ticket) -> StepDone {
         message,
         ticket: Some(ticket),
         snooze: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::Context;
+
+    fn ticket() -> Ticket {
+        let now = chrono::Utc::now();
+        Ticket {
+            id: TicketId::new(),
+            tenant: TenantId::new(),
+            number: 4,
+            external_id: Some("order-4".into()),
+            title: "Order 4".into(),
+            ticket_type: Some("order".into()),
+            status: Some("waiting-to-pack".into()),
+            closed: false,
+            tags: vec!["vip".into()],
+            assignee: None,
+            group: None,
+            fields: BTreeMap::new(),
+            created_at: now,
+            updated_at: now,
+        }
+    }
+
+    #[test]
+    fn ticket_get_publishes_exactly_an_events_ticket() {
+        let json = ticket_json(&ticket());
+        let keys: Vec<&str> = json
+            .as_object()
+            .map(|map| map.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mut outputs = Op::TicketGet.outputs().to_vec();
+        outputs.sort_unstable();
+        let mut keys = keys;
+        keys.sort_unstable();
+        assert_eq!(
+            keys, outputs,
+            "the catalogue's outputs of ticket/get are the ticket's keys"
+        );
+    }
+
+    #[test]
+    fn on_existing_is_attach_only_unless_it_names_inputs() {
+        assert_eq!(on_existing_of(None), Ok(OnExisting::ATTACH_ONLY));
+        assert_eq!(
+            on_existing_of(Some(&json!(null))),
+            Ok(OnExisting::ATTACH_ONLY)
+        );
+        assert_eq!(
+            on_existing_of(Some(&json!([]))),
+            Ok(OnExisting::ATTACH_ONLY)
+        );
+        assert_eq!(on_existing_of(Some(&json!("all"))), Ok(OnExisting::ALL));
+        let on = on_existing_of(Some(&json!(["status", "tags"]))).expect("known names");
+        assert_eq!(on.names(), vec!["status", "tags"]);
+    }
+
+    #[test]
+    fn on_existing_names_each_bad_item_where_it_is() {
+        let problems = on_existing_of(Some(&json!(["tags", "stauts", "externalId", 3, "tags"])))
+            .expect_err("bad items");
+        let at: Vec<&str> = problems.iter().map(|(at, _)| at.as_str()).collect();
+        assert_eq!(at, ["[1]", "[2]", "[3]", "[4]"], "{problems:?}");
+        assert!(
+            problems[0]
+                .1
+                .contains("unknown input \"stauts\" in onExisting")
+                && problems[0]
+                    .1
+                    .contains("title, type, status, tags, fields, group"),
+            "{problems:?}"
+        );
+        assert!(problems[1].1.contains("finds the existing ticket"));
+        assert!(problems[2].1.contains("must be text, found 3"));
+        assert!(problems[3].1.contains("named twice"));
+        let whole = on_existing_of(Some(&json!("status"))).expect_err("a bare name");
+        assert_eq!(whole[0].0, "", "the value itself");
+        assert!(
+            whole[0].1.contains("must be a list of input names"),
+            "{whole:?}"
+        );
+    }
+
+    #[test]
+    fn the_runs_ticket_is_the_last_one_touched_then_the_events() {
+        let (last, event, in_context) = (TicketId::new(), TicketId::new(), TicketId::new());
+        let context = Context::for_event(json!({"id": in_context.to_string()}), json!({}));
+        let last_text = last.to_string();
+        assert_eq!(
+            run_ticket(Some(&last_text), Some(event), &context),
+            Some(last),
+            "what a step wrote or read last"
+        );
+        assert_eq!(run_ticket(None, Some(event), &context), Some(event));
+        assert_eq!(run_ticket(None, None, &context), Some(in_context));
+        assert_eq!(run_ticket(None, None, &Context::new()), None, "none");
+    }
+
+    #[test]
+    fn a_read_ticket_is_described_on_one_line() {
+        let mut read = ticket();
+        assert_eq!(
+            described(&read),
+            "TK-4 is open, unassigned, status waiting-to-pack, tags [vip]"
+        );
+        read.closed = true;
+        read.assignee = Some(fronta_desk::Assignee {
+            id: fronta_desk::MemberId::new(),
+            name: "Eva".into(),
+        });
+        read.status = None;
+        assert_eq!(
+            described(&read),
+            "TK-4 is closed, assigned to Eva, tags [vip]"
+        );
+    }
+
+    #[test]
+    fn a_long_note_is_cut_saying_so() {
+        assert_eq!(note_text("short"), ("short".to_owned(), false));
+        let long = "é".repeat(MAX_NOTE_CHARS + 5);
+        let (cut, was_cut) = note_text(&long);
+        assert!(was_cut);
+        assert!(
+            cut.starts_with(&"é".repeat(MAX_NOTE_CHARS))
+                && cut.ends_with(&format!("… (cut at {MAX_NOTE_CHARS} characters)")),
+            "cut on a character boundary"
+        );
     }
 }

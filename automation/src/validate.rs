@@ -590,6 +590,18 @@ impl<'a> Validator<'a> {
                 self.string_or_template(input.get("status"), &at("status"));
                 self.tags(input.get("tags"), &at("tags"));
                 self.object_or_template(input.get("fields"), &at("fields"), "fields");
+                self.on_existing(input, &at("onExisting"));
+            }
+            Op::TicketGet | Op::TicketComment => {
+                self.ticket_named(action, &at("ticket"));
+                if action.op == Op::TicketComment {
+                    match input.get("text") {
+                        Some(Value::String(text)) if text.trim().is_empty() => {
+                            self.report(&at("text"), "the note is empty: write its text")
+                        }
+                        value => self.string_or_template(value, &at("text")),
+                    }
+                }
             }
             Op::TicketSetType => {
                 if let Some(ticket_type) = input.get("type").and_then(literal_string) {
@@ -670,6 +682,83 @@ impl<'a> Validator<'a> {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// `ticket/upsert`'s `onExisting` (`crate::steps::on_existing_of`): a literal list of
+    /// the inputs that apply to an existing ticket, each one the step gives.
+    fn on_existing(&mut self, input: &Map<String, Value>, path: &str) {
+        let value = input.get("onExisting");
+        if let Some(Value::String(text)) = value
+            && !template::is_literal(text)
+        {
+            self.report(
+                path,
+                "onExisting cannot be a template: which inputs apply to an existing ticket is \
+                 part of the automation; list them, such as [\"status\", \"tags\"], or \
+                 write \"all\"",
+            );
+            return;
+        }
+        if let Err(problems) = crate::steps::on_existing_of(value) {
+            for (at, message) in problems {
+                self.report(&format!("{path}{at}"), message);
+            }
+        }
+        let Some(Value::Array(items)) = value else {
+            return;
+        };
+        for (index, item) in items.iter().enumerate() {
+            if let Some(name) = item.as_str()
+                && fronta_desk::store::OnExisting::NAMES.contains(&name)
+                && input.get(name).is_none_or(Value::is_null)
+            {
+                self.report(
+                    &index_path(path, index),
+                    format!(
+                        "onExisting names \"{name}\", which this step does not set; give \
+                         input \"{name}\" or leave it out of onExisting"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The ticket of `ticket/get` and `ticket/comment`: a literal must name a ticket (a
+    /// number, `TK-12`, or an id); without one, the run must have a ticket of its own at
+    /// this step — a ticket event's, or one an earlier step wrote or read.
+    fn ticket_named(&mut self, action: &ActionStep, path: &str) {
+        match action.input.get("ticket") {
+            None | Some(Value::Null) => {
+                // What the run falls back on when no step wrote or read a ticket: the
+                // `ticket.id` its context starts with (a ticket event's).
+                let event = self.provides("ticket.id").is_ok();
+                let earlier = self.earlier.iter().any(|step| {
+                    matches!(step, Step::Action(earlier) if earlier.op.takes_the_runs_ticket())
+                });
+                if !event && !earlier {
+                    self.report(
+                        path,
+                        format!(
+                            "{} needs a ticket: this run has none of its own here (no ticket \
+                             event starts it and no earlier step writes or reads one); name \
+                             one in input \"ticket\": its id (\"{{{{<step>.id}}}}\" of a \
+                             ticket/upsert step) or its number",
+                            action.op
+                        ),
+                    );
+                }
+            }
+            Some(Value::Number(number)) if number.as_u64().is_some() => {}
+            Some(Value::String(text)) if !template::is_literal(text) => {}
+            Some(Value::String(text)) if names_a_ticket(text) => {}
+            Some(other) => self.report(
+                path,
+                format!(
+                    "{other} names no ticket: a ticket is named by its number (\"TK-12\" or \
+                     12) or its id"
+                ),
+            ),
         }
     }
 
@@ -1127,6 +1216,17 @@ fn collect_names<'a>(steps: &'a [Step], names: &mut HashSet<&'a str>) {
             Step::ForEach(each) => collect_names(&each.steps, names),
         }
     }
+}
+
+/// Whether literal text names a ticket as `fronta_desk::store::find_ticket` reads it: its
+/// number (`TK-12`, `12`) or its id.
+fn names_a_ticket(text: &str) -> bool {
+    let text = text.trim();
+    let digits = text
+        .strip_prefix("TK-")
+        .or_else(|| text.strip_prefix("tk-"))
+        .unwrap_or(text);
+    digits.parse::<i64>().is_ok() || text.parse::<fronta_desk::TicketId>().is_ok()
 }
 
 /// A string without templates.

@@ -160,7 +160,7 @@ fn an_unknown_field_is_an_error_not_silently_dropped() {
     assert_eq!(
         problems.iter().map(ToString::to_string).collect::<Vec<_>>(),
         vec![
-            "steps[0].input.phase: unknown input \"phase\" for ticket/upsert (its inputs: externalId, title, type, status, tags, fields, group)"
+            "steps[0].input.phase: unknown input \"phase\" for ticket/upsert (its inputs: externalId, title, type, status, tags, fields, group, onExisting)"
         ],
         "the prototype dropped phase silently"
     );

@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use crate::changes::{describe, diff, merge_fields, who};
+use crate::changes::{describe, diff, merge_fields, show, who};
 use crate::model::{
     Assignee, FieldDef, Group, GroupId, Incident, IncidentId, IncidentStatus, Member, MemberId,
     Origin, Tenant, TenantId, TenantRetention, Ticket, TicketId, TicketLogEntry, TicketType,
@@ -37,6 +37,7 @@ use crate::model::{
 };
 use crate::rules::{self, Load};
 use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
+use crate::store::{FieldChange, OnExisting};
 use crate::store::{
     DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
     TicketUpsert, TicketWrite,
@@ -473,12 +474,59 @@ impl UpsertTarget {
     /// The name of the type whose statuses the upsert's result must fit
     /// ([`type_to_check`]): the store reads it before it calls [`upsert`].
     pub fn type_to_check<'a>(&'a self, upsert: &'a TicketUpsert) -> Option<&'a str> {
-        let current = match self {
-            UpsertTarget::Existing(found) => Some(found.as_ref()),
-            UpsertTarget::New { .. } => None,
-        };
-        type_to_check(current, upsert.ticket_type.as_deref())
+        match self {
+            UpsertTarget::Existing(found) => type_to_check(
+                Some(found.as_ref()),
+                upsert
+                    .ticket_type
+                    .as_deref()
+                    .filter(|_| upsert.on_existing.ticket_type),
+            ),
+            UpsertTarget::New { .. } => type_to_check(None, upsert.ticket_type.as_deref()),
+        }
     }
+}
+
+/// `ticket` with the values of `upsert` that `on` lets apply (tags added, fields merged).
+fn apply_upsert(ticket: &mut Ticket, upsert: &TicketUpsert, on: OnExisting) {
+    if let Some(title) = upsert.title.as_ref().filter(|_| on.title) {
+        ticket.title = title.clone();
+    }
+    if upsert.ticket_type.is_some() && on.ticket_type {
+        ticket.ticket_type = upsert.ticket_type.clone();
+    }
+    if upsert.status.is_some() && on.status {
+        ticket.status = upsert.status.clone();
+    }
+    if upsert.group.is_some() && on.group {
+        ticket.group = upsert.group.clone();
+    }
+    if on.tags {
+        ticket.tags = rules::merge_tags(&ticket.tags, &upsert.tags);
+    }
+    if on.fields {
+        merge_fields(&mut ticket.fields, &upsert.fields);
+    }
+}
+
+/// The sentence an attach's log line gets for the values `on_existing` kept: `; kept
+/// status shipped (the event said waiting-to-pack) — onExisting applies nothing to an
+/// existing ticket`. `kept` is the change the values not applied would have made.
+fn kept_sentence(kept: &BTreeMap<String, FieldChange>, on: OnExisting) -> String {
+    if kept.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = kept
+        .iter()
+        .map(|(name, FieldChange { from, to })| {
+            format!("{name} {} (the event said {})", show(from), show(to))
+        })
+        .collect();
+    let applies = match on.names() {
+        names if names.is_empty() => "applies nothing to an existing ticket".to_owned(),
+        names => format!("applies only {} to an existing ticket", names.join(", ")),
+    };
+    format!("; kept {} — onExisting {applies}", parts.join(", "))
 }
 
 /// The plan of `ticket_upsert`. The store has checked [`check_upsert`], that the tenant
@@ -498,27 +546,20 @@ pub fn upsert(
         }
         UpsertTarget::Existing(old) => *old,
     };
+    let on = upsert.on_existing;
     let mut new = old.clone();
-    if let Some(title) = upsert.title {
-        new.title = title;
-    }
-    if upsert.ticket_type.is_some() {
-        new.ticket_type = upsert.ticket_type;
-    }
-    if upsert.status.is_some() {
-        new.status = upsert.status;
-    }
-    if upsert.group.is_some() {
-        new.group = upsert.group;
-    }
-    new.tags = rules::merge_tags(&new.tags, &upsert.tags);
-    merge_fields(&mut new.fields, &upsert.fields);
-    let dropped = fit_ticket(
-        &mut new,
-        old.ticket_type.as_deref(),
-        &upsert.fields,
-        ticket_type,
-    )?;
+    apply_upsert(&mut new, &upsert, on);
+    // What the values `on` does not let apply would have changed, for the log line.
+    let mut everything = new.clone();
+    apply_upsert(&mut everything, &upsert, OnExisting::ALL);
+    let kept = diff(&new, &everything);
+    let no_fields = BTreeMap::new();
+    let given = if on.fields {
+        &upsert.fields
+    } else {
+        &no_fields
+    };
+    let dropped = fit_ticket(&mut new, old.ticket_type.as_deref(), given, ticket_type)?;
     let change = diff(&old, &new);
     let row = if change.is_empty() {
         RowWrite::Keep
@@ -535,9 +576,10 @@ pub fn upsert(
         describe(&change)
     };
     let message = format!(
-        "{event}: attached to {} by {by}; {outcome}{}",
+        "{event}: attached to {} by {by}; {outcome}{}{}",
         new.human_id(),
-        dropped_sentence(&dropped)
+        dropped_sentence(&dropped),
+        kept_sentence(&kept, on)
     );
     let moved = counts_moved(&old, &new);
     Ok(TicketPlan {
@@ -1256,6 +1298,125 @@ mod tests {
             Some("order.created: attached to TK-5 by a person; nothing changed".into()),
             "the event is still on the ticket's log"
         );
+    }
+
+    /// Issue 23: a repeated order webhook must not move a shipped, closed ticket back to
+    /// waiting-to-pack. Attached with `ATTACH_ONLY`, nothing the event carries changes it,
+    /// and the event's line names what was kept.
+    #[test]
+    fn an_attach_only_upsert_keeps_a_closed_tickets_status_and_names_what_it_kept() {
+        let tenant = TenantId::new();
+        let kind = order_type(tenant);
+        let mut shipped = created(tenant);
+        shipped.status = Some("shipped".into());
+        shipped.closed = true;
+        let plan = upsert(
+            UpsertTarget::Existing(Box::new(shipped.clone())),
+            TicketUpsert {
+                title: Some("Order 5001 again".into()),
+                tags: vec!["repeated".into()],
+                on_existing: OnExisting::ATTACH_ONLY,
+                ..order_upsert()
+            },
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid attach");
+        assert_eq!(plan.row, RowWrite::Keep, "nothing to write");
+        assert_eq!(plan.write.ticket, shipped, "still shipped, still closed");
+        assert_eq!(plan.announcement(), None, "no change, no event");
+        assert_eq!(
+            plan.log.map(|log| log.message),
+            Some(
+                "order.created: attached to TK-5 by a person; nothing changed; kept status \
+                 shipped (the event said waiting-to-pack), tags [waiting-to-pack] (the event \
+                 said [waiting-to-pack, repeated]), title Order 5001 (the event said Order \
+                 5001 again) — onExisting applies nothing to an existing ticket"
+                    .into()
+            ),
+            "the line says what the event would have changed"
+        );
+    }
+
+    #[test]
+    fn an_upsert_applies_to_an_existing_ticket_only_what_on_existing_names() {
+        let tenant = TenantId::new();
+        let kind = order_type(tenant);
+        let existing = created(tenant);
+        let plan = upsert(
+            UpsertTarget::Existing(Box::new(existing.clone())),
+            TicketUpsert {
+                status: Some("shipped".into()),
+                tags: vec!["shipped".into()],
+                title: Some("Order 5001 (shipped)".into()),
+                on_existing: OnExisting::ATTACH_ONLY
+                    .with("status")
+                    .and_then(|on| on.with("tags"))
+                    .expect("known names"),
+                ..order_upsert()
+            },
+            Some(&kind),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid attach");
+        assert_eq!(
+            plan.write.change.keys().collect::<Vec<_>>(),
+            vec!["status", "tags"],
+            "status and tags applied, the title kept"
+        );
+        assert_eq!(plan.write.ticket.title, existing.title);
+        let message = plan.log.map(|log| log.message).unwrap_or_default();
+        assert!(
+            message.contains("status waiting-to-pack → shipped")
+                && message.ends_with(
+                    "kept title Order 5001 (the event said Order 5001 (shipped)) — onExisting \
+                     applies only status, tags to an existing ticket"
+                ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn on_existing_knows_the_values_by_their_json_names() {
+        assert_eq!(
+            OnExisting::default(),
+            OnExisting::ALL,
+            "the port applies all"
+        );
+        assert_eq!(OnExisting::ALL.names(), OnExisting::NAMES.to_vec());
+        assert!(OnExisting::ATTACH_ONLY.names().is_empty());
+        let on = OnExisting::ATTACH_ONLY
+            .with("type")
+            .expect("type is a value");
+        assert!(on.ticket_type && on.applies("type") && !on.applies("status"));
+        assert_eq!(
+            OnExisting::ATTACH_ONLY.with("closed"),
+            None,
+            "closed is not"
+        );
+        assert_eq!(OnExisting::ATTACH_ONLY.with("externalId"), None);
+    }
+
+    /// An attach that keeps the ticket's type checks the kept type's statuses, not the
+    /// event's type.
+    #[test]
+    fn the_type_to_check_of_an_attach_is_the_one_it_keeps() {
+        let tenant = TenantId::new();
+        let existing = created(tenant);
+        let kept = TicketUpsert {
+            ticket_type: Some("error".into()),
+            on_existing: OnExisting::ATTACH_ONLY,
+            ..order_upsert()
+        };
+        let target = UpsertTarget::Existing(Box::new(existing));
+        assert_eq!(target.type_to_check(&kept), Some("order"));
+        let moved = TicketUpsert {
+            on_existing: OnExisting::ALL,
+            ..kept.clone()
+        };
+        assert_eq!(target.type_to_check(&moved), Some("error"));
     }
 
     #[test]

@@ -60,6 +60,89 @@ pub struct TicketUpsert {
     pub group: Option<String>,
     /// A line for the ticket's log ("order.created from the web shop").
     pub note: Option<String>,
+    /// Which of the values above apply when the external id finds an existing ticket
+    /// (the port's default: all of them; `ticket/upsert` asks for
+    /// [`OnExisting::ATTACH_ONLY`] unless its `onExisting` names more).
+    pub on_existing: OnExisting,
+}
+
+/// Which values of an upsert apply to a ticket its external id finds already there
+/// (`ticket/upsert`'s `onExisting`). A value not named leaves the ticket's own as it is,
+/// and the event's log line names what was kept; one named applies as on any upsert
+/// (tags are added, never removed; fields are merged). An upsert never reopens a closed
+/// ticket, whatever it names: `closed` is not one of its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OnExisting {
+    pub title: bool,
+    pub ticket_type: bool,
+    pub status: bool,
+    pub tags: bool,
+    pub fields: bool,
+    pub group: bool,
+}
+
+impl OnExisting {
+    /// Attach the event only: an existing ticket keeps everything it has.
+    pub const ATTACH_ONLY: OnExisting = OnExisting {
+        title: false,
+        ticket_type: false,
+        status: false,
+        tags: false,
+        fields: false,
+        group: false,
+    };
+
+    /// Every value the upsert carries applies.
+    pub const ALL: OnExisting = OnExisting {
+        title: true,
+        ticket_type: true,
+        status: true,
+        tags: true,
+        fields: true,
+        group: true,
+    };
+
+    /// The values by name, as the ticket's JSON and `ticket/upsert`'s inputs call them.
+    pub const NAMES: [&'static str; 6] = ["title", "type", "status", "tags", "fields", "group"];
+
+    /// This set with the value called `name` added; `None` when no value is called so.
+    pub fn with(mut self, name: &str) -> Option<OnExisting> {
+        *self.flag(name)? = true;
+        Some(self)
+    }
+
+    /// Whether the value called `name` applies (`false` for a name that is none).
+    pub fn applies(&self, name: &str) -> bool {
+        let mut copy = *self;
+        copy.flag(name).is_some_and(|flag| *flag)
+    }
+
+    /// The names of the values that apply, in [`OnExisting::NAMES`] order.
+    pub fn names(&self) -> Vec<&'static str> {
+        Self::NAMES
+            .into_iter()
+            .filter(|name| self.applies(name))
+            .collect()
+    }
+
+    fn flag(&mut self, name: &str) -> Option<&mut bool> {
+        match name {
+            "title" => Some(&mut self.title),
+            "type" => Some(&mut self.ticket_type),
+            "status" => Some(&mut self.status),
+            "tags" => Some(&mut self.tags),
+            "fields" => Some(&mut self.fields),
+            "group" => Some(&mut self.group),
+            _ => None,
+        }
+    }
+}
+
+/// The port applies what it is given: every value (see [`TicketUpsert::on_existing`]).
+impl Default for OnExisting {
+    fn default() -> Self {
+        OnExisting::ALL
+    }
 }
 
 /// A change to a ticket; `None` leaves a field as it is.
@@ -158,7 +241,8 @@ pub struct IncidentReport {
 ///   allowed ones) and a ticket with a status has a type; tags are a set in first-seen
 ///   order; every create and change appends a log line saying what changed and who did it.
 /// - `ticket_upsert` with an existing external id changes nothing but the fields it
-///   names (tags are added, never removed) and logs the event; `created` tells which.
+///   names that its `on_existing` lets apply (tags are added, never removed; `closed`
+///   never changes) and logs the event, naming what it kept; `created` tells which.
 /// - `ticket_assign_least_busy` picks by [`crate::rules::least_busy`] over the group's
 ///   members and their open tickets, in one atomic step (two concurrent calls count each
 ///   other's assignment).

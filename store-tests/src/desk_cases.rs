@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use fronta_desk::store::{
-    FieldChange, IncidentReport, TicketChange, TicketFilter, TicketUpsert, TicketWrite,
+    FieldChange, IncidentReport, OnExisting, TicketChange, TicketFilter, TicketUpsert, TicketWrite,
 };
 use fronta_desk::{
     DeskError, DeskStore, FieldDef, FieldType, Group, GroupId, IncidentId, IncidentStatus, Keep,
@@ -1519,6 +1519,80 @@ pub async fn upsert_with_a_known_external_id_attaches_instead_of_creating(
         vec![1],
         "one ticket in all"
     );
+}
+
+/// Issue 23: a repeated order webhook re-applied `status` and moved a shipped, closed
+/// ticket back to waiting-to-pack. An upsert's `on_existing` says which of its values
+/// apply to a ticket that exists already: with none, the shipped, closed ticket keeps its
+/// status, title and tags, announces nothing, and its log says what was kept; with
+/// `status` and `tags`, those apply and the title is kept. Never reopened either way.
+pub async fn upsert_applies_to_an_existing_ticket_only_what_on_existing_names(
+    factory: &dyn DeskStoreFactory,
+) {
+    let desk = Desk::open(factory).await;
+    desk.types(desk.acme).await;
+    let first = desk.upsert(desk.acme, order("order-7001")).await.ticket;
+    let shipped = desk
+        .change(
+            desk.acme,
+            first.id,
+            TicketChange {
+                status: Some(SHIPPED.into()),
+                closed: Some(true),
+                ..TicketChange::default()
+            },
+        )
+        .await
+        .ticket;
+    let repeated = desk
+        .upsert(
+            desk.acme,
+            TicketUpsert {
+                title: Some("Order 7001 (again)".into()),
+                on_existing: OnExisting::ATTACH_ONLY,
+                note: Some("order.created".into()),
+                ..order("order-7001")
+            },
+        )
+        .await;
+    assert!(!repeated.created, "a known external id attaches");
+    assert!(repeated.change.is_empty(), "{:?}", repeated.change);
+    assert_eq!(repeated.ticket, shipped, "still shipped and closed");
+    assert_eq!(desk.get(desk.acme, first.id).await, shipped, "as stored");
+    let log = desk.log(desk.acme, first.id).await;
+    let line = &log.last().expect("the event's line").message;
+    assert!(
+        line.starts_with("order.created: attached to TK-1 by a person; nothing changed; kept ")
+            && line.contains(&format!("status {SHIPPED} (the event said {WAITING})"))
+            && line.contains("title Order order-7001 (the event said Order 7001 (again))")
+            && line.ends_with("— onExisting applies nothing to an existing ticket"),
+        "{line}"
+    );
+
+    let on = OnExisting::ATTACH_ONLY
+        .with("status")
+        .and_then(|on| on.with("tags"))
+        .expect("known names");
+    let moved_on = desk
+        .upsert(
+            desk.acme,
+            TicketUpsert {
+                title: Some("Order 7001 (again)".into()),
+                tags: vec!["returned".into()],
+                on_existing: on,
+                ..order("order-7001")
+            },
+        )
+        .await;
+    assert_eq!(
+        moved_on.change.keys().collect::<Vec<_>>(),
+        vec!["status", "tags"],
+        "what onExisting names applies: {:?}",
+        moved_on.change
+    );
+    assert_eq!(moved_on.ticket.status.as_deref(), Some(WAITING));
+    assert_eq!(moved_on.ticket.title, shipped.title, "the title is kept");
+    assert!(moved_on.ticket.closed, "an upsert never reopens");
 }
 
 /// Concurrent upserts of one external id create exactly one ticket; the others attach to

@@ -301,6 +301,7 @@ macro_rules! desk_conformance_suite {
             ticket_numbers_count_from_one_per_tenant_independently,
             upsert_creates_a_ticket_with_what_it_names,
             upsert_with_a_known_external_id_attaches_instead_of_creating,
+            upsert_applies_to_an_existing_ticket_only_what_on_existing_names,
             concurrent_upserts_of_one_external_id_create_one_ticket,
             status_outside_the_type_is_refused_naming_the_allowed_ones,
             status_on_a_ticket_without_a_type_is_refused,
