@@ -35,6 +35,11 @@ struct EmptyInbox;
 static FAILED_ONCE: std::sync::Mutex<std::collections::BTreeSet<String>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
+/// The inputs of every `mail/send` [`EmptyInbox`] took, as rendered (each test finds its
+/// own by their text).
+static SENT: std::sync::Mutex<Vec<serde_json::Map<String, Value>>> =
+    std::sync::Mutex::new(Vec::new());
+
 #[async_trait::async_trait]
 impl fronta_automation::connector::Connector for EmptyInbox {
     async fn call(
@@ -69,6 +74,21 @@ impl fronta_automation::connector::Connector for EmptyInbox {
                         .cloned()
                         .unwrap_or_default(),
                     message: "200 OK".into(),
+                })
+            }
+            // A mail server that takes every message: kept in [`SENT`] as the step
+            // rendered it (the SMTP side is tested against a real server in
+            // `server/tests/mail.rs`).
+            fronta_automation::Op::MailSend => {
+                let subject = call.input.get("subject").cloned().unwrap_or(Value::Null);
+                SENT.lock().expect("the list").push(call.input.clone());
+                Ok(fronta_automation::connector::ConnectorReply {
+                    outputs: json!({"messageId": format!("{}@test", call.run_id),
+                                    "reply": "250 2.0.0 Ok", "subject": subject})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+                    message: "250 2.0.0 Ok".into(),
                 })
             }
             // A bug inside a step, on purpose: the executor must survive it.
@@ -1693,7 +1713,8 @@ pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory
                 {"name": "status", "path": "status", "type": "string", "required": true}]},
             "steps": [{"name": "tag", "op": "ticket/upsert",
                        "input": {"externalId": "order-5", "title": "Order 5", "type": "order",
-                                 "status": "{{status}}", "tags": ["{{tag}}"]}}]
+                                 "status": "{{status}}", "tags": ["{{tag}}"],
+                                 "onExisting": ["status", "tags"]}}]
         }))
         .await;
     firm.webhook(&tagger, json!({"tag": "new", "status": "waiting-to-pack"}))
@@ -1776,4 +1797,271 @@ pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory
         !log.iter().any(|entry| entry.kind == "guard"),
         "no guard line: {log:?}"
     );
+}
+
+/// Issue 23, timers in minutes: the documented recipe (`docs/recipes/sla-breach.json`) on
+/// a moved clock. Each `ticket.created` run pauses 4 h — a scheduled run due at exactly
+/// creation + 4 h, holding no worker — then reads its ticket as it is now (`ticket/get`),
+/// and only a ticket still open and unassigned is tagged `sla-breach`, given to the lead
+/// and mailed about, with a note on its log. Nothing fires a second early; everything
+/// fires once the clock reaches its time, picked up by the worker's next look for due
+/// runs (every 500 ms by default) — not by an hourly sweep.
+pub async fn an_sla_timer_fires_at_its_time_on_the_ticket_as_it_is_then(
+    factory: &dyn RuntimeFactory,
+) {
+    let start = chrono::DateTime::parse_from_rfc3339("2026-03-02T09:00:00Z")
+        .expect("an instant")
+        .with_timezone(&chrono::Utc);
+    let firm = Firm::open_at(factory, start).await;
+    let desk = &firm.stores.desk;
+    let leads = desk
+        .group_create(firm.tenant, "leads")
+        .await
+        .expect("leads");
+    desk.member_add(firm.tenant, leads.id, "Lena", None, 100)
+        .await
+        .expect("the lead");
+    let recipe: Value = serde_json::from_str(include_str!("../../docs/recipes/sla-breach.json"))
+        .expect("the recipe is JSON");
+    let automation = Automation::from_value(&recipe).expect("the recipe parses");
+    let context = fronta_automation::ValidationContext::with_ticket_types([(
+        "order",
+        vec!["waiting-to-pack", "shipped"],
+    )]);
+    assert_eq!(
+        fronta_automation::validate::validate(&automation, &context),
+        Vec::new(),
+        "the recipe saves as documented"
+    );
+    let sla = firm.automation(recipe).await;
+    let eva = desk
+        .member_list(
+            firm.tenant,
+            desk.group_by_name(firm.tenant, "warehouse")
+                .await
+                .expect("warehouse")
+                .id,
+        )
+        .await
+        .expect("members")
+        .into_iter()
+        .find(|member| member.name == "Eva")
+        .expect("Eva");
+    let mut tickets = Vec::new();
+    for name in ["forgotten", "taken", "closed"] {
+        let write = desk
+            .ticket_upsert(
+                firm.tenant,
+                fronta_desk::store::TicketUpsert {
+                    external_id: format!("sla-{name}"),
+                    title: Some(format!("Order {name}")),
+                    ..Default::default()
+                },
+                fronta_desk::Origin::Person,
+            )
+            .await
+            .expect("a new ticket");
+        tickets.push(write.ticket);
+    }
+    let due = start + chrono::Duration::hours(4);
+    firm.drain().await;
+    let runs = || sla_runs(&firm, sla.id, &tickets);
+    let paused = runs().await;
+    assert_eq!(paused.len(), 3, "one SLA run per new ticket: {paused:?}");
+    for run in &paused {
+        assert_eq!(
+            run.status,
+            RunStatus::Scheduled,
+            "paused: {:?}",
+            run.last_error
+        );
+        assert_eq!(run.attempts, 0, "a pause spends no attempt");
+        assert_eq!(
+            run.run_at, due,
+            "due exactly 4 h after the ticket was created"
+        );
+    }
+    assert!(
+        WorkerConfig::default().poll_interval <= Duration::from_secs(1),
+        "a worker looks for due runs at least every second, so a run due at T starts within \
+         a second of T"
+    );
+
+    // Meanwhile a person takes one ticket and closes another.
+    firm.clock.set(start + chrono::Duration::hours(1));
+    desk.ticket_change(
+        firm.tenant,
+        tickets[1].id,
+        fronta_desk::store::TicketChange {
+            assignee: Some(Some(eva.id)),
+            ..Default::default()
+        },
+        fronta_desk::Origin::Person,
+    )
+    .await
+    .expect("Eva takes it");
+    firm.clock.set(start + chrono::Duration::hours(2));
+    desk.ticket_change(
+        firm.tenant,
+        tickets[2].id,
+        fronta_desk::store::TicketChange {
+            closed: Some(true),
+            ..Default::default()
+        },
+        fronta_desk::Origin::Person,
+    )
+    .await
+    .expect("closed");
+
+    // A second before its time nothing fires.
+    firm.clock.set(due - chrono::Duration::seconds(1));
+    firm.drain().await;
+    assert!(
+        runs()
+            .await
+            .iter()
+            .all(|run| run.status == RunStatus::Scheduled && run.run_at == due),
+        "not yet: {:?}",
+        runs().await
+    );
+    let forgotten = desk
+        .ticket_get(firm.tenant, tickets[0].id)
+        .await
+        .expect("read");
+    assert!(forgotten.tags.is_empty(), "untouched: {forgotten:?}");
+
+    // At its time, every run goes on with the ticket as it is now.
+    firm.clock.set(due);
+    firm.drain().await;
+    let done = runs().await;
+    for run in &done {
+        assert_eq!(
+            run.status,
+            RunStatus::Completed,
+            "fired at its time: {:?}",
+            run.last_error
+        );
+    }
+    let steps_of = |run: &fronta_engine::Run| -> Vec<(String, String, String)> {
+        run.result.as_ref().expect("a result")["steps"]
+            .as_array()
+            .expect("steps")
+            .iter()
+            .map(|step| {
+                (
+                    step["name"].as_str().unwrap_or("").to_owned(),
+                    step["status"].as_str().unwrap_or("").to_owned(),
+                    step["message"].as_str().unwrap_or("").to_owned(),
+                )
+            })
+            .collect()
+    };
+    let names = |run: &fronta_engine::Run| -> Vec<String> {
+        steps_of(run).into_iter().map(|(name, _, _)| name).collect()
+    };
+    assert_eq!(
+        names(&done[0]),
+        [
+            "wait",
+            "now",
+            "stillWaiting",
+            "breach",
+            "lead",
+            "tell",
+            "note"
+        ],
+        "the forgotten ticket breached: {:?}",
+        steps_of(&done[0])
+    );
+    assert_eq!(
+        steps_of(&done[0])[1].2,
+        "TK-1 is open, unassigned, tags []",
+        "ticket/get read it as it is at 4 h"
+    );
+    let breached = desk
+        .ticket_get(firm.tenant, tickets[0].id)
+        .await
+        .expect("read");
+    assert_eq!(breached.tags, ["sla-breach"]);
+    assert_eq!(
+        breached.assignee.as_ref().map(|a| a.name.as_str()),
+        Some("Lena"),
+        "given to the lead"
+    );
+    let sent: Vec<serde_json::Map<String, Value>> = SENT
+        .lock()
+        .expect("the list")
+        .iter()
+        .filter(|input| input["subject"] == json!("SLA breach: TK-1 Order forgotten"))
+        .cloned()
+        .collect();
+    assert_eq!(sent.len(), 1, "the leads were told once: {sent:?}");
+    assert_eq!(sent[0]["to"], "leads@firm.example");
+    assert_eq!(
+        sent[0]["text"],
+        "TK-1 (Order forgotten) waited 4 hours with nobody on it. It is now with Lena."
+    );
+    let log = desk
+        .ticket_log(firm.tenant, tickets[0].id)
+        .await
+        .expect("the log");
+    let note = log
+        .iter()
+        .find(|line| line.kind == fronta_automation::steps::NOTE_KIND)
+        .unwrap_or_else(|| panic!("a note: {log:?}"));
+    assert_eq!(
+        note.message,
+        "Note by automation \"SLA: nobody took it within 4 hours\" (version 1): Nobody took \
+         this ticket within 4 hours: tagged sla-breach, given to Lena, the leads were told."
+    );
+    assert_eq!(note.at, due, "written at the run's time");
+    for (run, ticket) in done[1..].iter().zip(&tickets[1..]) {
+        assert_eq!(
+            names(run),
+            ["wait", "now", "stillWaiting", "inTime"],
+            "{}: taken or closed in time: {:?}",
+            ticket.human_id(),
+            steps_of(run)
+        );
+        let now = desk.ticket_get(firm.tenant, ticket.id).await.expect("read");
+        assert!(now.tags.is_empty(), "no breach on {now:?}");
+    }
+    assert_eq!(
+        steps_of(&done[1])[1].2,
+        "TK-2 is open, assigned to Eva, tags []"
+    );
+    assert_eq!(
+        steps_of(&done[2])[1].2,
+        "TK-3 is closed, unassigned, tags []"
+    );
+}
+
+/// The runs of automation `sla`, in the order of the tickets they are about.
+async fn sla_runs(
+    firm: &Firm,
+    sla: AutomationId,
+    tickets: &[fronta_desk::Ticket],
+) -> Vec<fronta_engine::Run> {
+    let mut runs: Vec<(Option<usize>, fronta_engine::Run)> = firm
+        .stores
+        .runs
+        .run_list(RunFilter {
+            kind: Some(executor::AUTOMATION_KIND.into()),
+            ..RunFilter::default()
+        })
+        .await
+        .expect("runs")
+        .into_iter()
+        .filter_map(|run| {
+            let payload: executor::RunPayload = serde_json::from_value(run.payload.clone()).ok()?;
+            (payload.automation_id == sla).then(|| {
+                let at = tickets
+                    .iter()
+                    .position(|ticket| payload.ticket == Some(ticket.id));
+                (at, run)
+            })
+        })
+        .collect();
+    runs.sort_by_key(|(at, _)| *at);
+    runs.into_iter().map(|(_, run)| run).collect()
 }
