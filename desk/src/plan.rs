@@ -37,11 +37,11 @@ use crate::model::{
 };
 use crate::rules::{self, Load};
 use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
-use crate::store::{FieldChange, OnExisting};
 use crate::store::{
     DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
     TicketUpsert, TicketWrite,
 };
+use crate::store::{FieldChange, OnExisting};
 use crate::token;
 
 /// `what` must not be empty or only white space (`Invalid`, naming `what`).
