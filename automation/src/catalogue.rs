@@ -17,6 +17,8 @@ pub enum Op {
     TicketSetStatus,
     TicketClose,
     TicketAssignLeastBusy,
+    /// Assigns the ticket to a named member of a group (`desk::store::AssignTo::Member`).
+    TicketAssign,
     /// Reads a ticket as it is now: the run's, or the one input `ticket` names.
     TicketGet,
     /// An internal note on a ticket's log, written by the automation.
@@ -38,13 +40,14 @@ pub enum Op {
 
 impl Op {
     /// Every op of the catalogue, in the order of API.md's table.
-    pub const KNOWN: [Op; 14] = [
+    pub const KNOWN: [Op; 15] = [
         Op::TicketUpsert,
         Op::TicketSetType,
         Op::TicketAddTags,
         Op::TicketSetStatus,
         Op::TicketClose,
         Op::TicketAssignLeastBusy,
+        Op::TicketAssign,
         Op::TicketGet,
         Op::TicketComment,
         Op::IncidentCreate,
@@ -72,6 +75,7 @@ impl Op {
             Op::TicketSetStatus => "ticket/set-status",
             Op::TicketClose => "ticket/close",
             Op::TicketAssignLeastBusy => "ticket/assign-least-busy",
+            Op::TicketAssign => "ticket/assign",
             Op::TicketGet => "ticket/get",
             Op::TicketComment => "ticket/comment",
             Op::IncidentCreate => "incident/create",
@@ -122,6 +126,7 @@ impl Op {
                 | Op::TicketSetStatus
                 | Op::TicketClose
                 | Op::TicketAssignLeastBusy
+                | Op::TicketAssign
         )
     }
 
@@ -134,6 +139,7 @@ impl Op {
             Op::TicketSetStatus => &["ticket", "status"],
             Op::TicketClose => &["ticket"],
             Op::TicketAssignLeastBusy => &["ticket", "group"],
+            Op::TicketAssign => &["ticket", "group", "member"],
             Op::TicketGet => &[],
             Op::TicketComment => &["text"],
             Op::IncidentCreate => &["title", "impact"],
@@ -161,6 +167,7 @@ impl Op {
             ],
             Op::TicketGet | Op::TicketComment => &["ticket"],
             Op::IncidentCreate => &["ticket"],
+            Op::TicketAssignLeastBusy => &["whenFull"],
             Op::HttpRequest => &["method", "headers", "query", "body", "timeoutSec"],
             Op::McpCallTool => &["arguments"],
             Op::MailSend => &["cc", "text", "html"],
@@ -184,7 +191,7 @@ impl Op {
             Op::TicketAddTags => &["tags"],
             Op::TicketSetStatus => &["status"],
             Op::TicketClose => &["closed"],
-            Op::TicketAssignLeastBusy => &["assignee", "group"],
+            Op::TicketAssignLeastBusy | Op::TicketAssign => &["assignee", "group"],
             // The ticket itself, as an event's `ticket` (`crate::steps::ticket_json`).
             Op::TicketGet => &TICKET_OUTPUTS,
             Op::TicketComment => &[],

@@ -18,7 +18,10 @@
 //! or checkpointed, so a secret never enters the run's context, step log or incidents.
 //! A connector that answers "not now" ([`ConnectorFailure::not_now`]: a full
 //! per-(tenant, service) cap or an open breaker, see [`crate::service_limits`]) made no call: the
-//! run is snoozed at that step (logged `waiting`), spending no attempt.
+//! run is snoozed at that step (logged `waiting`), spending no attempt. A built-in
+//! assignment that finds no room in its group waits the same way
+//! ([`steps::perform_or_wait`]): snoozed at most [`steps::ROOM_RECHECK`], and made due at
+//! once by the ticket write that makes room.
 //!
 //! A `poll` automation's run starts with the poll itself, an implicit step named `poll`
 //! (see [`crate::poll`]: what it fetches, how new items are told from old ones and when
@@ -2009,9 +2012,13 @@ impl Runtime {
         let template_error = |err: template::TemplateError| ActionError::Template(err.to_string());
         if !action.op.is_connector() {
             let input = template::render_map(&action.input, context).map_err(template_error)?;
-            return steps::perform(&action.op, input, env)
-                .await
-                .map_err(ActionError::Step);
+            return match steps::perform_or_wait(&action.op, input, env).await {
+                Ok(steps::Performed::Done(done)) => Ok(*done),
+                Ok(steps::Performed::Wait { wait, message }) => {
+                    Err(ActionError::NotNow { wait, message })
+                }
+                Err(err) => Err(ActionError::Step(err)),
+            };
         }
         let names = secrets::names_in(&action.input);
         let revealed = match (&self.secrets, names.is_empty()) {

@@ -97,7 +97,7 @@ fn walk(steps: &mut [Step], prefix: &str, visit: &mut dyn FnMut(Site<'_>, &mut V
                     ],
                     Op::TicketSetType => &[("type", Kind::TicketType)],
                     Op::TicketSetStatus => &[("status", Kind::Status)],
-                    Op::TicketAssignLeastBusy => &[("group", Kind::Group)],
+                    Op::TicketAssignLeastBusy | Op::TicketAssign => &[("group", Kind::Group)],
                     _ => &[],
                 };
                 let ticket_type = match action.op {

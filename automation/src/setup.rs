@@ -60,6 +60,8 @@ pub struct WantedMember {
     pub name: String,
     pub email: Option<String>,
     pub capacity: Option<u32>,
+    /// Whether the member takes new work; `None` keeps it (a new member: available).
+    pub available: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -118,12 +120,14 @@ pub enum MemberWrite {
         name: String,
         email: Option<String>,
         capacity: u32,
+        available: bool,
     },
     /// Only what differs: `None` keeps the current value.
     Update {
         id: MemberId,
         email: Option<String>,
         capacity: Option<u32>,
+        available: Option<bool>,
     },
     Keep(Member),
 }
@@ -302,12 +306,14 @@ pub enum Write {
         name: String,
         email: Option<String>,
         capacity: u32,
+        available: bool,
     },
-    /// `email`, `capacity`: `None` keeps the current value.
+    /// `email`, `capacity`, `available`: `None` keeps the current value.
     UpdateMember {
         id: MemberId,
         email: Option<String>,
         capacity: Option<u32>,
+        available: Option<bool>,
     },
     CreateAutomation(WantedAutomation),
     UpdateAutomation {
@@ -357,20 +363,24 @@ impl SetupPlan {
                         name,
                         email,
                         capacity,
+                        available,
                     } => Write::AddMember {
                         group: group.group.group().id,
                         name: name.clone(),
                         email: email.clone(),
                         capacity: *capacity,
+                        available: *available,
                     },
                     MemberWrite::Update {
                         id,
                         email,
                         capacity,
+                        available,
                     } => Write::UpdateMember {
                         id: *id,
                         email: email.clone(),
                         capacity: *capacity,
+                        available: *available,
                     },
                 };
                 writes.push((path_of_member(index, member_index), write));
@@ -473,19 +483,22 @@ fn member_write(person: WantedMember, current: &[Member], default_capacity: u32)
     let Some(member) = current.iter().find(|m| m.name == person.name) else {
         return MemberWrite::Add {
             capacity: person.capacity.unwrap_or(default_capacity),
+            available: person.available.unwrap_or(true),
             name: person.name,
             email: person.email,
         };
     };
     let email = person.email.filter(|e| member.email.as_deref() != Some(e));
     let capacity = person.capacity.filter(|c| *c != member.capacity);
-    if email.is_none() && capacity.is_none() {
+    let available = person.available.filter(|a| *a != member.available);
+    if email.is_none() && capacity.is_none() && available.is_none() {
         MemberWrite::Keep(member.clone())
     } else {
         MemberWrite::Update {
             id: member.id,
             email,
             capacity,
+            available,
         }
     }
 }
@@ -502,6 +515,7 @@ mod tests {
             name: name.into(),
             email: None,
             capacity,
+            available: true,
         }
     }
 
@@ -561,16 +575,19 @@ mod tests {
                         name: "Eva".into(),
                         email: None,
                         capacity: Some(5),
+                        available: None,
                     },
                     WantedMember {
                         name: "Jan".into(),
                         email: Some("jan@acme.test".into()),
                         capacity: Some(5),
+                        available: None,
                     },
                     WantedMember {
                         name: "Petr".into(),
                         email: None,
                         capacity: None,
+                        available: None,
                     },
                 ],
             },
@@ -600,6 +617,7 @@ mod tests {
                 id: jan.id,
                 email: Some("jan@acme.test".into()),
                 capacity: None,
+                available: None,
             },
             "only what differs"
         );
@@ -609,6 +627,7 @@ mod tests {
                 name: "Petr".into(),
                 email: None,
                 capacity: 10,
+                available: true,
             },
             "a new member gets the default capacity"
         );

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fronta_desk::store::names;
+use fronta_desk::store::{AssignTo, Assignment, WhenFull};
 use fronta_desk::store::{IncidentReport, OnExisting, TicketChange, TicketUpsert};
 use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId, TicketLogEntry};
 use serde_json::{Map, Value, json};
@@ -376,6 +377,133 @@ pub struct StepEnv<'a> {
     pub dry: bool,
 }
 
+/// How long a run waiting for room in a group sleeps before it looks again by itself:
+/// the safety net under the wake-up a ticket write of the group gives it (see
+/// [`perform_or_wait`]).
+pub const ROOM_RECHECK: Duration = Duration::from_secs(60);
+
+/// What a built-in step did, or that it waits.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Performed {
+    Done(Box<StepDone>),
+    /// Not done now, and no failure: the run waits at this step without spending an
+    /// attempt — snoozed at most `wait` — and runs it again when woken.
+    Wait {
+        wait: Duration,
+        message: String,
+    },
+}
+
+/// Run one built-in op with its rendered input; the assignments may answer
+/// [`Performed::Wait`].
+///
+/// Waiting for room (`ticket/assign-least-busy` with `whenFull: "wait"`, the default):
+/// the desk store registers the run among the group's waiting runs in the same
+/// transaction as the ticket's "waiting for room" line (`DeskStore::ticket_assign`);
+/// the executor then snoozes the run at this step for [`ROOM_RECHECK`]. A ticket write
+/// that makes room in the group (a close, a reassignment, a member available again or
+/// given more capacity) sets the waiting runs due now in its own transaction, so the
+/// wake-up is as durable as the write and costs one probe of the group's index. A run
+/// woken that finds no room (another took it first) waits again, silently. The
+/// registration commits just before the run's snooze does: a room made in between
+/// finds the run still running and not yet due, and the recheck picks it up.
+pub async fn perform_or_wait(
+    op: &Op,
+    input: Map<String, Value>,
+    env: &StepEnv<'_>,
+) -> Result<Performed, StepError> {
+    match op {
+        Op::TicketAssignLeastBusy | Op::TicketAssign => assign(op, &input, env).await,
+        _ => perform(op, input, env)
+            .await
+            .map(|done| Performed::Done(Box::new(done))),
+    }
+}
+
+/// The `whenFull` input of `ticket/assign-least-busy`: absent is `wait`; anything but
+/// `wait`, `fail`, `assignAnyway` is refused, naming them.
+pub fn when_full_of(value: Option<&Value>) -> Result<WhenFull, String> {
+    match value {
+        None | Some(Value::Null) => Ok(WhenFull::default()),
+        Some(Value::String(text)) => WhenFull::parse(text).ok_or_else(|| {
+            format!(
+                "input \"whenFull\" is {text:?}; it must be one of {}",
+                when_full_names()
+            )
+        }),
+        Some(other) => Err(format!(
+            "input \"whenFull\" must be one of {}, found {other}",
+            when_full_names()
+        )),
+    }
+}
+
+fn when_full_names() -> String {
+    WhenFull::ALL
+        .iter()
+        .map(|when| format!("\"{}\"", when.as_str()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `ticket/assign-least-busy` and `ticket/assign`.
+async fn assign(
+    op: &Op,
+    input: &Map<String, Value>,
+    env: &StepEnv<'_>,
+) -> Result<Performed, StepError> {
+    let group = required_text(input, "group")?;
+    let to = match op {
+        Op::TicketAssign => AssignTo::Member(required_text(input, "member")?),
+        _ => AssignTo::LeastBusy(when_full_of(input.get("whenFull")).map_err(StepError::fatal)?),
+    };
+    let assignment = env
+        .desk
+        .ticket_assign(
+            env.tenant,
+            ticket_id(input)?,
+            &group,
+            to.clone(),
+            env.origin.clone(),
+        )
+        .await
+        .map_err(|err| naming(err, &[(names::GROUP, Some(&group))]))?;
+    let ticket = match assignment {
+        Assignment::Assigned(write) => write.ticket,
+        Assignment::Waiting { message, .. } if env.dry => {
+            return Ok(Performed::Done(Box::new(StepDone {
+                message: format!("{message}: it would wait for room here (a test does not wait)"),
+                ..StepDone::default()
+            })));
+        }
+        Assignment::Waiting { message, .. } => {
+            return Ok(Performed::Wait {
+                wait: ROOM_RECHECK,
+                message,
+            });
+        }
+    };
+    let assignee = ticket
+        .assignee
+        .clone()
+        .ok_or_else(|| StepError::fatal(format!("{} was not assigned", ticket.human_id())))?;
+    let how = match &to {
+        AssignTo::Member(_) => "by name",
+        AssignTo::LeastBusy(WhenFull::AssignAnyway) => "least busy, assigned anyway when full",
+        AssignTo::LeastBusy(_) => "least busy",
+    };
+    let message = format!(
+        "{} assigned to {} ({group}, {how})",
+        ticket.human_id(),
+        assignee.name
+    );
+    Ok(Performed::Done(Box::new(done(
+        json!({"assignee": {"id": assignee.id.to_string(), "name": assignee.name}, "group": group}),
+        message,
+        ticket,
+    ))))
+}
+
 /// Run one built-in op with its rendered input.
 pub async fn perform(
     op: &Op,
@@ -493,33 +621,13 @@ pub async fn perform(
                 ticket,
             ))
         }
-        Op::TicketAssignLeastBusy => {
-            let group = required_text(&input, "group")?;
-            let write = env
-                .desk
-                .ticket_assign_least_busy(
-                    env.tenant,
-                    ticket_id(&input)?,
-                    &group,
-                    env.origin.clone(),
-                )
-                .await
-                .map_err(|err| naming(err, &[(names::GROUP, Some(&group))]))?;
-            let ticket = write.ticket;
-            let assignee = ticket.assignee.clone().ok_or_else(|| {
-                StepError::fatal(format!("{} was not assigned", ticket.human_id()))
-            })?;
-            let message = format!(
-                "{} assigned to {} ({group})",
-                ticket.human_id(),
-                assignee.name
-            );
-            Ok(done(
-                json!({"assignee": {"id": assignee.id.to_string(), "name": assignee.name}, "group": group}),
+        Op::TicketAssignLeastBusy | Op::TicketAssign => match assign(op, &input, env).await? {
+            Performed::Done(done) => Ok(*done),
+            Performed::Wait { message, .. } => Ok(StepDone {
                 message,
-                ticket,
-            ))
-        }
+                ..StepDone::default()
+            }),
+        },
         Op::TicketGet => {
             let ticket = the_ticket(&input, env).await?;
             Ok(done(ticket_json(&ticket), described(&ticket), ticket))

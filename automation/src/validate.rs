@@ -60,6 +60,9 @@ pub struct ValidationContext {
     pub min_schedule_interval: std::time::Duration,
     /// The longest `flow/pause` (`--max-pause`, [`crate::steps::MAX_PAUSE`] by default).
     pub max_pause: std::time::Duration,
+    /// Group name → its members' names, for `ticket/assign` with a literal group and
+    /// member; a group not listed is not judged (it may be made before the run).
+    pub groups: HashMap<String, Vec<String>>,
 }
 
 impl Default for ValidationContext {
@@ -68,6 +71,7 @@ impl Default for ValidationContext {
             ticket_types: HashMap::new(),
             min_schedule_interval: std::time::Duration::from_secs(MIN_SCHEDULE_INTERVAL_SEC),
             max_pause: crate::steps::MAX_PAUSE,
+            groups: HashMap::new(),
         }
     }
 }
@@ -621,6 +625,39 @@ impl<'a> Validator<'a> {
                 self.string_or_template(input.get("status"), &at("status"));
             }
             Op::TicketAddTags => self.tags(input.get("tags"), &at("tags")),
+            Op::TicketAssignLeastBusy => {
+                let when_full = input.get("whenFull");
+                let templated =
+                    matches!(when_full, Some(Value::String(text)) if !template::is_literal(text));
+                if !templated && let Err(why) = crate::steps::when_full_of(when_full) {
+                    self.report(&at("whenFull"), why);
+                }
+            }
+            Op::TicketAssign => {
+                let group = input.get("group").and_then(literal_string);
+                let member = input.get("member").and_then(literal_string);
+                let stranger = match (group, member) {
+                    (Some(group), Some(member)) => self
+                        .context
+                        .groups
+                        .get(group)
+                        .filter(|members| !members.iter().any(|name| name == member))
+                        .map(|members| {
+                            format!(
+                                "\"{member}\" is not a member of group \"{group}\" (its members: {})",
+                                if members.is_empty() {
+                                    "none".to_owned()
+                                } else {
+                                    members.join(", ")
+                                }
+                            )
+                        }),
+                    _ => None,
+                };
+                if let Some(message) = stranger {
+                    self.report(&at("member"), message);
+                }
+            }
             Op::FlowPause => {
                 if let Some(seconds) = input.get("seconds") {
                     let templated = matches!(seconds, Value::String(text)
@@ -1808,6 +1845,44 @@ mod tests {
                 "steps: the automation has 51 steps; at most 50 are allowed (every step counts once: actions, conditions, loops and everything inside them)"
             ],
             "50 logs inside a loop plus the loop is 51"
+        );
+    }
+
+    #[test]
+    fn when_full_and_a_named_member_are_checked_on_save_where_literal() {
+        let mut context = types();
+        context
+            .groups
+            .insert("warehouse".into(), vec!["Eva".into(), "Jan".into()]);
+        let automation = Automation::from_value(&json!({
+            "name": "a", "trigger": {"type": "event", "event": "ticket.created"},
+            "steps": [
+                {"name": "a1", "op": "ticket/assign-least-busy",
+                 "input": {"ticket": "{{ticket.id}}", "group": "warehouse", "whenFull": "queue"}},
+                {"name": "a2", "op": "ticket/assign-least-busy",
+                 "input": {"ticket": "{{ticket.id}}", "group": "warehouse", "whenFull": "{{ticket.title}}"}},
+                {"name": "a3", "op": "ticket/assign",
+                 "input": {"ticket": "{{ticket.id}}", "group": "warehouse", "member": "Petr"}},
+                {"name": "a4", "op": "ticket/assign",
+                 "input": {"ticket": "{{ticket.id}}", "group": "warehouse", "member": "Jan"}},
+                {"name": "a5", "op": "ticket/assign",
+                 "input": {"ticket": "{{ticket.id}}", "group": "elsewhere", "member": "Petr"}},
+                {"name": "a6", "op": "ticket/assign",
+                 "input": {"ticket": "{{ticket.id}}", "group": "warehouse", "member": "{{ticket.title}}"}}
+            ]
+        }))
+        .expect("the test automation parses");
+        let problems: Vec<String> = validate(&automation, &context)
+            .iter()
+            .map(Problem::to_string)
+            .collect();
+        assert_eq!(
+            problems,
+            vec![
+                "steps[0].input.whenFull: input \"whenFull\" is \"queue\"; it must be one of \"wait\", \"fail\", \"assignAnyway\"",
+                "steps[2].input.member: \"Petr\" is not a member of group \"warehouse\" (its members: Eva, Jan)",
+            ],
+            "templated values and groups not known on save are left to run time"
         );
     }
 

@@ -776,6 +776,24 @@ async fn a_person_follows_a_webhook_from_the_dashboard() {
             "return document.querySelector(\"#groups .group[data-group='returns'] td.load\")?.innerText === '0 / 2' || null",
         )
         .await;
+    // Availability: Ida goes away (no new work, her tickets stay), then comes back.
+    browser.click("#groups button[data-set-away='Ida']").await;
+    browser
+        .until(
+            "Ida away",
+            "return document.querySelector(\"#groups .group[data-group='returns'] td.availability\")?.innerText === 'Away' || null",
+        )
+        .await;
+    browser.shot("08a-member-away").await;
+    browser
+        .click("#groups button[data-set-available='Ida']")
+        .await;
+    browser
+        .until(
+            "Ida available again",
+            "return document.querySelector(\"#groups .group[data-group='returns'] td.availability\")?.innerText === 'Available' || null",
+        )
+        .await;
     browser
         .set_value("#groups input[aria-label='New name of returns']", "refunds")
         .await;

@@ -100,9 +100,17 @@ pub struct Member {
     pub group: GroupId,
     pub name: String,
     pub email: Option<String>,
-    /// How many open tickets this person can carry; the least-busy rule compares
-    /// open tickets against it.
+    /// How many open tickets this person can carry: least busy gives no new ticket to
+    /// a member at capacity (see [`crate::rules::has_room`]).
     pub capacity: u32,
+    /// Whether this person takes new work now (default `true`): least busy skips a
+    /// member who is away; their open tickets stay theirs.
+    #[serde(default = "available_by_default")]
+    pub available: bool,
+}
+
+fn available_by_default() -> bool {
+    true
 }
 
 /// The type of a custom field.

@@ -24,10 +24,10 @@ use chrono::{DateTime, Utc};
 
 use crate::changes::describe;
 use crate::model::*;
-use crate::plan::{self, TicketPlan, UpsertTarget};
+use crate::plan::{self, GroupPlan, TicketPlan, UpsertTarget};
 use crate::store::{
-    DeskResult, FieldChange, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert,
-    TicketWrite,
+    AssignTo, Assignment, DeskResult, FieldChange, IncidentReport, TicketChange, TicketEvent,
+    TicketFilter, TicketUpsert, TicketWrite,
 };
 use crate::{DeskError, DeskStore};
 
@@ -303,6 +303,14 @@ impl DeskStore for Overlay {
     async fn member_delete(&self, _tenant: TenantId, _member: MemberId) -> DeskResult<()> {
         Err(refused("member_delete"))
     }
+    async fn member_set_available(
+        &self,
+        _tenant: TenantId,
+        _member: MemberId,
+        _available: bool,
+    ) -> DeskResult<Member> {
+        Err(refused("member_set_available"))
+    }
 
     async fn ticket_type_create(
         &self,
@@ -418,27 +426,50 @@ impl DeskStore for Overlay {
         Ok(self.keep(plan, summary, origin))
     }
 
-    async fn ticket_assign_least_busy(
+    async fn ticket_assign(
         &self,
         tenant: TenantId,
         id: TicketId,
         group: &str,
+        to: AssignTo,
         origin: Origin,
-    ) -> DeskResult<TicketWrite> {
+    ) -> DeskResult<Assignment> {
         let old = self.ticket(tenant, id).await?;
         let group = self.inner.group_by_name(tenant, group).await?;
         let members = self.inner.member_list(tenant, group.id).await?;
         let open = self.open_counts(tenant, group.id).await?;
         let reasoning = plan::reasoning(&plan::loads_for(&old, &members, &open));
-        let plan = plan::assign_least_busy(old, &group, &members, &open, &origin, Self::now())?;
+        let planned = plan::assign_in_group(
+            old,
+            &group,
+            &members,
+            &open,
+            &to,
+            false,
+            &origin,
+            Self::now(),
+        )?;
+        let plan = match planned {
+            GroupPlan::Write { plan, .. } => plan,
+            GroupPlan::Wait {
+                message, ticket, ..
+            } => {
+                // The step says that a dry run does not wait.
+                return Ok(Assignment::Waiting { ticket, message });
+            }
+        };
         let ticket = &plan.write.ticket;
         let name = ticket
             .assignee
             .as_ref()
             .map_or_else(String::new, |assignee| assignee.name.clone());
+        let how = match &to {
+            AssignTo::LeastBusy(_) => "the least busy",
+            AssignTo::Member(_) => "as named",
+        };
         let summary = if plan.write.change.is_empty() {
             format!(
-                "{} would stay with {name}, still the least busy ({}: {reasoning})",
+                "{} would stay with {name}, still {how} ({}: {reasoning})",
                 ticket.human_id(),
                 group.name
             )
@@ -449,7 +480,7 @@ impl DeskStore for Overlay {
                 group.name
             )
         };
-        Ok(self.keep(plan, summary, origin))
+        Ok(Assignment::Assigned(self.keep(plan, summary, origin)))
     }
 
     async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket> {

@@ -38,8 +38,8 @@ use crate::model::{
 use crate::rules::{self, Load};
 use crate::store::names::{GROUP, MEMBER, TENANT, TICKET_TYPE};
 use crate::store::{
-    DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
-    TicketUpsert, TicketWrite,
+    AssignTo, DeskError, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketEventKind,
+    TicketUpsert, TicketWrite, WhenFull,
 };
 use crate::store::{FieldChange, OnExisting};
 use crate::token;
@@ -138,6 +138,7 @@ pub fn member_add(
         name: name.to_owned(),
         email: email.map(str::to_owned),
         capacity,
+        available: true,
     })
 }
 
@@ -329,6 +330,9 @@ pub struct TicketPlan {
     /// The members whose open-ticket count this write moves: a store that keeps the
     /// counts under a lock takes it for these before it writes the row.
     counts_moved: Vec<MemberId>,
+    /// The member whose open count this write lowers (their ticket closed or went to
+    /// somebody else): the runs waiting for room in their group are woken.
+    room_made: Option<MemberId>,
 }
 
 impl TicketPlan {
@@ -336,6 +340,12 @@ impl TicketPlan {
     /// assignee, each once, when the assignee or `closed` changed); empty otherwise.
     pub fn counts_moved(&self) -> &[MemberId] {
         &self.counts_moved
+    }
+
+    /// The member this write makes room for (see the field): the store wakes the runs
+    /// waiting on their group in the same transaction.
+    pub fn room_made(&self) -> Option<MemberId> {
+        self.room_made
     }
 
     /// What this write announces ([`announcement`]).
@@ -356,6 +366,14 @@ fn counts_moved(before: &Ticket, after: &Ticket) -> Vec<MemberId> {
         .collect();
     moved.dedup();
     moved
+}
+
+/// The member a write from `before` to `after` takes an open ticket from: the old
+/// assignee of an open ticket that is now closed or assigned to somebody else.
+fn room_made(before: &Ticket, after: &Ticket) -> Option<MemberId> {
+    let old = before.assignee.as_ref().filter(|_| !before.closed)?;
+    let still_holds = !after.closed && after.assignee.as_ref().is_some_and(|a| a.id == old.id);
+    (!still_holds).then_some(old.id)
 }
 
 fn line(at: DateTime<Utc>, kind: &str, message: String, run_id: Option<String>) -> TicketLogEntry {
@@ -582,6 +600,7 @@ pub fn upsert(
         kept_sentence(&kept, on)
     );
     let moved = counts_moved(&old, &new);
+    let room = room_made(&old, &new);
     Ok(TicketPlan {
         row,
         log: Some(line(now, "event", message, run_id)),
@@ -591,6 +610,7 @@ pub fn upsert(
             change,
         },
         counts_moved: moved,
+        room_made: room,
     })
 }
 
@@ -644,6 +664,7 @@ fn create(
             change: BTreeMap::new(),
         },
         counts_moved: Vec::new(),
+        room_made: None,
     })
 }
 
@@ -746,6 +767,7 @@ pub fn change(
                 change,
             },
             counts_moved: Vec::new(),
+            room_made: None,
         });
     }
     new.updated_at = now;
@@ -757,6 +779,7 @@ pub fn change(
         dropped_sentence(&dropped)
     );
     let moved = counts_moved(&old, &new);
+    let room = room_made(&old, &new);
     Ok(TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, run_id)),
@@ -766,6 +789,7 @@ pub fn change(
             change,
         },
         counts_moved: moved,
+        room_made: room,
     })
 }
 
@@ -803,41 +827,203 @@ pub fn loads_for<'a>(
         .collect()
 }
 
-/// The loads as a log line reads them: `Eva 0 open of 5, Jan 1 open of 5`.
+/// The loads as a log line reads them: `Eva 0 open of 5, Jan 1 open of 5 (away)`.
 pub fn reasoning(loads: &[Load<'_>]) -> String {
     loads
         .iter()
         .map(|load| {
             format!(
-                "{} {} open of {}",
-                load.member.name, load.open, load.member.capacity
+                "{} {} open of {}{}",
+                load.member.name,
+                load.open,
+                load.member.capacity,
+                if load.member.available { "" } else { " (away)" }
             )
         })
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// The plan of `ticket_assign_least_busy`: `members` are the group's, `open` their open
-/// ticket counts as the store read them under its lock (a member without a count has
-/// none). The ticket being assigned does not count against anybody: re-running the step
-/// keeps the same assignee instead of moving the ticket back and forth. The reasoning is
-/// always logged, also when the assignee stays.
-pub fn assign_least_busy(
+/// How full a group is, as a person reads it: `3 of 3 members full`, `2 of 3 members
+/// full, 1 away` (a member away is not counted full).
+pub fn room_summary(loads: &[Load<'_>]) -> String {
+    let away = loads.iter().filter(|load| !load.member.available).count();
+    let full = loads
+        .iter()
+        .filter(|load| load.member.available && !rules::has_room(load))
+        .count();
+    let mut text = format!("{full} of {} members full", loads.len());
+    if away > 0 {
+        text.push_str(&format!(", {away} away"));
+    }
+    text
+}
+
+/// The run a waiting assignment registers: the automation run of `origin` (a person's
+/// assignment has none, so it cannot wait).
+pub fn waiting_run(origin: &Origin) -> Option<uuid::Uuid> {
+    match origin {
+        Origin::Automation { run_id, .. } => run_id.parse().ok(),
+        Origin::Person => None,
+    }
+}
+
+/// What an assignment within a group does ([`assign_in_group`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupPlan {
+    /// Write this plan; `stop_waiting` is the run whose waiting row the store deletes
+    /// (the caller's run, when it is one: its wait, if any, is over).
+    Write {
+        plan: TicketPlan,
+        stop_waiting: Option<uuid::Uuid>,
+    },
+    /// Nobody has room and the run waits: the store writes `run` to the group's waiting
+    /// runs (keeping `since` when it is there already) and appends `log` when it is
+    /// `Some` (the first time this run waits on the group), then answers
+    /// `Assignment::Waiting` with `message`.
+    Wait {
+        run: uuid::Uuid,
+        log: Option<TicketLogEntry>,
+        message: String,
+        ticket: Ticket,
+    },
+}
+
+/// The plan of `ticket_assign`: `members` are the group's, `open` their open ticket
+/// counts as the store read them under its lock (a member without a count has none),
+/// `already_waiting` whether the caller's run ([`waiting_run`]) is among the group's
+/// waiting runs. The ticket being assigned does not count against anybody: re-running
+/// the step keeps the same assignee instead of moving the ticket back and forth. The
+/// reasoning is always logged, also when the assignee stays.
+///
+/// Least busy picks among the available members below their capacity
+/// ([`rules::has_room`]); when there is none, [`WhenFull`] decides: wait (an automation's
+/// run only; a person's assignment cannot wait and is refused as by `Fail`), fail
+/// (`Invalid`: "every member of group … is full"), or assign anyway to the least busy
+/// available member whose capacity is not 0 (none: `Invalid`). A named member is assigned whatever
+/// their room or availability — a person decided — and the log line says when they are
+/// away or full; a name outside the group is `Invalid`, naming it and the members.
+#[allow(clippy::too_many_arguments)]
+pub fn assign_in_group(
     old: Ticket,
     group: &Group,
     members: &[Member],
     open: &BTreeMap<MemberId, i64>,
+    to: &AssignTo,
+    already_waiting: bool,
     origin: &Origin,
     now: DateTime<Utc>,
-) -> DeskResult<TicketPlan> {
+) -> DeskResult<GroupPlan> {
     if members.is_empty() {
         return Err(group_has_no_members(group, &old));
     }
     let loads = loads_for(&old, members, open);
-    let chosen = rules::least_busy(&loads).ok_or_else(|| {
-        DeskError::Internal("invariant: least_busy picks somebody from a non-empty group".into())
-    })?;
     let reasoning = reasoning(&loads);
+    let stop_waiting = waiting_run(origin);
+    let write = |plan| GroupPlan::Write { plan, stop_waiting };
+    let when_full = match to {
+        AssignTo::Member(name) => {
+            let Some(load) = loads.iter().find(|load| &load.member.name == name) else {
+                let names: Vec<&str> = members.iter().map(|m| m.name.as_str()).collect();
+                return Err(invalid(format!(
+                    "{name:?} is not a member of group {:?} (its members: {})",
+                    group.name,
+                    names.join(", ")
+                )));
+            };
+            let why = if !load.member.available {
+                format!("named, although {} is away ({reasoning})", load.member.name)
+            } else if !rules::has_room(load) {
+                format!(
+                    "named, although {} is at capacity ({reasoning})",
+                    load.member.name
+                )
+            } else {
+                format!("named ({reasoning})")
+            };
+            return Ok(write(assigned(old, group, load.member, &why, origin, now)));
+        }
+        AssignTo::LeastBusy(when_full) => *when_full,
+    };
+    let with_room: Vec<Load<'_>> = loads
+        .iter()
+        .filter(|load| load.member.available && rules::has_room(load))
+        .cloned()
+        .collect();
+    if let Some(chosen) = rules::least_busy(&with_room) {
+        let why = format!("least busy in group {} ({reasoning})", group.name);
+        return Ok(write(assigned(old, group, chosen, &why, origin, now)));
+    }
+    let summary = room_summary(&loads);
+    let full_or_away = if loads.iter().all(|load| load.member.available) {
+        "full"
+    } else {
+        "full or away"
+    };
+    match (when_full, waiting_run(origin)) {
+        (WhenFull::AssignAnyway, _) => {
+            // Capacity 0 is "takes no new work": not even past capacity.
+            let available: Vec<Load<'_>> = loads
+                .iter()
+                .filter(|load| load.member.available && load.member.capacity > 0)
+                .cloned()
+                .collect();
+            let Some(chosen) = rules::least_busy(&available) else {
+                return Err(invalid(format!(
+                    "nobody in group {:?} is available to assign {} to ({reasoning})",
+                    group.name,
+                    old.human_id()
+                )));
+            };
+            let why = format!(
+                "least busy in group {}, assigned anyway although every available member is full ({reasoning})",
+                group.name
+            );
+            Ok(write(assigned(old, group, chosen, &why, origin, now)))
+        }
+        (WhenFull::Wait, Some(run)) => {
+            let message = format!(
+                "waiting for room in {}: {summary} ({reasoning})",
+                group.name
+            );
+            let (by, run_id) = who(origin);
+            let log = (!already_waiting).then(|| {
+                line(
+                    now,
+                    "note",
+                    format!(
+                        "{} {message}; {by} is woken when a ticket of the group closes or moves",
+                        old.human_id()
+                    ),
+                    run_id,
+                )
+            });
+            Ok(GroupPlan::Wait {
+                run,
+                log,
+                message,
+                ticket: old,
+            })
+        }
+        (WhenFull::Fail | WhenFull::Wait, _) => Err(invalid(format!(
+            "every member of group {:?} is {full_or_away}: {summary} ({reasoning}); {} is \
+             not assigned",
+            group.name,
+            old.human_id()
+        ))),
+    }
+}
+
+/// `old` given to `chosen` of `group`, `why` saying how it was chosen; a note when the
+/// assignee stays.
+fn assigned(
+    old: Ticket,
+    group: &Group,
+    chosen: &Member,
+    why: &str,
+    origin: &Origin,
+    now: DateTime<Utc>,
+) -> TicketPlan {
     let mut new = old.clone();
     new.assignee = Some(Assignee {
         id: chosen.id,
@@ -847,13 +1033,15 @@ pub fn assign_least_busy(
     let change = diff(&old, &new);
     let (by, run_id) = who(origin);
     if change.is_empty() {
+        let why = why
+            .strip_prefix("least busy")
+            .map_or_else(|| why.to_owned(), |rest| format!("the least busy{rest}"));
         let message = format!(
-            "{} stays with {}, still the least busy in group {} ({reasoning}); checked by {by}",
+            "{} stays with {}, still {why}; checked by {by}",
             old.human_id(),
             chosen.name,
-            group.name
         );
-        return Ok(TicketPlan {
+        return TicketPlan {
             row: RowWrite::Keep,
             log: Some(line(now, "note", message, run_id)),
             write: TicketWrite {
@@ -862,18 +1050,19 @@ pub fn assign_least_busy(
                 change,
             },
             counts_moved: Vec::new(),
-        });
+            room_made: None,
+        };
     }
     new.updated_at = now;
     let message = format!(
-        "{} assigned to {} by {by}: least busy in group {} ({reasoning}); {}",
+        "{} assigned to {} by {by}: {why}; {}",
         new.human_id(),
         chosen.name,
-        group.name,
         describe(&change)
     );
     let moved = counts_moved(&old, &new);
-    Ok(TicketPlan {
+    let room = room_made(&old, &new);
+    TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, run_id)),
         write: TicketWrite {
@@ -882,7 +1071,33 @@ pub fn assign_least_busy(
             change,
         },
         counts_moved: moved,
-    })
+        room_made: room,
+    }
+}
+
+/// The plan of the least-busy assignment that assigns anyway when everybody is full
+/// (`ticket_assign_least_busy`); see [`assign_in_group`].
+pub fn assign_least_busy(
+    old: Ticket,
+    group: &Group,
+    members: &[Member],
+    open: &BTreeMap<MemberId, i64>,
+    origin: &Origin,
+    now: DateTime<Utc>,
+) -> DeskResult<TicketPlan> {
+    let to = AssignTo::LeastBusy(WhenFull::AssignAnyway);
+    match assign_in_group(old, group, members, open, &to, false, origin, now)? {
+        GroupPlan::Write { plan, .. } => Ok(plan),
+        GroupPlan::Wait { .. } => Err(DeskError::Internal(
+            "invariant: an assignment that assigns anyway never waits".into(),
+        )),
+    }
+}
+
+/// Whether a member's change may make room in their group (available again, or a
+/// larger capacity): then the runs waiting on the group are woken.
+pub fn member_makes_room(old: &Member, new: &Member) -> bool {
+    new.available && (!old.available || new.capacity > old.capacity)
 }
 
 /// The plan for an open ticket of `member`, who is being deleted: unassigned, with a log
@@ -900,6 +1115,7 @@ pub fn unassign_for_deleted(old: Ticket, member: &Member, now: DateTime<Utc>) ->
         describe(&change)
     );
     let moved = counts_moved(&old, &new);
+    let room = room_made(&old, &new);
     TicketPlan {
         row: RowWrite::Update,
         log: Some(line(now, "changed", message, None)),
@@ -909,6 +1125,7 @@ pub fn unassign_for_deleted(old: Ticket, member: &Member, now: DateTime<Utc>) ->
             change,
         },
         counts_moved: moved,
+        room_made: room,
     }
 }
 
@@ -1568,6 +1785,232 @@ mod tests {
             matches!(&err, DeskError::Invalid(message) if message.contains("has no members")),
             "says the group is empty: {err:?}"
         );
+    }
+
+    fn warehouse(tenant: TenantId) -> Group {
+        Group {
+            id: GroupId::new(),
+            tenant,
+            name: "warehouse".into(),
+        }
+    }
+
+    fn waiting_origin() -> (Origin, uuid::Uuid) {
+        let run = uuid::Uuid::now_v7();
+        (
+            Origin::Automation {
+                automation_id: "a1".into(),
+                run_id: run.to_string(),
+                chain: vec![],
+            },
+            run,
+        )
+    }
+
+    fn assignee_of(planned: &GroupPlan) -> Option<String> {
+        match planned {
+            GroupPlan::Write { plan, .. } => plan
+                .write
+                .ticket
+                .assignee
+                .as_ref()
+                .map(|assignee| assignee.name.clone()),
+            GroupPlan::Wait { .. } => None,
+        }
+    }
+
+    #[test]
+    fn least_busy_skips_members_at_capacity_and_members_away() {
+        let tenant = TenantId::new();
+        let group = warehouse(tenant);
+        let eva = member("Eva", 1);
+        let mut jan = member("Jan", 5);
+        jan.available = false;
+        let zero = member("Zero", 0);
+        let petr = member("Petr", 3);
+        // Zero and Jan carry the fewest, but Zero takes nothing and Jan is away; Eva is
+        // at capacity: Petr, the busiest, is the only one with room.
+        let open = BTreeMap::from([(eva.id, 1), (jan.id, 0), (petr.id, 2)]);
+        let members = [eva, jan, zero, petr];
+        let planned = assign_in_group(
+            created(tenant),
+            &group,
+            &members,
+            &open,
+            &AssignTo::LeastBusy(WhenFull::Wait),
+            false,
+            &run(),
+            now(),
+        )
+        .expect("Petr has room");
+        assert_eq!(
+            assignee_of(&planned).as_deref(),
+            Some("Petr"),
+            "{planned:?}"
+        );
+        let GroupPlan::Write { plan, .. } = planned else {
+            unreachable!("checked above")
+        };
+        let line = plan.log.expect("logged").message;
+        assert!(
+            line.contains("Jan 0 open of 5 (away)") && line.contains("Zero 0 open of 0"),
+            "the line shows who was skipped and why: {line}"
+        );
+    }
+
+    #[test]
+    fn when_everybody_is_full_the_run_waits_fails_or_assigns_anyway_as_asked() {
+        let tenant = TenantId::new();
+        let group = warehouse(tenant);
+        let (eva, jan) = (member("Eva", 2), member("Jan", 1));
+        let mut ida = member("Ida", 9);
+        ida.available = false;
+        let open = BTreeMap::from([(eva.id, 2), (jan.id, 1)]);
+        let members = [eva.clone(), jan, ida];
+        let (origin, run_id) = waiting_origin();
+        let decide = |to: WhenFull, waiting: bool, origin: &Origin| {
+            assign_in_group(
+                created(tenant),
+                &group,
+                &members,
+                &open,
+                &AssignTo::LeastBusy(to),
+                waiting,
+                origin,
+                now(),
+            )
+        };
+        let Ok(GroupPlan::Wait {
+            run, log, message, ..
+        }) = decide(WhenFull::Wait, false, &origin)
+        else {
+            panic!("nobody has room: the run waits")
+        };
+        assert_eq!(run, run_id, "the caller's run is the one that waits");
+        assert!(
+            message.starts_with("waiting for room in warehouse: 2 of 3 members full, 1 away ("),
+            "{message}"
+        );
+        assert!(
+            log.is_some_and(|line| line.message.contains("waiting for room in warehouse")),
+            "the ticket's log says it once"
+        );
+        let Ok(GroupPlan::Wait { log, .. }) = decide(WhenFull::Wait, true, &origin) else {
+            panic!("still no room")
+        };
+        assert!(log.is_none(), "no second line while the run waits");
+        let person = decide(WhenFull::Wait, false, &Origin::Person).expect_err("nothing to wake");
+        assert!(
+            matches!(&person, DeskError::Invalid(m) if m.contains("every member of group \"warehouse\" is full or away")),
+            "{person:?}"
+        );
+        let failed = decide(WhenFull::Fail, false, &origin).expect_err("fail when full");
+        assert!(
+            matches!(&failed, DeskError::Invalid(m) if m.contains("group \"warehouse\"") && m.contains("2 of 3 members full")),
+            "names the group and that its members are full: {failed:?}"
+        );
+        let anyway = decide(WhenFull::AssignAnyway, false, &origin).expect("assigned anyway");
+        assert_eq!(
+            assignee_of(&anyway).as_deref(),
+            Some("Jan"),
+            "the least busy available member, past capacity; never Ida, who is away"
+        );
+        let GroupPlan::Write { plan, stop_waiting } = anyway else {
+            unreachable!("checked above")
+        };
+        assert_eq!(
+            stop_waiting,
+            Some(run_id),
+            "an assignment ends the run's wait"
+        );
+        assert!(
+            plan.log
+                .is_some_and(|line| line.message.contains("assigned anyway")),
+            "the log says it went past capacity"
+        );
+    }
+
+    #[test]
+    fn a_named_member_is_assigned_even_when_away_or_full_and_a_stranger_is_refused() {
+        let tenant = TenantId::new();
+        let group = warehouse(tenant);
+        let mut eva = member("Eva", 1);
+        eva.available = false;
+        let open = BTreeMap::from([(eva.id, 1)]);
+        let members = [eva.clone(), member("Jan", 5)];
+        let named = |name: &str| {
+            assign_in_group(
+                created(tenant),
+                &group,
+                &members,
+                &open,
+                &AssignTo::Member(name.into()),
+                false,
+                &run(),
+                now(),
+            )
+        };
+        let planned = named("Eva").expect("a person's decision");
+        assert_eq!(assignee_of(&planned).as_deref(), Some("Eva"));
+        let GroupPlan::Write { plan, .. } = planned else {
+            unreachable!("checked above")
+        };
+        assert!(
+            plan.log
+                .is_some_and(|line| line.message.contains("although Eva is away")),
+            "the log says she is away"
+        );
+        let err = named("Petr").expect_err("not in the group");
+        assert!(
+            matches!(&err, DeskError::Invalid(m)
+                if m == "\"Petr\" is not a member of group \"warehouse\" (its members: Eva, Jan)"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn room_is_made_by_a_close_or_a_reassignment_not_by_other_changes() {
+        let tenant = TenantId::new();
+        let eva = member("Eva", 5);
+        let mut ticket = created(tenant);
+        ticket.assignee = Some(Assignee {
+            id: eva.id,
+            name: eva.name.clone(),
+        });
+        let close = change(
+            ticket.clone(),
+            TicketChange {
+                closed: Some(true),
+                ..TicketChange::default()
+            },
+            None,
+            Some(&order_type(tenant)),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid change");
+        assert_eq!(close.room_made(), Some(eva.id), "a close frees Eva's place");
+        let tag = change(
+            ticket,
+            TicketChange {
+                add_tags: vec!["vip".into()],
+                ..TicketChange::default()
+            },
+            None,
+            Some(&order_type(tenant)),
+            &Origin::Person,
+            now(),
+        )
+        .expect("a valid change");
+        assert_eq!(tag.room_made(), None, "a tag frees nothing");
+        let (old, new) = (member("Jan", 1), member("Jan", 3));
+        assert!(member_makes_room(&old, &new), "more capacity");
+        let away = Member {
+            available: false,
+            ..new.clone()
+        };
+        assert!(member_makes_room(&away, &new), "back from away");
+        assert!(!member_makes_room(&new, &away), "going away makes none");
     }
 
     #[test]

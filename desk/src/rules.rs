@@ -71,6 +71,12 @@ pub fn least_busy<'a>(loads: &[Load<'a>]) -> Option<&'a Member> {
         .map(|load| load.member)
 }
 
+/// Whether a member may take one more ticket: fewer open tickets than their capacity
+/// (capacity 0 takes none). Availability is judged apart (`Member::available`).
+pub fn has_room(load: &Load<'_>) -> bool {
+    load.open < load.member.capacity
+}
+
 fn ratio(load: &Load<'_>) -> f64 {
     if load.member.capacity == 0 {
         f64::INFINITY
@@ -193,6 +199,7 @@ pub(crate) mod tests {
             name: name.into(),
             email: None,
             capacity,
+            available: true,
         }
     }
 

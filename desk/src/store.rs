@@ -217,6 +217,62 @@ pub struct TicketWrite {
     pub change: BTreeMap<String, FieldChange>,
 }
 
+/// What a least-busy assignment does when no available member of the group has room
+/// (every one at capacity or away): `Wait` (the default) registers the run as waiting for
+/// room in the group and answers [`Assignment::Waiting`]; `Fail` refuses (`Invalid`,
+/// naming the group and that every member is full); `AssignAnyway` gives the ticket to
+/// the least busy available member regardless of capacity, and says so on the log line.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum WhenFull {
+    #[default]
+    Wait,
+    Fail,
+    AssignAnyway,
+}
+
+impl WhenFull {
+    pub const ALL: [WhenFull; 3] = [WhenFull::Wait, WhenFull::Fail, WhenFull::AssignAnyway];
+
+    /// The name a step's `whenFull` input gives.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WhenFull::Wait => "wait",
+            WhenFull::Fail => "fail",
+            WhenFull::AssignAnyway => "assignAnyway",
+        }
+    }
+
+    /// Reads a `whenFull` input; `None` for anything else.
+    pub fn parse(text: &str) -> Option<WhenFull> {
+        WhenFull::ALL.into_iter().find(|when| when.as_str() == text)
+    }
+}
+
+/// Whom an assignment within a group picks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AssignTo {
+    /// The least busy available member with room ([`crate::rules::least_busy`] over
+    /// [`crate::rules::has_room`]); when nobody has room, what [`WhenFull`] says.
+    LeastBusy(WhenFull),
+    /// The member of the group with this name: a person's explicit decision, so it is
+    /// made also when the member is away or at capacity (the log line says so).
+    Member(String),
+}
+
+/// What an assignment within a group did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Assignment {
+    Assigned(TicketWrite),
+    /// Nobody had room and the caller waits ([`WhenFull::Wait`]): its run is registered
+    /// as waiting for room in the group (woken when an open count of the group moves,
+    /// see the contract); `message` is what the run's step log says ("waiting for room
+    /// in warehouse: 3 of 3 members full (…)"). The ticket is unchanged.
+    Waiting {
+        ticket: Ticket,
+        message: String,
+    },
+}
+
 /// Open an incident, or count a repeat of an open one with the same cause.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IncidentReport {
@@ -246,6 +302,20 @@ pub struct IncidentReport {
 /// - `ticket_assign_least_busy` picks by [`crate::rules::least_busy`] over the group's
 ///   members and their open tickets, in one atomic step (two concurrent calls count each
 ///   other's assignment).
+/// - `ticket_assign` decides by [`crate::plan::assign_in_group`] under the same lock:
+///   least busy picks only among available members below their capacity, so concurrent
+///   assignments never take a member past capacity; when nobody has room it does what
+///   its [`WhenFull`] says. `Wait` needs an automation origin: its run is written to the
+///   group's waiting runs with one ticket log line (not repeated while it waits), and
+///   the answer is [`Assignment::Waiting`]; the run's next assignment that goes through
+///   (or fails) removes it. Capacity 0 is "takes no new work".
+/// - Waking: a ticket write that moves an open count (a close, a reopen, a reassignment)
+///   and `member_set_available(…, true)` make the pending runs waiting on the groups of
+///   the members it moved due now (`run_at` = now), in the same transaction, and forget
+///   waiting runs that are no longer pending or running. Found through the group, never
+///   by walking the waiting runs of other groups.
+/// - `member_set_available` sets whether a member takes new work; their open tickets
+///   stay theirs.
 /// - `ticket_type_update` changes only what it is given (`None` keeps it) and checks the
 ///   new definition as a create does; the name stays unique in the tenant (`Conflict`); a
 ///   status that an open ticket of the type or a current automation version uses cannot
@@ -307,6 +377,14 @@ pub trait DeskStore: Send + Sync + 'static {
         capacity: Option<u32>,
     ) -> DeskResult<Member>;
     async fn member_delete(&self, tenant: TenantId, member: MemberId) -> DeskResult<()>;
+    /// Whether the member takes new work (see the contract: making one available wakes
+    /// the runs waiting for room in their group).
+    async fn member_set_available(
+        &self,
+        tenant: TenantId,
+        member: MemberId,
+        available: bool,
+    ) -> DeskResult<Member>;
 
     async fn ticket_type_create(
         &self,
@@ -343,13 +421,31 @@ pub trait DeskStore: Send + Sync + 'static {
         change: TicketChange,
         origin: Origin,
     ) -> DeskResult<TicketWrite>;
+    /// Assign within a group (see the contract).
+    async fn ticket_assign(
+        &self,
+        tenant: TenantId,
+        id: TicketId,
+        group: &str,
+        to: AssignTo,
+        origin: Origin,
+    ) -> DeskResult<Assignment>;
+    /// Least busy, assigning anyway when every available member is full.
     async fn ticket_assign_least_busy(
         &self,
         tenant: TenantId,
         id: TicketId,
         group: &str,
         origin: Origin,
-    ) -> DeskResult<TicketWrite>;
+    ) -> DeskResult<TicketWrite> {
+        let to = AssignTo::LeastBusy(WhenFull::AssignAnyway);
+        match self.ticket_assign(tenant, id, group, to, origin).await? {
+            Assignment::Assigned(write) => Ok(write),
+            Assignment::Waiting { .. } => Err(DeskError::Internal(
+                "invariant: an assignment that assigns anyway never waits".into(),
+            )),
+        }
+    }
     async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket>;
     /// The tenant's ticket with this external id, if there is one (a read: no lock).
     async fn ticket_by_external_id(

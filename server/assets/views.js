@@ -1106,6 +1106,7 @@ function groupsView(ctx) {
     return h("tr", { dataset: { member: member.id } },
       h("td", {}, h("a", { href: `#/tickets?assignee=${encodeURIComponent(member.id)}`, dataset: { key: `member-${member.id}` } }, member.name)),
       h("td", {}, member.email ?? "—"),
+      h("td", { class: "availability" }, member.available === false ? "Away" : "Available"),
       h("td", { class: "load" }, `${count} / ${member.capacity}`),
       h("td", {}, h("meter", { min: 0, max: Math.max(member.capacity, 1), value: count, high: Math.max(member.capacity, 1) * 0.8, optimum: 0, "aria-label": `${member.name}: ${count} of ${member.capacity}` })),
       h("td", { class: "edit" }, capacity, " ",
@@ -1113,6 +1114,15 @@ function groupsView(ctx) {
           await api("PATCH", base, { capacity: Number(capacity.value) });
           return reloaded(`${member.name} now takes up to ${capacity.value} open tickets.`);
         }, status, { "data-save-capacity": member.name }), " ",
+        member.available === false
+          ? writeButton("Mark available", async () => {
+            await api("PATCH", base, { available: true });
+            return reloaded(`${member.name} takes new tickets again; runs waiting for room in ${group.name} look again now.`);
+          }, status, { "data-set-available": member.name })
+          : writeButton("Mark away", async () => {
+            await api("PATCH", base, { available: false });
+            return reloaded(`${member.name} is away: no new tickets, and keeps their open ones.`);
+          }, status, { "data-set-away": member.name }), " ",
         writeButton("Remove", async () => {
           await api("DELETE", base);
           return reloaded(`${member.name} was removed from ${group.name}.`);
@@ -1125,7 +1135,7 @@ function groupsView(ctx) {
     return h("section", { class: "group", dataset: { group: group.name } },
       h("h2", {}, group.name, " ", h("span", { class: "muted" }, `(${group.members.length} ${group.members.length === 1 ? "member" : "members"})`)),
       group.members.length === 0 ? h("p", { class: "muted" }, "No members.") :
-        table(["Member", "Email", "Open tickets / capacity", "", "Change"], group.members.map((member) => memberRow(group, member, open))),
+        table(["Member", "Email", "Takes new work", "Open tickets / capacity", "", "Change"], group.members.map((member) => memberRow(group, member, open))),
       smallForm(`add-member-${group.name}`, [
         field("Name", { name: "name", required: true }),
         field("Email", { name: "email", type: "email" }),

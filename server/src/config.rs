@@ -129,6 +129,7 @@ impl ServerConfig {
             ticket_types,
             min_schedule_interval: self.min_schedule_interval,
             max_pause: self.max_pause,
+            groups: std::collections::HashMap::new(),
         }
     }
 

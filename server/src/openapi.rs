@@ -242,7 +242,7 @@ fn schemas() -> Value {
         "McpServerList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/McpServer"}},
             "nextCursor": {"type": "null"}})),
         "Member": object(&["name"], json!({"id": text, "name": text, "email": {"type": ["string", "null"]},
-            "capacity": {"type": "integer"}})),
+            "capacity": {"type": "integer"}, "available": {"type": "boolean"}})),
         "TicketType": object(&["name", "statuses"], json!({"id": text, "name": text, "statuses": texts,
             "fields": {"type": "array", "items": object(&["name", "type"], json!({"name": text, "type": text}))}})),
         "Automation": object(&["name", "trigger", "steps"], json!({

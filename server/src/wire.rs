@@ -170,6 +170,7 @@ pub fn member_view(member: &Member) -> Value {
         "name": member.name,
         "email": member.email,
         "capacity": member.capacity,
+        "available": member.available,
     })
 }
 

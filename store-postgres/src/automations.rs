@@ -39,8 +39,8 @@ use uuid::Uuid;
 
 use crate::PgStore;
 use crate::desk::{
-    Db, DeskSql, Lock, group_insert, groups_of_tenant, member_insert, member_rewrite, sql_err,
-    tenant_exists, type_insert, type_rewrite, types_of_tenant, unique_as,
+    Db, DeskSql, Lock, group_insert, groups_of_tenant, member_insert, member_rewrite,
+    setup_available, sql_err, tenant_exists, type_insert, type_rewrite, types_of_tenant, unique_as,
 };
 use crate::schema::GUARD_LOCK_CLASS;
 
@@ -529,16 +529,26 @@ async fn setup_apply(
                 name,
                 email,
                 capacity,
-            } => member_insert(db, tenant, group, &name, email.as_deref(), capacity)
-                .await
-                .map(Written::Member),
+                available,
+            } => match member_insert(db, tenant, group, &name, email.as_deref(), capacity).await {
+                Ok(member) => setup_available(db, member, Some(available))
+                    .await
+                    .map(Written::Member),
+                Err(err) => Err(err),
+            },
             Write::UpdateMember {
                 id,
                 email,
                 capacity,
-            } => member_rewrite(db, tenant, id, None, email.as_deref().map(Some), capacity)
+                available,
+            } => match member_rewrite(db, tenant, id, None, email.as_deref().map(Some), capacity)
                 .await
-                .map(Written::Member),
+            {
+                Ok(member) => setup_available(db, member, available)
+                    .await
+                    .map(Written::Member),
+                Err(err) => Err(err),
+            },
             Write::CreateAutomation(wanted) => match Save::check(wanted.automation) {
                 Ok(save) => insert(db, tenant, save, wanted.signing_secret, by)
                     .await

@@ -66,9 +66,10 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
 use fronta_automation::ticket_events;
-use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
+use fronta_desk::plan::{self, GroupPlan, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
-    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
+    AssignTo, Assignment, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter,
+    TicketUpsert, TicketWrite,
 };
 use fronta_desk::token;
 use fronta_desk::{
@@ -100,7 +101,7 @@ macro_rules! group_columns {
 }
 macro_rules! member_columns {
     () => {
-        "id, group_id, name, email, capacity"
+        "id, group_id, name, email, capacity, available"
     };
 }
 macro_rules! type_columns {
@@ -263,7 +264,7 @@ pub(crate) use writes::*;
 enum TicketOp {
     Upsert(TicketUpsert),
     Change(TicketId, TicketChange),
-    LeastBusy(TicketId, String),
+    Assign(TicketId, String, AssignTo),
 }
 
 impl PgStore {
@@ -275,28 +276,47 @@ impl PgStore {
         tenant: TenantId,
         origin: Origin,
         op: TicketOp,
-    ) -> DeskResult<TicketWrite> {
+    ) -> DeskResult<Assignment> {
         let sink = self.ticket_event_sink();
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
-        let write = match op {
-            TicketOp::Upsert(upsert) => ticket_upsert(&mut db, tenant, upsert, &origin).await?,
-            TicketOp::Change(id, change) => {
-                ticket_change(&mut db, tenant, id, change, &origin).await?
+        let assignment = match op {
+            TicketOp::Upsert(upsert) => {
+                Assignment::Assigned(ticket_upsert(&mut db, tenant, upsert, &origin).await?)
             }
-            TicketOp::LeastBusy(id, group) => {
-                ticket_assign_least_busy(&mut db, tenant, id, &group, &origin).await?
+            TicketOp::Change(id, change) => {
+                Assignment::Assigned(ticket_change(&mut db, tenant, id, change, &origin).await?)
+            }
+            TicketOp::Assign(id, group, to) => {
+                ticket_assign(&mut db, tenant, id, &group, &to, &origin).await?
             }
         };
-        let inserted = match &sink {
-            Some(sink) => announce(&mut db, sink, &write, origin).await?,
-            None => false,
+        let inserted = match (&sink, &assignment) {
+            (Some(sink), Assignment::Assigned(write)) => {
+                announce(&mut db, sink, write, origin).await?
+            }
+            _ => false,
         };
         self.desk_commit(tx).await?;
         if inserted {
             self.wake_workers();
         }
-        Ok(write)
+        Ok(assignment)
+    }
+
+    /// [`Self::ticket_write`] of an upsert or a change, which always writes.
+    async fn ticket_written(
+        &self,
+        tenant: TenantId,
+        origin: Origin,
+        op: TicketOp,
+    ) -> DeskResult<TicketWrite> {
+        match self.ticket_write(tenant, origin, op).await? {
+            Assignment::Assigned(write) => Ok(write),
+            Assignment::Waiting { .. } => Err(DeskError::Internal(
+                "invariant: only an assignment waits".into(),
+            )),
+        }
     }
 }
 
@@ -512,7 +532,24 @@ impl DeskStore for PgStore {
     ) -> DeskResult<Member> {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
+        let old = member_get(&mut db, tenant, member, Lock::Update).await?;
         let done = member_rewrite(&mut db, tenant, member, name, email, capacity).await?;
+        if plan::member_makes_room(&old, &done) {
+            wake_group(&mut db, done.group.0).await?;
+        }
+        self.desk_commit(tx).await?;
+        Ok(done)
+    }
+
+    async fn member_set_available(
+        &self,
+        tenant: TenantId,
+        member: MemberId,
+        available: bool,
+    ) -> DeskResult<Member> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let done = member_available(&mut db, tenant, member, available).await?;
         self.desk_commit(tx).await?;
         Ok(done)
     }
@@ -588,7 +625,7 @@ impl DeskStore for PgStore {
         upsert: TicketUpsert,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.ticket_write(tenant, origin, TicketOp::Upsert(upsert))
+        self.ticket_written(tenant, origin, TicketOp::Upsert(upsert))
             .await
     }
 
@@ -599,18 +636,19 @@ impl DeskStore for PgStore {
         change: TicketChange,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.ticket_write(tenant, origin, TicketOp::Change(id, change))
+        self.ticket_written(tenant, origin, TicketOp::Change(id, change))
             .await
     }
 
-    async fn ticket_assign_least_busy(
+    async fn ticket_assign(
         &self,
         tenant: TenantId,
         id: TicketId,
         group: &str,
+        to: AssignTo,
         origin: Origin,
-    ) -> DeskResult<TicketWrite> {
-        self.ticket_write(tenant, origin, TicketOp::LeastBusy(id, group.to_owned()))
+    ) -> DeskResult<Assignment> {
+        self.ticket_write(tenant, origin, TicketOp::Assign(id, group.to_owned(), to))
             .await
     }
 

@@ -42,7 +42,22 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (18, "incidents by their last change", INCIDENTS_UPDATED_V18),
     (19, "finished runs counted, runs by tenant", RUN_COUNTS_V19),
     (20, "mail servers", MAIL_SERVERS_V20),
+    (21, "member availability, runs waiting for room", ROOM_V21),
 ];
+
+/// Capacity as a cap, like SQLite's migration 18: a member's `available`, and the runs
+/// waiting for room in a group (one row per waiting run; a ticket write that moves an
+/// open count wakes its group's rows through the group index).
+pub const ROOM_V21: &str = r#"
+ALTER TABLE desk_members ADD COLUMN available boolean NOT NULL DEFAULT true;
+CREATE TABLE desk_group_waiters (
+    run_id   uuid        PRIMARY KEY,
+    tenant   uuid        NOT NULL REFERENCES desk_tenants (id),
+    group_id uuid        NOT NULL REFERENCES desk_groups (id) ON DELETE CASCADE,
+    since    timestamptz NOT NULL
+);
+CREATE INDEX desk_group_waiters_group ON desk_group_waiters (group_id, since);
+"#;
 
 /// Per-tenant mail servers (the `MailServerStore` port), like SQLite's migration 17 and
 /// the MCP servers of migration 7: the configuration as `jsonb` (the password a secret

@@ -39,7 +39,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::SqliteStore;
 use crate::desk::{
     DeskSql, group_insert, groups_of_tenant, instant, key, many, member_insert, member_rewrite,
-    one, sql_err, tenant_exists, to_json, type_insert, type_rewrite, types_of_tenant, uuid_at,
+    one, setup_available, sql_err, tenant_exists, to_json, type_insert, type_rewrite,
+    types_of_tenant, uuid_at,
 };
 
 const COLUMNS: &str = "id, tenant, definition, enabled, webhook_token, signing_secret, \
@@ -481,13 +482,17 @@ fn setup_apply(
                 name,
                 email,
                 capacity,
+                available,
             } => member_insert(conn, tenant, group, &name, email.as_deref(), capacity, now)
+                .and_then(|member| setup_available(conn, tenant, member, Some(available), now))
                 .map(Written::Member),
             Write::UpdateMember {
                 id,
                 email,
                 capacity,
+                available,
             } => member_rewrite(conn, tenant, id, None, email.as_deref().map(Some), capacity)
+                .and_then(|member| setup_available(conn, tenant, member, available, now))
                 .map(Written::Member),
             Write::CreateAutomation(wanted) => Save::check(wanted.automation)
                 .and_then(|save| insert(conn, tenant, save, wanted.signing_secret, by, now))

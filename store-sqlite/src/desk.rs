@@ -27,9 +27,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
 use fronta_automation::ticket_events;
-use fronta_desk::plan::{self, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
+use fronta_desk::plan::{self, GroupPlan, RowWrite, TicketPlan, TypeUpdate, UpsertTarget, taken};
 use fronta_desk::store::{
-    DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter, TicketUpsert, TicketWrite,
+    AssignTo, Assignment, DeskResult, IncidentReport, TicketChange, TicketEvent, TicketFilter,
+    TicketUpsert, TicketWrite,
 };
 use fronta_desk::token;
 use fronta_desk::{
@@ -49,7 +50,7 @@ use fronta_desk::store::names::{GROUP, INCIDENT, MEMBER, TENANT, TICKET, TICKET_
 
 const TENANT_COLUMNS: &str = "id, name, created_at";
 const GROUP_COLUMNS: &str = "id, tenant, name";
-const MEMBER_COLUMNS: &str = "id, group_id, name, email, capacity";
+const MEMBER_COLUMNS: &str = "id, group_id, name, email, capacity, available";
 const TYPE_COLUMNS: &str = "id, tenant, name, statuses, fields";
 const TICKET_COLUMNS: &str = "id, tenant, number, external_id, title, type_name, status, closed, \
     tags, assignee, assignee_name, group_name, fields, created_at, updated_at";
@@ -128,7 +129,9 @@ impl SqliteStore {
     /// in the same job, so they commit with the write or not at all.
     async fn ticket_write<F>(&self, origin: Origin, op: F) -> DeskResult<TicketWrite>
     where
-        F: FnOnce(&Connection, &Origin, i64) -> DeskSql<TicketWrite> + Send + 'static,
+        F: FnOnce(&mut WriterState, &Connection, &Origin, i64) -> DeskSql<TicketWrite>
+            + Send
+            + 'static,
     {
         let clock = self.inner.config.clock.clone();
         let sink = self.ticket_event_sink();
@@ -137,7 +140,7 @@ impl SqliteStore {
             .write_with(
                 move |state, conn| {
                     let now = clock.now().timestamp_millis();
-                    let write = op(conn, &origin, now)?;
+                    let write = op(state, conn, &origin, now)?;
                     if let Some(sink) = sink {
                         announce(state, conn, &sink, &write, origin, now)?;
                     }
@@ -357,17 +360,48 @@ impl DeskStore for SqliteStore {
     ) -> DeskResult<Member> {
         let name = name.map(str::to_owned);
         let email = email.map(|email| email.map(str::to_owned));
-        self.desk_write(move |conn, _| {
-            member_rewrite(
-                conn,
-                tenant,
-                member,
-                name.as_deref(),
-                email.as_ref().map(Option::as_deref),
-                capacity,
+        let clock = self.inner.config.clock.clone();
+        self.inner
+            .writer
+            .write_with(
+                move |state, conn| {
+                    let old = member_get(conn, tenant, member)?;
+                    let new = member_rewrite(
+                        conn,
+                        tenant,
+                        member,
+                        name.as_deref(),
+                        email.as_ref().map(Option::as_deref),
+                        capacity,
+                    )?;
+                    if plan::member_makes_room(&old, &new) {
+                        let now = clock.now().timestamp_millis();
+                        wake_group(state, conn, key(&new.group.0), now)?;
+                    }
+                    Ok(new)
+                },
+                from_store,
             )
-        })
-        .await
+            .await
+    }
+
+    async fn member_set_available(
+        &self,
+        tenant: TenantId,
+        member: MemberId,
+        available: bool,
+    ) -> DeskResult<Member> {
+        let clock = self.inner.config.clock.clone();
+        self.inner
+            .writer
+            .write_with(
+                move |state, conn| {
+                    let now = clock.now().timestamp_millis();
+                    member_available(state, conn, tenant, member, available, now)
+                },
+                from_store,
+            )
+            .await
     }
 
     async fn member_delete(&self, tenant: TenantId, member: MemberId) -> DeskResult<()> {
@@ -444,7 +478,7 @@ impl DeskStore for SqliteStore {
         upsert: TicketUpsert,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.ticket_write(origin, move |conn, origin, now| {
+        self.ticket_write(origin, move |_, conn, origin, now| {
             ticket_upsert(conn, tenant, upsert, origin, now)
         })
         .await
@@ -457,24 +491,38 @@ impl DeskStore for SqliteStore {
         change: TicketChange,
         origin: Origin,
     ) -> DeskResult<TicketWrite> {
-        self.ticket_write(origin, move |conn, origin, now| {
-            ticket_change(conn, tenant, id, change, origin, now)
+        self.ticket_write(origin, move |state, conn, origin, now| {
+            ticket_change(state, conn, tenant, id, change, origin, now)
         })
         .await
     }
 
-    async fn ticket_assign_least_busy(
+    async fn ticket_assign(
         &self,
         tenant: TenantId,
         id: TicketId,
         group: &str,
+        to: AssignTo,
         origin: Origin,
-    ) -> DeskResult<TicketWrite> {
+    ) -> DeskResult<Assignment> {
         let group = group.to_owned();
-        self.ticket_write(origin, move |conn, origin, now| {
-            ticket_assign_least_busy(conn, tenant, id, &group, origin, now)
-        })
-        .await
+        let clock = self.inner.config.clock.clone();
+        let sink = self.ticket_event_sink();
+        self.inner
+            .writer
+            .write_with(
+                move |state, conn| {
+                    let now = clock.now().timestamp_millis();
+                    let assignment =
+                        ticket_assign(state, conn, tenant, id, &group, &to, &origin, now)?;
+                    if let (Some(sink), Assignment::Assigned(write)) = (sink, &assignment) {
+                        announce(state, conn, &sink, write, origin, now)?;
+                    }
+                    Ok(assignment)
+                },
+                from_store,
+            )
+            .await
     }
 
     async fn ticket_get(&self, tenant: TenantId, id: TicketId) -> DeskResult<Ticket> {

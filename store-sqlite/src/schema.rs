@@ -24,7 +24,25 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (15, "incidents by their last change", INCIDENTS_UPDATED_V15),
     (16, "finished runs counted, runs by tenant", RUN_COUNTS_V16),
     (17, "mail servers", MAIL_SERVERS_V17),
+    (18, "member availability, runs waiting for room", ROOM_V18),
 ];
+
+/// Capacity as a cap (`fronta_desk::plan::assign_least_busy`): a member's `available`
+/// (1 by default), and the runs waiting for room in a group — one row per waiting run,
+/// written with the step's "waiting for room" line, deleted when that run's assignment
+/// goes through. A ticket write that moves an open count wakes its group's rows
+/// (`desk::writes::wake_waiters`: the `run_at` of their pending runs set to now), found
+/// by the group index, never by a walk of the runs.
+const ROOM_V18: &str = r#"
+ALTER TABLE desk_members ADD COLUMN available INTEGER NOT NULL DEFAULT 1;
+CREATE TABLE desk_group_waiters (
+    run_id   BLOB    PRIMARY KEY,
+    tenant   BLOB    NOT NULL REFERENCES desk_tenants (id),
+    group_id BLOB    NOT NULL REFERENCES desk_groups (id) ON DELETE CASCADE,
+    since    INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX desk_group_waiters_group ON desk_group_waiters (group_id, since);
+"#;
 
 /// Per-tenant mail servers (the `MailServerStore` port), like the MCP servers of
 /// migration 7: the configuration as JSON (the password a secret reference, never a

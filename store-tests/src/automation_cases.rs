@@ -35,6 +35,8 @@ use fronta_engine::{NewRun, RunFilter, RunId, RunStatus, RunStore};
 use serde_json::{Value, json};
 
 use crate::AutomationStoreFactory;
+// The capacity cases live in their own file and run in this suite.
+pub use crate::room_cases::*;
 
 // ---------------------------------------------------------------------------------------
 // Fixtures
@@ -2204,6 +2206,7 @@ pub async fn a_setup_is_written_whole_or_not_at_all(factory: &dyn AutomationStor
                 name: "Eva".into(),
                 email: None,
                 capacity: 5,
+                available: true,
             }],
         }],
         automations: vec![

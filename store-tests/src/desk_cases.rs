@@ -2595,13 +2595,14 @@ pub async fn ticket_log_append_adds_the_entry_as_given(factory: &dyn DeskStoreFa
 // ---------------------------------------------------------------------------------------
 
 /// The member with the fewest open tickets gets the ticket — before any ratio: 1 open of
-/// capacity 1 beats 2 open of capacity 100. The ticket gets the group's name too.
+/// capacity 2 beats 2 open of capacity 100 (among members with room: capacity is a cap,
+/// see `room_cases`). The ticket gets the group's name too.
 pub async fn least_busy_assigns_to_the_member_with_fewest_open_tickets(
     factory: &dyn DeskStoreFactory,
 ) {
     let desk = Desk::open(factory).await;
     let team = desk
-        .team(desk.acme, "warehouse", &[("Eva", 100), ("Jan", 1)])
+        .team(desk.acme, "warehouse", &[("Eva", 100), ("Jan", 2)])
         .await;
     let (eva, jan) = (&team[0], &team[1]);
     for index in 0..2 {

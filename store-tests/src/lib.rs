@@ -38,6 +38,7 @@ pub mod mail_cases;
 pub mod poll_cases;
 pub mod prefetch_cases;
 pub mod race_cases;
+pub mod room_cases;
 pub mod scenario_cases;
 pub mod store_cases;
 mod support;
@@ -413,6 +414,11 @@ macro_rules! automation_conformance_suite {
             poll_cursor_moves_by_compare_and_set,
             poll_cursor_racing_movers_from_one_cursor_move_it_once,
             poll_cursor_is_scoped_by_tenant_and_goes_with_its_automation,
+            // Capacity as a cap, availability, runs waiting for room.
+            least_busy_respects_capacity_and_availability,
+            a_run_waiting_for_room_is_woken_by_a_close_in_the_group,
+            a_member_back_from_away_wakes_the_waiting_runs,
+            concurrent_assignments_never_exceed_capacity,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -10,8 +10,8 @@
 //! Decisions where API.md is silent:
 //! - Nothing is deleted: groups, members, types and automations missing from the setup
 //!   stay as they are.
-//! - A member is matched by name within its group; `email` and `capacity` are updated
-//!   when given (`capacity` defaults to the route's default for new members).
+//! - A member is matched by name within its group; `email`, `capacity` and `available`
+//!   are updated when given (`capacity` defaults to the route's default for new members).
 //! - An existing ticket type with other statuses or fields is updated to the setup's;
 //!   automations are validated against the updated statuses. The store refuses removing
 //!   a status open tickets still hold (422 `invalid_setup` naming it at `ticketTypes[i]`).
@@ -74,6 +74,7 @@ pub struct SetupMember {
     name: String,
     email: Option<String>,
     capacity: Option<u32>,
+    available: Option<bool>,
 }
 
 fn duplicates<'a>(names: impl Iterator<Item = &'a str>, list: &str, problems: &mut Vec<Problem>) {
@@ -188,6 +189,7 @@ pub async fn apply(
                         name: person.name,
                         email: person.email,
                         capacity: person.capacity,
+                        available: person.available,
                     })
                     .collect(),
             })

@@ -64,15 +64,23 @@ pub(crate) enum SecretRequest {
     Generate,
 }
 
-/// The tenant's ticket types, as validation needs them.
+/// The tenant's ticket types, groups and members, as validation needs them.
 pub(crate) async fn validation_context(
     app: &App,
     tenant: TenantId,
 ) -> Result<ValidationContext, ApiError> {
     let types = app.desk().ticket_type_list(tenant).await?;
-    Ok(app
+    let mut context = app
         .config()
-        .validation(types.into_iter().map(|t| (t.name, t.statuses)).collect()))
+        .validation(types.into_iter().map(|t| (t.name, t.statuses)).collect());
+    for group in app.desk().group_list(tenant).await? {
+        let members = app.desk().member_list(tenant, group.id).await?;
+        context.groups.insert(
+            group.name,
+            members.into_iter().map(|member| member.name).collect(),
+        );
+    }
+    Ok(context)
 }
 
 /// Strip the read-only fields and take out `signingSecret`; problems are prefixed with

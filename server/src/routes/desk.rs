@@ -5,7 +5,9 @@
 //! exist, or belongs to another tenant answers the same 404.
 //!
 //! Decisions where API.md is silent:
-//! - a member's `capacity` defaults to [`DEFAULT_MEMBER_CAPACITY`];
+//! - a member's `capacity` defaults to [`DEFAULT_MEMBER_CAPACITY`], `available` to true;
+//!   a `PATCH` of `available` alone changes nothing else, and making a member available
+//!   (or raising their capacity) wakes the runs waiting for room in their group;
 //! - a member is addressed under its group: a member of another group answers 404;
 //! - `PATCH /api/tickets/{id}` takes `title`, `type`, `status`, `closed`, `tags`
 //!   (replaces all), `addTags`, `assignee` (member id, `{"id": …}` or `null`), `group`
@@ -130,6 +132,7 @@ pub struct NewMember {
     name: String,
     email: Option<String>,
     capacity: Option<u32>,
+    available: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +142,7 @@ pub struct MemberPatch {
     #[serde(default, deserialize_with = "nullable")]
     email: Option<Option<String>>,
     capacity: Option<u32>,
+    available: Option<bool>,
 }
 
 pub async fn member_add(
@@ -159,6 +163,14 @@ pub async fn member_add(
         )
         .await
         .map_err(|err| ApiError::desk(err, "group"))?;
+    let member = match body.available {
+        Some(false) => app
+            .desk()
+            .member_set_available(tenant.id, member.id, false)
+            .await
+            .map_err(|err| ApiError::desk(err, "member"))?,
+        _ => member,
+    };
     Ok((StatusCode::CREATED, Json(member_view(&member))))
 }
 
@@ -212,7 +224,7 @@ pub async fn member_update(
     JsonBody(body): JsonBody<MemberPatch>,
 ) -> Result<Json<Value>, ApiError> {
     let member = member_in_group(&app, tenant.id, &group, &member).await?;
-    let updated = app
+    let mut updated = app
         .desk()
         .member_update(
             tenant.id,
@@ -223,6 +235,13 @@ pub async fn member_update(
         )
         .await
         .map_err(|err| ApiError::desk(err, "member"))?;
+    if let Some(available) = body.available {
+        updated = app
+            .desk()
+            .member_set_available(tenant.id, member, available)
+            .await
+            .map_err(|err| ApiError::desk(err, "member"))?;
+    }
     Ok(Json(member_view(&updated)))
 }
 

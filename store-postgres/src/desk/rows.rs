@@ -39,6 +39,7 @@ pub(crate) fn member_of(row: &PgRow) -> DeskSql<Member> {
             name: row.try_get(2)?,
             email: row.try_get(3)?,
             capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
+            available: row.try_get(5)?,
         })
     };
     read().map_err(decode(MEMBER))

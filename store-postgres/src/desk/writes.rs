@@ -248,16 +248,20 @@ pub(crate) async fn ticket_change(
         origin,
         now,
     )?;
-    ticket_apply(db, plan, Counts::ToLock).await
+    let room = plan.room_made();
+    let write = ticket_apply(db, plan, Counts::ToLock).await?;
+    wake_waiters(db, room).await?;
+    Ok(write)
 }
 
-pub(crate) async fn ticket_assign_least_busy(
+pub(crate) async fn ticket_assign(
     db: &mut Db<'_>,
     tenant: TenantId,
     id: TicketId,
     group_name: &str,
+    to: &AssignTo,
     origin: &Origin,
-) -> DeskSql<TicketWrite> {
+) -> DeskSql<Assignment> {
     let old = ticket_get(db, tenant, id, Lock::Update).await?;
     let group = group_by_name(db, tenant, group_name, Lock::Share).await?;
     let members = members_of(db, group.id, Lock::Share).await?;
@@ -267,7 +271,7 @@ pub(crate) async fn ticket_assign_least_busy(
     // Lock the counts of every member this write can move — the group's and the
     // ticket's current assignee — then read the loads under that lock: an assignment on
     // this group that committed before is counted, and none can commit until this one
-    // does.
+    // does (so no two assignments take the same last place of a member's capacity).
     let mut locked: Vec<Uuid> = members.iter().map(|member| member.id.0).collect();
     if let Some(assignee) = &old.assignee {
         locked.push(assignee.id.0);
@@ -277,9 +281,159 @@ pub(crate) async fn ticket_assign_least_busy(
         .into_iter()
         .map(|(member, count)| (MemberId(member), count))
         .collect();
+    let already_waiting = match plan::waiting_run(origin) {
+        Some(run) => sqlx::query_scalar::<_, bool>(
+            "SELECT EXISTS (SELECT 1 FROM desk_group_waiters WHERE run_id = $1 AND group_id = $2)",
+        )
+        .bind(run)
+        .bind(group.id.0)
+        .fetch_one(db.c())
+        .await
+        .map_err(sql_err)?,
+        None => false,
+    };
     let now = db.now().await?;
-    let plan = plan::assign_least_busy(old, &group, &members, &open, origin, now)?;
-    ticket_apply(db, plan, Counts::Locked).await
+    let planned = plan::assign_in_group(
+        old,
+        &group,
+        &members,
+        &open,
+        to,
+        already_waiting,
+        origin,
+        now,
+    )?;
+    match planned {
+        GroupPlan::Write { plan, stop_waiting } => {
+            if let Some(run) = stop_waiting {
+                sqlx::query("DELETE FROM desk_group_waiters WHERE run_id = $1")
+                    .bind(run)
+                    .execute(db.c())
+                    .await
+                    .map_err(sql_err)?;
+            }
+            let room = plan.room_made();
+            let write = ticket_apply(db, plan, Counts::Locked).await?;
+            wake_waiters(db, room).await?;
+            Ok(Assignment::Assigned(write))
+        }
+        GroupPlan::Wait {
+            run,
+            log,
+            message,
+            ticket,
+        } => {
+            sqlx::query(
+                "INSERT INTO desk_group_waiters (run_id, tenant, group_id, since) \
+                 VALUES ($1, $2, $3, $4) \
+                 ON CONFLICT (run_id) DO UPDATE SET group_id = excluded.group_id, \
+                 since = excluded.since WHERE desk_group_waiters.group_id <> excluded.group_id",
+            )
+            .bind(run)
+            .bind(tenant.0)
+            .bind(group.id.0)
+            .bind(now)
+            .execute(db.c())
+            .await
+            .map_err(sql_err)?;
+            if let Some(entry) = &log {
+                log_insert(db, ticket.id, entry).await?;
+            }
+            Ok(Assignment::Waiting { ticket, message })
+        }
+    }
+}
+
+/// Wake the runs waiting for room in the group of `member` (a write made room there):
+/// the pending ones become due now — the statement notifies `fronta_runs`, heard after
+/// the commit — and the rows of runs that no longer run or wait are forgotten. Found by
+/// the group's index.
+pub(crate) async fn wake_waiters(db: &mut Db<'_>, member: Option<MemberId>) -> DeskSql<()> {
+    let Some(member) = member else {
+        return Ok(());
+    };
+    let group: Option<Uuid> = sqlx::query_scalar("SELECT group_id FROM desk_members WHERE id = $1")
+        .bind(member.0)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+    match group {
+        Some(group) => wake_group(db, group).await,
+        None => Ok(()),
+    }
+}
+
+/// [`wake_waiters`] for a group by its id.
+pub(crate) async fn wake_group(db: &mut Db<'_>, group: Uuid) -> DeskSql<()> {
+    let now = db.now().await?;
+    sqlx::query(
+        "WITH gone AS (
+            DELETE FROM desk_group_waiters w WHERE w.group_id = $1 AND NOT EXISTS
+                (SELECT 1 FROM runs r WHERE r.id = w.run_id AND r.status IN (0, 1))
+        ),
+        woken AS (
+            UPDATE runs SET run_at = $2 WHERE status = 0 AND run_at > $2 AND id IN
+                (SELECT run_id FROM desk_group_waiters WHERE group_id = $1)
+            RETURNING id
+        )
+        SELECT pg_notify('fronta_runs', '') FROM (SELECT 1 FROM woken LIMIT 1) AS any_woken",
+    )
+    .bind(group)
+    .bind(now)
+    .execute(db.c())
+    .await
+    .map_err(sql_err)?;
+    Ok(())
+}
+
+/// Set whether a member takes new work (their row locked); one available again wakes
+/// their group.
+pub(crate) async fn member_available(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    member: MemberId,
+    available: bool,
+) -> DeskSql<Member> {
+    let old = member_get(db, tenant, member, Lock::Update).await?;
+    sqlx::query("UPDATE desk_members SET available = $1 WHERE id = $2")
+        .bind(available)
+        .bind(member.0)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+    let new = Member {
+        available,
+        ..old.clone()
+    };
+    if plan::member_makes_room(&old, &new) {
+        wake_group(db, new.group.0).await?;
+    }
+    Ok(new)
+}
+
+/// A setup's `available` for a member it wrote (`None`: as it is).
+pub(crate) async fn setup_available(
+    db: &mut Db<'_>,
+    member: Member,
+    available: Option<bool>,
+) -> DeskSql<Member> {
+    match available {
+        Some(available) if available != member.available => {
+            let tenant = member_tenant(db, member.id).await?;
+            member_available(db, tenant, member.id, available).await
+        }
+        _ => Ok(member),
+    }
+}
+
+/// The tenant of a member the caller just wrote.
+async fn member_tenant(db: &mut Db<'_>, member: MemberId) -> DeskSql<TenantId> {
+    let tenant: Uuid = sqlx::query_scalar("SELECT tenant FROM desk_members WHERE id = $1")
+        .bind(member.0)
+        .fetch_one(db.c())
+        .await
+        .map_err(sql_err)?;
+    Ok(TenantId(tenant))
 }
 
 /// Unassign the open tickets of `members`, who are being deleted (their rows are locked)

@@ -231,3 +231,22 @@ pub(crate) fn group_removable(conn: &Connection, tenant: TenantId, group: &Group
         open,
     )
 }
+
+/// A setup's `available` for a member it wrote (`None`: as it is). Making one available
+/// wakes the runs waiting on their group ([`member_available`]); the setup's job raises
+/// no in-process wake-up, so workers find them due at their next poll.
+pub(crate) fn setup_available(
+    conn: &Connection,
+    tenant: TenantId,
+    member: Member,
+    available: Option<bool>,
+    now: i64,
+) -> DeskSql<Member> {
+    match available {
+        Some(available) if available != member.available => {
+            let mut state = WriterState::default();
+            member_available(&mut state, conn, tenant, member.id, available, now)
+        }
+        _ => Ok(member),
+    }
+}

@@ -32,6 +32,7 @@ pub(crate) fn member_of(row: &Row<'_>) -> rusqlite::Result<Member> {
         name: row.get(2)?,
         email: row.get(3)?,
         capacity: u32::try_from(capacity).unwrap_or(u32::MAX),
+        available: row.get(5)?,
     })
 }
 

@@ -174,6 +174,7 @@ pub(crate) fn ticket_upsert(
 }
 
 pub(crate) fn ticket_change(
+    state: &mut WriterState,
     conn: &Connection,
     tenant: TenantId,
     id: TicketId,
@@ -203,17 +204,23 @@ pub(crate) fn ticket_change(
         origin,
         instant(now),
     )?;
-    ticket_apply(conn, plan)
+    let room = plan.room_made();
+    let write = ticket_apply(conn, plan)?;
+    wake_waiters(state, conn, room, now)?;
+    Ok(write)
 }
 
-pub(crate) fn ticket_assign_least_busy(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn ticket_assign(
+    state: &mut WriterState,
     conn: &Connection,
     tenant: TenantId,
     id: TicketId,
     group_name: &str,
+    to: &AssignTo,
     origin: &Origin,
     now: i64,
-) -> DeskSql<TicketWrite> {
+) -> DeskSql<Assignment> {
     let old = ticket_get(conn, tenant, id)?;
     let group = group_by_name(conn, tenant, group_name)?;
     let members = members_of(conn, group.id)?;
@@ -228,8 +235,135 @@ pub(crate) fn ticket_assign_least_busy(
             .map_err(sql_err)?;
         open.insert(member.id, count.unwrap_or(0));
     }
-    let plan = plan::assign_least_busy(old, &group, &members, &open, origin, instant(now))?;
-    ticket_apply(conn, plan)
+    let already_waiting = match plan::waiting_run(origin) {
+        Some(run) => conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM desk_group_waiters WHERE run_id = ?1 AND group_id = ?2)",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row(params![key(&run), key(&group.id.0)], |row| row.get(0))
+            })
+            .map_err(sql_err)?,
+        None => false,
+    };
+    let planned = plan::assign_in_group(
+        old,
+        &group,
+        &members,
+        &open,
+        to,
+        already_waiting,
+        origin,
+        instant(now),
+    )?;
+    match planned {
+        GroupPlan::Write { plan, stop_waiting } => {
+            if let Some(run) = stop_waiting {
+                conn.prepare_cached("DELETE FROM desk_group_waiters WHERE run_id = ?1")
+                    .and_then(|mut stmt| stmt.execute([key(&run)]))
+                    .map_err(sql_err)?;
+            }
+            let room = plan.room_made();
+            let write = ticket_apply(conn, plan)?;
+            wake_waiters(state, conn, room, now)?;
+            Ok(Assignment::Assigned(write))
+        }
+        GroupPlan::Wait {
+            run,
+            log,
+            message,
+            ticket,
+        } => {
+            conn.prepare_cached(
+                "INSERT INTO desk_group_waiters (run_id, tenant, group_id, since) \
+                 VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (run_id) DO UPDATE SET group_id = excluded.group_id, \
+                 since = excluded.since WHERE group_id <> excluded.group_id",
+            )
+            .and_then(|mut stmt| {
+                stmt.execute(params![key(&run), key(&tenant.0), key(&group.id.0), now])
+            })
+            .map_err(sql_err)?;
+            if let Some(entry) = &log {
+                log_insert(conn, ticket.id, entry)?;
+            }
+            Ok(Assignment::Waiting { ticket, message })
+        }
+    }
+}
+
+/// Wake the runs waiting for room in the group of `member` (a write made room there):
+/// the pending ones become due now (workers are woken after the commit), and the rows
+/// of runs that no longer run or wait are forgotten. Found by the group's index.
+pub(crate) fn wake_waiters(
+    state: &mut WriterState,
+    conn: &Connection,
+    member: Option<MemberId>,
+    now: i64,
+) -> DeskSql<()> {
+    let Some(member) = member else {
+        return Ok(());
+    };
+    let group: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT group_id FROM desk_members WHERE id = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row([key(&member.0)], |row| row.get(0))
+                .optional()
+        })
+        .map_err(sql_err)?;
+    match group {
+        Some(group) => wake_group(state, conn, &group, now),
+        None => Ok(()),
+    }
+}
+
+/// [`wake_waiters`] for a group by its key.
+pub(crate) fn wake_group(
+    state: &mut WriterState,
+    conn: &Connection,
+    group: &[u8],
+    now: i64,
+) -> DeskSql<()> {
+    conn.prepare_cached(
+        "DELETE FROM desk_group_waiters WHERE group_id = ?1 AND NOT EXISTS \
+         (SELECT 1 FROM runs WHERE runs.id = desk_group_waiters.run_id AND runs.status IN (0, 1))",
+    )
+    .and_then(|mut stmt| stmt.execute([group]))
+    .map_err(sql_err)?;
+    let woken = conn
+        .prepare_cached(
+            "UPDATE runs SET run_at = ?2 WHERE status = 0 AND run_at > ?2 AND id IN \
+             (SELECT run_id FROM desk_group_waiters WHERE group_id = ?1)",
+        )
+        .and_then(|mut stmt| stmt.execute(params![group, now]))
+        .map_err(sql_err)?;
+    if woken > 0 {
+        state.enqueued = true;
+    }
+    Ok(())
+}
+
+/// Set whether a member takes new work; one available again wakes their group.
+pub(crate) fn member_available(
+    state: &mut WriterState,
+    conn: &Connection,
+    tenant: TenantId,
+    member: MemberId,
+    available: bool,
+    now: i64,
+) -> DeskSql<Member> {
+    let old = member_get(conn, tenant, member)?;
+    conn.prepare_cached("UPDATE desk_members SET available = ?1 WHERE id = ?2")
+        .and_then(|mut stmt| stmt.execute(params![available, key(&member.0)]))
+        .map_err(sql_err)?;
+    let new = Member {
+        available,
+        ..old.clone()
+    };
+    if plan::member_makes_room(&old, &new) {
+        wake_group(state, conn, key(&new.group.0), now)?;
+    }
+    Ok(new)
 }
 
 /// Unassign the open tickets of `member`, who is being deleted
