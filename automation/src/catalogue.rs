@@ -265,7 +265,7 @@ pub fn as_json() -> serde_json::Value {
     serde_json::json!({
         "ops": ops,
         "triggers": ["webhook", "event", "poll", "schedule", "manual"],
-        "events": [EventKind::TicketCreated.as_str(), EventKind::TicketChanged.as_str()],
+        "events": EventKind::ALL.map(EventKind::as_str),
         "paramTypes": ParamType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>(),
         "pollSources": [PollSource::Http.as_str(), PollSource::Messages.as_str(), PollSource::Mail.as_str()],
         "operators": operators,

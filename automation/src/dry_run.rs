@@ -228,6 +228,7 @@ impl DryRunner {
             retry_of: None,
             caused_by: None,
             restart: None,
+            error_event: None,
         };
         let mut state = ExecState::new(Context::from_params(request.context.clone()));
         let mut notes = Vec::new();
@@ -259,6 +260,7 @@ impl DryRunner {
             checkpointer: None,
             dry: Some(&dry),
             replay: None,
+            dispatcher: None,
         };
         let walked = tokio::time::timeout(
             self.time_limit,

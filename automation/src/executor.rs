@@ -9,7 +9,10 @@
 //! event and its listening automations to [`event_sink`] inside the write's transaction,
 //! so their runs commit with the change; loop guard 1 there, loop guard 2 when a run
 //! starts), and the failure path (an incident whose `title` and
-//! `impact` a customer can read, and whose `detail` only admins see).
+//! `impact` a customer can read, and whose `detail` only admins see), which then
+//! announces the error events `run.failed` and `incident.opened` to the tenant's error
+//! workflows before the run ends failed (see [`crate::error_events`]: at-least-once under
+//! unique keys, owed in the checkpoint while the store does not answer).
 //!
 //! Connector steps (`http/request`, `mcp/call-tool`) go through the [`Connector`] port the
 //! runtime is handed (none: a fatal "not available" error). Their `{{secrets.<name>}}`
@@ -45,6 +48,7 @@ use serde_json::{Map, Value, json};
 use crate::condition;
 use crate::connector::{self, Connector, ConnectorCall, ConnectorFailure};
 use crate::context::Context;
+use crate::error_events::{self, IncidentBrief, Notice};
 use crate::model::{ActionStep, Automation, PollSettings, PollSource, Step, Trigger};
 use crate::poll::{self, Advance, Batch, POLL_STEP, PendingCursor, PollCursors, PollLimits};
 use crate::secrets::{self, Revealed, SecretVault, WithSecrets};
@@ -95,6 +99,10 @@ pub struct RunPayload {
     /// (`crate::restart`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart: Option<crate::restart::Restart>,
+    /// A run started by an error event (`run.failed`, `incident.opened`;
+    /// [`crate::error_events`]): its own failure announces no error event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_event: Option<crate::model::EventKind>,
 }
 
 /// The automation run whose ticket change started an event run, and the runs whose
@@ -226,6 +234,19 @@ pub struct ExecState {
     /// timeline ([`crate::timeline`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub starts: Vec<AttemptStart>,
+    /// A failed run whose error events could not be announced yet
+    /// ([`crate::error_events`]): it announces them on resume, then ends failed with
+    /// `reason`, without running its step again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owed: Option<Owed>,
+}
+
+/// The announcement a failed run still owes, and the reason it ends with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owed {
+    pub notice: Notice,
+    pub reason: String,
 }
 
 /// How many attempt starts a run's record keeps (the oldest go first).
@@ -286,6 +307,7 @@ impl ExecState {
             guarded_at: None,
             changed_tickets: false,
             starts: Vec::new(),
+            owed: None,
         }
     }
 
@@ -617,6 +639,7 @@ pub fn event_sink(dispatcher: Dispatcher) -> TicketEventSink {
                     Origin::Person => None,
                 },
                 restart: None,
+                error_event: None,
             };
             let request = EnqueueRequest::new(
                 AUTOMATION_KIND,
@@ -652,6 +675,7 @@ pub fn run_request(
         retry_of: None,
         caused_by: None,
         restart: None,
+        error_event: None,
     };
     EnqueueRequest::new(
         AUTOMATION_KIND,
@@ -697,6 +721,9 @@ pub(crate) struct Walker<'a> {
     /// A restart's walk to its step: finished steps reused, nothing done
     /// (`crate::restart`).
     pub replay: Option<&'a crate::restart::Replay>,
+    /// Where an `incident/create` step's `incident.opened` runs are enqueued (`None`: a
+    /// dry run, which starts nothing).
+    pub dispatcher: Option<&'a Dispatcher>,
 }
 
 impl<'a> Walker<'a> {
@@ -710,6 +737,7 @@ impl<'a> Walker<'a> {
             checkpointer: Some(&ctx.checkpointer),
             dry: None,
             replay: None,
+            dispatcher: Some(&ctx.dispatcher),
         }
     }
 
@@ -875,16 +903,24 @@ impl Runtime {
             .automation_get(payload.tenant, payload.automation_id)
             .await
             .ok();
-        self.report(
+        let notice = self
+            .report(
+                &ctx,
+                &payload,
+                stored.as_ref(),
+                Some(&state),
+                "run",
+                &message,
+            )
+            .await;
+        self.end_failed(
             &ctx,
-            &payload,
-            stored.as_ref(),
-            Some(&state),
-            "run",
-            &message,
+            Some(state),
+            notice,
+            Outcome::Fail(message.clone()),
+            message,
         )
-        .await;
-        Outcome::Fail(message)
+        .await
     }
 
     async fn execute(&self, ctx: RunContext) -> Outcome {
@@ -892,6 +928,16 @@ impl Runtime {
             Ok(payload) => payload,
             Err(err) => return Outcome::Fail(format!("not an automation run payload: {err}")),
         };
+        // A failed run that still owes its error events: nothing else runs.
+        if let Some(mut state) = ctx
+            .run
+            .state
+            .as_deref()
+            .and_then(|bytes| ExecState::decode(bytes).ok())
+            && let Some(owed) = state.owed.take()
+        {
+            return self.pay_owed(&ctx, state, owed).await;
+        }
         let stored = match self
             .automations
             .automation_get(payload.tenant, payload.automation_id)
@@ -901,8 +947,10 @@ impl Runtime {
             Err(DeskError::Unavailable(message)) => return self.storage_down(&ctx, &message),
             Err(err) => {
                 let message = format!("the automation is missing: {err}");
-                self.report(&ctx, &payload, None, None, "", &message).await;
-                return Outcome::Fail(message);
+                let notice = self.report(&ctx, &payload, None, None, "", &message).await;
+                return self
+                    .end_failed(&ctx, None, notice, Outcome::Fail(message.clone()), message)
+                    .await;
             }
         };
         // A pause never fails a run: in flight, it finishes on its version, or waits at
@@ -918,8 +966,10 @@ impl Runtime {
                     "version {} of the automation cannot be read: {err}",
                     payload.automation_version
                 );
-                self.report(&ctx, &payload, None, None, "", &message).await;
-                return Outcome::Fail(message);
+                let notice = self.report(&ctx, &payload, None, None, "", &message).await;
+                return self
+                    .end_failed(&ctx, None, notice, Outcome::Fail(message.clone()), message)
+                    .await;
             }
         };
         // The loop guard counts links of a chain: runs started by a change an automation
@@ -1032,23 +1082,29 @@ impl Runtime {
                 message,
                 after,
             }) => {
+                let reason = format!("step {step:?}: {message}");
                 if ctx.run.attempts >= ctx.run.max_retries {
                     let final_message =
                         format!("{message} (gave up after {} retries)", ctx.run.attempts);
-                    self.report(
-                        &ctx,
-                        &payload,
-                        Some(&stored),
-                        Some(&state),
-                        &step,
-                        &final_message,
-                    )
-                    .await;
+                    let notice = self
+                        .report(
+                            &ctx,
+                            &payload,
+                            Some(&stored),
+                            Some(&state),
+                            &step,
+                            &final_message,
+                        )
+                        .await;
+                    let outcome = Outcome::Retry {
+                        after,
+                        reason: reason.clone(),
+                    };
+                    return self
+                        .end_failed(&ctx, Some(state), notice, outcome, reason)
+                        .await;
                 }
-                Outcome::Retry {
-                    after,
-                    reason: format!("step {step:?}: {message}"),
-                }
+                Outcome::Retry { after, reason }
             }
         }
     }
@@ -1083,9 +1139,99 @@ impl Runtime {
             ));
         }
         let _ = ctx.checkpointer.save(state.encode()).await;
-        self.report(ctx, payload, Some(stored), Some(&state), &step, &message)
+        let notice = self
+            .report(ctx, payload, Some(stored), Some(&state), &step, &message)
             .await;
-        Outcome::Fail(format!("step {step:?}: {message}"))
+        let reason = format!("step {step:?}: {message}");
+        self.end_failed(
+            ctx,
+            Some(state),
+            notice,
+            Outcome::Fail(reason.clone()),
+            reason,
+        )
+        .await
+    }
+
+    /// The end of a failed run, once its failure is reported: announce its error events
+    /// ([`crate::error_events`]) and end with `outcome`; the announcement's line goes on
+    /// the step log just before the `failed` line (which stays last: a retry by hand is
+    /// told by it). When the store does not answer, the run is snoozed with the
+    /// announcement owed in its checkpoint instead ([`ExecState::owed`]); a run without a
+    /// checkpoint to keep it (its automation is gone) only logs the loss.
+    async fn end_failed(
+        &self,
+        ctx: &RunContext,
+        state: Option<ExecState>,
+        notice: Notice,
+        outcome: Outcome,
+        reason: String,
+    ) -> Outcome {
+        let announced = error_events::announce(
+            &ctx.dispatcher,
+            self.automations.as_ref(),
+            self.desk.as_ref(),
+            &notice,
+        )
+        .await;
+        let Some(mut state) = state else {
+            if let Err(err) = announced {
+                tracing::error!(run = %ctx.run.id, error = %err, "the error workflows of a failed run could not be started");
+            }
+            return outcome;
+        };
+        match announced {
+            Ok(None) => outcome,
+            Ok(Some(line)) => {
+                let at = state
+                    .steps
+                    .iter()
+                    .rposition(|line| line.status == "failed")
+                    .unwrap_or(state.steps.len());
+                state.steps.insert(
+                    at,
+                    StepLog::instant("run", error_events::ANNOUNCE_OP, "ok", line, Utc::now()),
+                );
+                let _ = ctx.checkpointer.save(state.encode()).await;
+                outcome
+            }
+            Err(err) => {
+                tracing::warn!(run = %ctx.run.id, error = %err, wait = ?self.storage_wait,
+                    "the failure could not be announced to the error workflows: run snoozed, announced again on resume");
+                state.steps.push(StepLog::instant(
+                    "run",
+                    error_events::ANNOUNCE_OP,
+                    "waiting",
+                    format!(
+                        "the run failed, but its error workflows could not be started yet ({err}); tried again in {} ms, then the run ends failed",
+                        self.storage_wait.as_millis()
+                    ),
+                    Utc::now(),
+                ));
+                state.owed = Some(Owed { notice, reason });
+                if ctx.checkpointer.save(state.encode()).await.is_err() {
+                    return outcome;
+                }
+                Outcome::Snooze(self.storage_wait)
+            }
+        }
+    }
+
+    /// A failed run back from the snooze of [`Self::end_failed`]: announce what it owes,
+    /// then end failed (or wait again).
+    async fn pay_owed(&self, ctx: &RunContext, mut state: ExecState, owed: Owed) -> Outcome {
+        state
+            .steps
+            .retain(|line| !(line.op == error_events::ANNOUNCE_OP && line.status == "waiting"));
+        let reason = owed.reason.clone();
+        self.end_failed(
+            ctx,
+            Some(state),
+            owed.notice,
+            Outcome::Fail(reason.clone()),
+            reason,
+        )
+        .await
     }
 
     /// A restart's first attempt (`crate::restart`): from a step, the walk to it over the
@@ -1528,6 +1674,13 @@ impl Runtime {
                             let _ = walker.save(state).await;
                             return Ok(Some(wait));
                         }
+                    };
+                    let result = match (result, walker.dispatcher) {
+                        (Ok(done), Some(dispatcher)) if action.op == crate::Op::IncidentCreate => {
+                            self.announce_created(dispatcher, payload, stored, walker, done)
+                                .await
+                        }
+                        (result, _) => result,
                     };
                     match result {
                         Ok(done) => {
@@ -2092,6 +2245,74 @@ impl Runtime {
         }
     }
 
+    /// After `incident/create`: announce `incident.opened` for the incident it reported
+    /// (opened now or counted: the per-incident key starts one run per listener, see
+    /// [`crate::error_events`]); its line says whom it started. When the store does not
+    /// answer, the step fails retryably (the retry counts the incident again and
+    /// announces under the same keys).
+    async fn announce_created(
+        &self,
+        dispatcher: &Dispatcher,
+        payload: &RunPayload,
+        stored: &StoredAutomation,
+        walker: &Walker<'_>,
+        mut done: steps::StepDone,
+    ) -> Result<steps::StepDone, steps::StepError> {
+        let Some(id) = done
+            .outputs
+            .get("id")
+            .and_then(Value::as_str)
+            .and_then(|id| id.parse::<uuid::Uuid>().ok())
+        else {
+            return Ok(done);
+        };
+        let opened = done
+            .outputs
+            .get("opened")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let incident = self
+            .desk
+            .incident_get(Some(payload.tenant), fronta_desk::IncidentId(id))
+            .await
+            .map_err(|err| {
+                steps::StepError::retryable(format!(
+                    "the incident was reported, but it cannot be read back to start the automations on incident.opened: {err}"
+                ))
+            })?;
+        let notice = Notice {
+            source: error_events::Source {
+                tenant: payload.tenant,
+                automation_id: stored.id,
+                automation_name: stored.automation.name.clone(),
+                version: payload.automation_version,
+                run_id: walker.run_id.clone(),
+                caused_by: payload.caused_by.clone(),
+                started_by: payload.error_event,
+            },
+            failed: None,
+            incident: Some(IncidentBrief::of(&incident, opened)),
+            by_failure: false,
+        };
+        match error_events::announce(
+            dispatcher,
+            self.automations.as_ref(),
+            self.desk.as_ref(),
+            &notice,
+        )
+        .await
+        {
+            Ok(None) => Ok(done),
+            Ok(Some(line)) => {
+                done.message.push_str(&format!("; {line}"));
+                Ok(done)
+            }
+            Err(err) => Err(steps::StepError::retryable(format!(
+                "the incident was reported, but the automations on incident.opened could not be started: {err}"
+            ))),
+        }
+    }
+
     async fn ticket_note(
         &self,
         payload: &RunPayload,
@@ -2112,7 +2333,8 @@ impl Runtime {
         }
     }
 
-    /// A run that can no longer succeed: log it, tell the ticket, open (or count) an incident.
+    /// A run that can no longer succeed: log it, tell the ticket, open (or count) an
+    /// incident. Answers what its error events announce ([`crate::error_events`]).
     async fn report(
         &self,
         ctx: &RunContext,
@@ -2121,7 +2343,7 @@ impl Runtime {
         state: Option<&ExecState>,
         step: &str,
         message: &str,
-    ) {
+    ) -> Notice {
         let name = stored
             .map(|stored| stored.automation.name.clone())
             .unwrap_or_else(|| "(deleted automation)".into());
@@ -2146,14 +2368,46 @@ impl Runtime {
             }),
             ticket: ticket.as_ref().and_then(|(id, _)| id.parse().ok()),
         };
-        match self.desk.incident_report(payload.tenant, report).await {
+        let failed = error_events::FailedStep {
+            key: if step.is_empty() { "run" } else { step }.to_owned(),
+            op: stored
+                .map_or("run", |stored| op_of(&stored.automation.steps, step))
+                .to_owned(),
+            message: report.title.clone(),
+            impact: report.impact.clone(),
+            generation: state.map_or(0, |state| {
+                state
+                    .steps
+                    .iter()
+                    .filter(|line| line.op == LIFECYCLE_OP && line.status == "retried by hand")
+                    .count()
+            }),
+            ticket: report.ticket,
+        };
+        let incident = match self.desk.incident_report(payload.tenant, report).await {
             Ok((incident, opened)) => {
-                tracing::info!(run = %ctx.run.id, incident = %incident.id, opened, count = incident.count, "incident reported")
+                tracing::info!(run = %ctx.run.id, incident = %incident.id, opened, count = incident.count, "incident reported");
+                Some(IncidentBrief::of(&incident, opened))
             }
             Err(err) => {
-                tracing::error!(run = %ctx.run.id, error = %err, "could not open an incident for a failed run")
+                tracing::error!(run = %ctx.run.id, error = %err, "could not open an incident for a failed run");
+                None
             }
-        }
+        };
+        let notice = Notice {
+            source: error_events::Source {
+                tenant: payload.tenant,
+                automation_id: payload.automation_id,
+                automation_name: name.clone(),
+                version: payload.automation_version,
+                run_id: ctx.run.id.to_string(),
+                caused_by: payload.caused_by.clone(),
+                started_by: payload.error_event,
+            },
+            failed: Some(failed),
+            incident,
+            by_failure: true,
+        };
         if let Some(state) = state {
             self.ticket_note(
                 payload,
@@ -2163,6 +2417,7 @@ impl Runtime {
             )
             .await;
         }
+        notice
     }
 }
 

@@ -63,6 +63,7 @@ pub mod context;
 pub mod contract;
 pub mod dates;
 pub mod dry_run;
+pub mod error_events;
 pub mod errors;
 pub mod executor;
 pub mod mail;

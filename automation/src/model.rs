@@ -138,20 +138,56 @@ pub enum EventKind {
     TicketCreated,
     #[serde(rename = "ticket.changed")]
     TicketChanged,
+    /// A run of another automation of the tenant failed (an error workflow; see
+    /// [`crate::error_events`]).
+    #[serde(rename = "run.failed")]
+    RunFailed,
+    /// An incident of the tenant was opened (see [`crate::error_events`]).
+    #[serde(rename = "incident.opened")]
+    IncidentOpened,
 }
 
 impl EventKind {
+    /// Every event, in the order error messages and the catalogue name them.
+    pub const ALL: [EventKind; 4] = [
+        EventKind::TicketCreated,
+        EventKind::TicketChanged,
+        EventKind::RunFailed,
+        EventKind::IncidentOpened,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             EventKind::TicketCreated => "ticket.created",
             EventKind::TicketChanged => "ticket.changed",
+            EventKind::RunFailed => "run.failed",
+            EventKind::IncidentOpened => "incident.opened",
         }
     }
 
     pub fn parse(name: &str) -> Option<EventKind> {
-        [EventKind::TicketCreated, EventKind::TicketChanged]
-            .into_iter()
-            .find(|e| e.as_str() == name)
+        EventKind::ALL.into_iter().find(|e| e.as_str() == name)
+    }
+
+    /// The names of every event, comma-separated (for error messages).
+    pub fn names() -> String {
+        EventKind::ALL.map(EventKind::as_str).join(", ")
+    }
+
+    /// The context roots a run started by this event begins with (what templates and
+    /// conditions of its tree may read).
+    pub fn context_roots(self) -> &'static [&'static str] {
+        match self {
+            EventKind::TicketCreated | EventKind::TicketChanged => &["ticket", "change"],
+            EventKind::RunFailed => crate::error_events::RUN_FAILED_ROOTS,
+            EventKind::IncidentOpened => crate::error_events::INCIDENT_OPENED_ROOTS,
+        }
+    }
+
+    /// Whether this is an error event (`run.failed`, `incident.opened`), announced by the
+    /// executor rather than by a ticket write.
+    pub fn is_error_event(self) -> bool {
+        matches!(self, EventKind::RunFailed | EventKind::IncidentOpened)
     }
 }
 
@@ -741,9 +777,7 @@ impl Parser {
                     None => {
                         self.report(
                             &field_path(path, "event"),
-                            format!(
-                                "unknown event \"{event}\" (events: ticket.created, ticket.changed)"
-                            ),
+                            format!("unknown event \"{event}\" (events: {})", EventKind::names()),
                         );
                         None
                     }

@@ -173,6 +173,18 @@ fn enqueued_by(run: &Run, payload: Option<&RunPayload>) -> String {
     let version = payload.automation_version;
     match run.trigger {
         Trigger::Webhook => format!("enqueued by a webhook call, on version {version}"),
+        Trigger::Event if payload.error_event.is_some() => {
+            let event = payload
+                .error_event
+                .map_or("an error event", |event| event.as_str());
+            match &payload.caused_by {
+                Some(cause) => format!(
+                    "enqueued by {event} of automation {} (run {}), on version {version}",
+                    cause.automation_id, cause.run_id
+                ),
+                None => format!("enqueued by {event}, on version {version}"),
+            }
+        }
         Trigger::Event => {
             let ticket = payload
                 .context
@@ -262,6 +274,7 @@ mod tests {
             retry_of: None,
             caused_by: None,
             restart: None,
+            error_event: None,
         }
     }
 

@@ -182,7 +182,9 @@ struct Validator<'a> {
     problems: Vec<Problem>,
     params: Vec<&'a str>,
     body_available: bool,
-    event: bool,
+    /// An event trigger: the roots its context starts with (`ticket`, `change`; for the
+    /// error events `automation`, `run`, `step`, …); empty for other triggers.
+    event_roots: &'static [&'static str],
     /// Every step name in the tree, to tell "comes later" from "does not exist".
     all_steps: HashSet<&'a str>,
     /// Steps before the current one, in document order.
@@ -216,7 +218,10 @@ impl<'a> Validator<'a> {
                 automation.trigger,
                 Trigger::Webhook { .. } | Trigger::Manual
             ),
-            event: matches!(automation.trigger, Trigger::Event { .. }),
+            event_roots: match automation.trigger {
+                Trigger::Event { event } => event.context_roots(),
+                _ => &[],
+            },
             poll: matches!(automation.trigger, Trigger::Poll { .. }),
             timed_root: match automation.trigger {
                 Trigger::Poll { .. } => Some("_poll"),
@@ -1116,7 +1121,7 @@ impl<'a> Validator<'a> {
         if self.params.iter().any(|param| under(param)) {
             return Ok(());
         }
-        if self.event && (first == "ticket" || first == "change") {
+        if self.event_roots.contains(&first) {
             return Ok(());
         }
         if self.timed_root == Some(first) {
@@ -1167,17 +1172,23 @@ impl<'a> Validator<'a> {
         if self.all_steps.contains(first) {
             return Err(format!("step \"{first}\" does not run before this one"));
         }
-        if first == "ticket" || first == "change" {
+        if (first == "ticket" || first == "change") && self.event_roots.is_empty() {
             return Err(format!("\"{first}\" is only there for event triggers"));
         }
         let sources = if self.body_available {
             "no trigger parameter, earlier step output, loop variable or _body"
-        } else if self.event {
-            "no earlier step output, loop variable or event value (ticket, change)"
+        } else if !self.event_roots.is_empty() {
+            "no earlier step output, loop variable or event value"
         } else {
             "no earlier step output or loop variable"
         };
         let mut reason = format!("{sources} provides \"{first}\"");
+        if !self.event_roots.is_empty() {
+            reason.push_str(&format!(
+                " (the event gives {})",
+                self.event_roots.join(", ")
+            ));
+        }
         if let Some(suggestion) = self.suggest(first) {
             reason.push_str(&format!(" (did you mean \"{suggestion}\"?)"));
         }
@@ -1198,10 +1209,8 @@ impl<'a> Validator<'a> {
         if self.body_available {
             candidates.push(BODY_KEY);
         }
-        if self.event {
-            candidates.extend(["ticket", "change"]);
-        }
-        if self.event && TICKET_FIELDS.contains(&name) {
+        candidates.extend(self.event_roots.iter().copied());
+        if self.event_roots.contains(&"ticket") && TICKET_FIELDS.contains(&name) {
             return Some(format!("ticket.{name}"));
         }
         let lower = name.to_lowercase();
@@ -1437,6 +1446,43 @@ mod tests {
             .iter()
             .map(Problem::to_string)
             .collect()
+    }
+
+    #[test]
+    fn an_error_event_automation_reads_its_own_roots_and_no_others() {
+        let listener = |event: &str, message: &str| {
+            json!({"name": "l", "trigger": {"type": "event", "event": event},
+                   "steps": [{"name": "say", "op": "flow/log", "input": {"message": message}}]})
+        };
+        assert_eq!(
+            problems_of(listener(
+                "run.failed",
+                "{{automation.name}} v{{automation.version}} {{run.id}} {{step.key}} {{step.op}} {{message}} {{impact}} {{incident.id}} {{ticket.number}}"
+            )),
+            Vec::<String>::new(),
+            "run.failed gives these"
+        );
+        assert_eq!(
+            problems_of(listener(
+                "incident.opened",
+                "{{incident.title}} {{automation.name}} {{run.id}} {{ticket.number}}"
+            )),
+            Vec::<String>::new(),
+            "incident.opened gives these"
+        );
+        let change = problems_of(listener("run.failed", "{{change.status}}"));
+        assert!(
+            change.len() == 1 && change[0].contains("provides \"change\" (the event gives automation, run, step, message, impact, incident, ticket)"),
+            "a ticket event's root is not there: {change:?}"
+        );
+        let step = problems_of(listener("incident.opened", "{{step.key}}"));
+        assert_eq!(step.len(), 1, "incident.opened has no step: {step:?}");
+        let ticket_event = problems_of(listener("ticket.changed", "{{automation.name}}"));
+        assert_eq!(
+            ticket_event.len(),
+            1,
+            "a ticket event has no automation: {ticket_event:?}"
+        );
     }
 
     #[test]

@@ -455,6 +455,7 @@ macro_rules! runtime_scenarios {
             an_optional_parameter_not_sent_is_null_and_the_run_completes,
             a_retry_is_a_line_on_the_run,
             the_loop_guard_counts_loops_not_people,
+            a_failed_run_starts_its_error_workflows_once,
             an_sla_timer_fires_at_its_time_on_the_ticket_as_it_is_then,
         );
     };

@@ -1799,6 +1799,142 @@ pub async fn the_loop_guard_counts_loops_not_people(factory: &dyn RuntimeFactory
     );
 }
 
+/// Error workflows (`fronta_automation::error_events`) on the store: a failed run starts
+/// the tenant's `run.failed` and `incident.opened` automations once each, with the
+/// failure's tenant-facing words and not its full message; announcing the same failure
+/// again (as after a crash between the announcement and the run's end) finds the runs by
+/// their unique keys, finished as they are, and starts nothing more.
+pub async fn a_failed_run_starts_its_error_workflows_once(factory: &dyn RuntimeFactory) {
+    use fronta_automation::error_events::{self, FailedStep, Notice, Source};
+    let firm = Firm::open(factory).await;
+    let orders = firm
+        .automation(json!({
+            "name": "Orders",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "id", "type": "string", "required": true},
+                {"name": "newStatus", "path": "status", "type": "string", "required": true}]},
+            "steps": [
+                {"name": "ticket", "op": "ticket/upsert",
+                 "input": {"externalId": "order-{{orderId}}", "type": "order"}},
+                {"name": "status", "op": "ticket/set-status",
+                 "input": {"ticket": "{{ticket.id}}", "status": "{{newStatus}}"}}]
+        }))
+        .await;
+    let tell = firm
+        .automation(json!({
+            "name": "Tell us",
+            "trigger": {"type": "event", "event": "run.failed"},
+            "steps": [log_step("say", "{{automation.name}} failed at {{step.key}} on {{ticket.number}}: {{message}}")]
+        }))
+        .await;
+    let watch = firm
+        .automation(json!({
+            "name": "Watch",
+            "trigger": {"type": "event", "event": "incident.opened"},
+            "steps": [log_step("say", "{{incident.title}}")]
+        }))
+        .await;
+    let failed = firm
+        .webhook(&orders, json!({"id": "7", "status": "vanished"}))
+        .await;
+    firm.drain().await;
+    let failed = firm.run(failed).await;
+    assert_eq!(failed.status, RunStatus::Failed, "{:?}", failed.last_error);
+    let runs_of = |automation: AutomationId| {
+        let runs = firm.stores.runs.clone();
+        async move {
+            runs.run_list(RunFilter {
+                kind: Some(executor::AUTOMATION_KIND.into()),
+                ..RunFilter::default()
+            })
+            .await
+            .expect("runs")
+            .into_iter()
+            .filter(|run| {
+                serde_json::from_value::<executor::RunPayload>(run.payload.clone())
+                    .is_ok_and(|payload| payload.automation_id == automation)
+            })
+            .collect::<Vec<_>>()
+        }
+    };
+    let told = runs_of(tell.id).await;
+    assert_eq!(told.len(), 1, "one run.failed run: {told:?}");
+    assert_eq!(
+        told[0].status,
+        RunStatus::Completed,
+        "{:?}",
+        told[0].last_error
+    );
+    let context = &told[0].payload["context"];
+    let title = "The automation for ticket TK-1 did not finish; we lost no data.";
+    assert_eq!(context["automation"]["name"], "Orders");
+    assert_eq!(
+        context["step"],
+        json!({"key": "status", "op": "ticket/set-status"})
+    );
+    assert_eq!(context["message"], title);
+    assert_eq!(context["ticket"]["number"], "TK-1");
+    assert!(
+        !context.to_string().contains("vanished"),
+        "the full message stays with the admins: {context}"
+    );
+    assert_eq!(
+        step_lines(&told[0]),
+        vec![(
+            "say".to_owned(),
+            format!("Orders failed at status on TK-1: {title}")
+        )]
+    );
+    let watched = runs_of(watch.id).await;
+    assert_eq!(watched.len(), 1, "one incident.opened run: {watched:?}");
+    assert_eq!(watched[0].payload["context"]["incident"]["title"], title);
+
+    // The same failure announced again: both keys are found, nothing is started.
+    let incident = firm.incidents().await.remove(0);
+    let notice = Notice {
+        source: Source {
+            tenant: firm.tenant,
+            automation_id: orders.id,
+            automation_name: "Orders".into(),
+            version: 1,
+            run_id: failed.id.to_string(),
+            caused_by: None,
+            started_by: None,
+        },
+        failed: Some(FailedStep {
+            key: "status".into(),
+            op: "ticket/set-status".into(),
+            message: title.into(),
+            impact: String::new(),
+            generation: 0,
+            ticket: incident.ticket,
+        }),
+        incident: Some(error_events::IncidentBrief::of(&incident, true)),
+        by_failure: true,
+    };
+    let line = error_events::announce(
+        &firm.dispatcher,
+        firm.stores.automations.as_ref(),
+        firm.stores.desk.as_ref(),
+        &notice,
+    )
+    .await
+    .expect("announced")
+    .expect("a line");
+    assert_eq!(
+        line.matches("was started already").count(),
+        2,
+        "both runs found by key: {line}"
+    );
+    firm.drain().await;
+    assert_eq!(runs_of(tell.id).await.len(), 1, "still one run.failed run");
+    assert_eq!(
+        runs_of(watch.id).await.len(),
+        1,
+        "still one incident.opened run"
+    );
+}
+
 /// Issue 23, timers in minutes: the documented recipe (`docs/recipes/sla-breach.json`) on
 /// a moved clock. Each `ticket.created` run pauses 4 h — a scheduled run due at exactly
 /// creation + 4 h, holding no worker — then reads its ticket as it is now (`ticket/get`),
