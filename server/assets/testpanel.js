@@ -50,8 +50,11 @@ export function testPanel({ definition, example, automationId }) {
     if (type === "webhook" && fields.body && !bodyTouched) {
       fields.body.value = JSON.stringify(example(trigger.params ?? []), null, 2);
     }
-    if (type === shownFor && !force) return;
-    shownFor = type;
+    // An error event (run.failed, incident.opened) starts from a sample context, not a ticket.
+    const errorEvent = type === "event" && (trigger.event === "run.failed" || trigger.event === "incident.opened");
+    const shape = errorEvent ? `event:${trigger.event}` : type;
+    if (shape === shownFor && !force) return;
+    shownFor = shape;
     const parts = [];
     fields.body = fields.ticket = fields.change = fields.items = null;
     if (type === "webhook" || type === "manual") {
@@ -59,6 +62,9 @@ export function testPanel({ definition, example, automationId }) {
       fields.body = area("test-body", type === "webhook" ? "The body the webhook receives" : "The body of a manual run (optional)", type === "webhook" ? 8 : 3, start);
       fields.body.addEventListener("input", () => { bodyTouched = true; });
       parts.push(h("label", { for: "test-body" }, type === "webhook" ? "Body (the webhook's example, edit it):" : "Body (optional):"), fields.body);
+    } else if (errorEvent) {
+      fields.body = area("test-body", `A sample context of ${trigger.event}, as JSON (optional)`, 6);
+      parts.push(h("label", { for: "test-body" }, `Sample context of ${trigger.event} (optional; empty: an example — automation, run, step, message, ticket…):`), fields.body);
     } else if (type === "event") {
       fields.ticket = h("input", { id: "test-ticket", type: "text", placeholder: "TK-1", "aria-label": "The ticket of the event (TK-12, 12 or its id)" });
       fields.change = area("test-change", "The change the event carries, as JSON (optional)", 3);

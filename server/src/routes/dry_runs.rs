@@ -4,13 +4,16 @@
 //!
 //! The input, at most one of:
 //! - `"body": {…}` — a webhook trigger reads it through its contract (the webhook's own
-//!   400s); a manual trigger gets it as `_body`, as a manual run does;
+//!   400s); a manual trigger gets it as `_body`, as a manual run does; an error event
+//!   trigger (`run.failed`, `incident.opened`) starts from it as its sample context;
 //! - `"ticket": "TK-12"` (or `12`, or its id) — an event trigger's ticket as it is now,
 //!   with `"change": {"<field>": {"from", "to"}}` if given (else none);
 //! - `"run": "<id>"` — a past run's input replayed, any trigger;
 //! - `"items": […]` — a poll trigger's items, as if polled;
 //! - nothing — manual and schedule triggers (a schedule sees its next tick as
-//!   `_schedule.scheduledFor`); a webhook reads `{}` through its contract.
+//!   `_schedule.scheduledFor`); a webhook reads `{}` through its contract; an error event
+//!   trigger starts from an example of what the event gives
+//!   (`error_events::sample_context`).
 //!
 //! Besides: `"mocks": {"<connector step>": {outputs}}` (a mock of a step that is not a
 //! connector step of the tree is refused by name) and `"connectors": "mock"` (default:
@@ -26,6 +29,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use fronta_automation::dry_run::{self, DryRunAnswer, DryRunRequest};
+use fronta_automation::error_events;
 use fronta_automation::executor::{AUTOMATION_KIND, RunPayload};
 use fronta_automation::store::StoredAutomation;
 use fronta_automation::{BODY_KEY, Trigger, contract};
@@ -196,6 +200,9 @@ async fn input(
     };
     let takes = match trigger {
         Trigger::Webhook { .. } | Trigger::Manual => "\"body\" or \"run\"",
+        Trigger::Event { event } if event.is_error_event() => {
+            "\"body\" (a sample context), nothing (an example context) or \"run\""
+        }
         Trigger::Event { .. } => "\"ticket\" (with \"change\") or \"run\"",
         Trigger::Poll { .. } => "\"items\" or \"run\"",
         Trigger::Schedule { .. } => "nothing, or \"run\"",
@@ -204,7 +211,7 @@ async fn input(
         return Ok((replayed(app, tenant, id).await?, None));
     }
     if let Some(reference) = &test.ticket {
-        if !matches!(trigger, Trigger::Event { .. }) {
+        if !matches!(trigger, Trigger::Event { event } if !event.is_error_event()) {
             return Err(wrong("ticket", takes));
         }
         let ticket = dry_run::find_ticket(app.desk(), tenant, reference)
@@ -233,6 +240,16 @@ async fn input(
                 .unwrap_or_default(),
             None,
         )),
+        // An error event's test starts from the sample context it is given, or an
+        // example of what the event gives (`error_events::sample_context`).
+        Trigger::Event { event } if event.is_error_event() => match &test.body {
+            None => Ok((error_events::sample_context(*event), None)),
+            Some(Value::Object(context)) => Ok((context.clone(), None)),
+            Some(other) => Err(ApiError::bad_request(format!(
+                "the sample context of a {} test must be an object, got {other}",
+                event.as_str()
+            ))),
+        },
         _ if test.body.is_some() => Err(wrong("body", takes)),
         Trigger::Event { .. } => Err(ApiError::bad_request(format!(
             "an event trigger's test needs a ticket: it takes {takes}"
