@@ -184,6 +184,40 @@ async fn terminate_backends(url: &str, pid: u32) -> i64 {
     .expect("terminate backends")
 }
 
+/// Makes sure some run is held by a worker: when nothing is open, enqueues a wave of a
+/// fifth of the durable runs (answers `true`), then waits until the stats show a run
+/// `running` (claimed: executing, or waiting in a worker's local queue).
+async fn under_load(store: &dyn RunStore, url: &str, payload: &str, durable: u64) -> bool {
+    let stats = loop {
+        match store.run_stats().await {
+            Ok(stats) => break stats,
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    };
+    let mut waved = false;
+    if stats.queued + stats.running + stats.scheduled == 0 {
+        let wave = (durable / 5).max(1);
+        enqueue(
+            url,
+            &["steps", "--count", &wave.to_string(), "--payload", payload],
+        );
+        waved = true;
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(stats) = store.run_stats().await
+            && stats.running > 0
+        {
+            return waved;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no worker took a run within a minute"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 async fn ids(store: &dyn RunStore) -> HashSet<RunId> {
     all_runs(store)
         .await
@@ -265,6 +299,14 @@ async fn chaos(db: Db, plan: Plan) {
         ))
         .await;
         unplanned += workers.replace_exited();
+        // Keep every kill under load: a new wave when the work ran out, and the kill
+        // waits until a worker holds runs (workers drain fast; a fixed gap alone may
+        // find them idle).
+        if under_load(store.as_ref(), &url, &durable_payload, plan.durable).await {
+            waves += 1;
+            enqueued += (plan.durable / 5).max(1);
+            expected.extend(ids(store.as_ref()).await);
+        }
         let victim = (rng.next() % workers.children.len() as u64) as usize;
         workers.children[victim].kill().expect("SIGKILL a worker");
         workers.children[victim].wait().expect("reap it");
@@ -278,31 +320,14 @@ async fn chaos(db: Db, plan: Plan) {
             postgres_restart();
             restarts += 1;
         }
-        // Keep every kill under load: a new wave when the work ran out.
-        let open = loop {
-            match store.run_stats().await {
-                Ok(stats) => break stats.queued + stats.running + stats.scheduled,
-                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-            }
-        };
-        if open == 0 && kills < plan.kills {
-            let wave = (plan.durable / 5).max(1);
-            enqueue(
-                &url,
-                &[
-                    "steps",
-                    "--count",
-                    &wave.to_string(),
-                    "--payload",
-                    &durable_payload,
-                ],
-            );
-            enqueued += wave;
-            waves += 1;
-            expected.extend(ids(store.as_ref()).await);
-        }
     }
-    // The survivors die too: no graceful release, so every second owner is a reclaim.
+    // The survivors die too, holding runs: no graceful release, so every second owner is
+    // a reclaim (and at least one run is reclaimed).
+    if under_load(store.as_ref(), &url, &durable_payload, plan.durable).await {
+        waves += 1;
+        enqueued += (plan.durable / 5).max(1);
+        expected.extend(ids(store.as_ref()).await);
+    }
     for mut child in std::mem::take(&mut workers.children) {
         let _ = child.kill();
         let _ = child.wait();
