@@ -1448,7 +1448,7 @@ pub async fn a_renamed_group_is_found_by_every_version_that_names_it(factory: &d
         assert_eq!(pinned_version(&run), version);
         let assign = step_lines(&run).last().cloned().unwrap_or_default();
         assert!(
-            assign.0 == "assign" && assign.1.contains("(sklad)"),
+            assign.0 == "assign" && assign.1.contains("(sklad, least busy)"),
             "assigned within the group under its new name: {assign:?}"
         );
     }
