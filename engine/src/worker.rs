@@ -683,25 +683,17 @@ impl Worker {
         // delivery from now on fails, so its dispatcher gives the run back itself.
         self.intake.close();
         handed.close();
-        while let Ok(ClaimedRun { run, owner, .. }) = handed.try_recv() {
+        while let Ok(claimed) = handed.try_recv() {
             self.intake.taken();
-            tracing::info!(worker = %name, run = %run.id, "stopping: a handed-over run goes back to the queue");
-            let id = run.id;
-            finisher.send(
-                Finish {
-                    id,
-                    owner,
-                    action: FinishAction::Release,
-                },
-                Arc::new(run),
-            );
+            tracing::info!(worker = %name, run = %claimed.run.id, "stopping: a handed-over run goes back to the queue");
+            self.give_back(claimed, false, &finisher);
         }
         let queued = lock_queue(&self.queue).drain();
         if !queued.is_empty() {
             tracing::info!(worker = %name, runs = queued.len(), "stopping: the local queue's runs go back to the queue");
         }
         for queued in queued {
-            self.give_back(queued, &finisher);
+            self.give_back(queued.claimed, queued.cancel, &finisher);
         }
         self.shut_down(&mut tasks, &active, &mut task_runs, &finisher)
             .await;
@@ -782,11 +774,8 @@ impl Worker {
         let since = tokio::time::Instant::now();
         let mut queue = lock_queue(&self.queue);
         for claimed in batch.claimed {
-            let lease = self
-                .registry
-                .get(&claimed.run.kind)
-                .and_then(|registered| registered.config.lease())
-                .unwrap_or(self.config.default_lease);
+            // The lease the claim gave it (the kind's, else the worker's).
+            let lease = self.intake.lease_of(&claimed.run.kind);
             queue.push(Queued {
                 claimed,
                 lease,
@@ -813,7 +802,7 @@ impl Worker {
                 return;
             };
             if queued.cancel {
-                self.give_back(queued, finisher);
+                self.give_back(queued.claimed, queued.cancel, finisher);
                 continue;
             }
             self.start_one(queued.claimed, active, tasks, task_runs, finisher);
@@ -838,15 +827,15 @@ impl Worker {
         tracing::info!(worker = %self.config.name, runs = held.len(), ?hold,
             "local queue: runs waited past their hold with every slot busy; handing them back");
         for queued in held {
-            self.give_back(queued, finisher);
+            self.give_back(queued.claimed, queued.cancel, finisher);
         }
     }
 
-    /// Gives a queued run back to the store, never started: pending and due at once with
-    /// no counter moved (`Release`), or cancelled when that was requested meanwhile.
-    fn give_back(&self, queued: Queued, finisher: &Finisher) {
-        let ClaimedRun { run, owner, .. } = queued.claimed;
-        let action = if queued.cancel {
+    /// Gives a claimed run back to the store, never started: pending and due at once with
+    /// no counter moved (`Release`), or cancelled when `cancel` was requested meanwhile.
+    fn give_back(&self, claimed: ClaimedRun, cancel: bool, finisher: &Finisher) {
+        let ClaimedRun { run, owner, .. } = claimed;
+        let action = if cancel {
             FinishAction::Cancel
         } else {
             FinishAction::Release
