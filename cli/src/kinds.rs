@@ -20,6 +20,13 @@
 //! - `abort` (fire-and-forget): payload `{"ms": N}`; after N ms calls
 //!   `std::process::abort()` — kills its own worker process every time it runs (the
 //!   poison run of the crash-loop harness).
+//! - `hang` (fire-and-forget, `cli/tests/hang.rs`): appends the probe's `start` line, then
+//!   awaits forever and never looks at its stop signal — a call with no timeout of its
+//!   own. Its timeout is `FRONTA_TEST_HANG_TIMEOUT` (default 1 s), its ladder one 100 ms
+//!   step.
+//! - `hang-blocking` (fire-and-forget, same timeout and ladder): appends `start`, then
+//!   blocks its thread for payload `{"ms": N}` (default 30 s) — a blocking call inside an
+//!   async handler — and appends `end` if it ever returns.
 
 use std::time::Duration;
 
@@ -69,8 +76,53 @@ pub fn register(registry: &mut Registry, settings: &BuiltinSettings) -> anyhow::
             KindConfig::fire_and_forget(Duration::from_secs(60)),
             |ctx: RunContext| abort(ctx),
         )?;
+        let hang_timeout = hang_timeout()?;
+        let ladder = fronta_engine::RetryLadder::new(vec![Duration::from_millis(100)]);
+        let hang_kind = || match ladder.clone() {
+            Some(ladder) => KindConfig::fire_and_forget(hang_timeout).with_ladder(ladder),
+            None => KindConfig::fire_and_forget(hang_timeout),
+        };
+        registry.register("hang", hang_kind(), |ctx: RunContext| hang(ctx))?;
+        registry.register("hang-blocking", hang_kind(), |ctx: RunContext| {
+            hang_blocking(ctx)
+        })?;
     }
     Ok(())
+}
+
+/// The timeout of the `hang` kinds: `FRONTA_TEST_HANG_TIMEOUT` (a duration), 1 s by default.
+pub const HANG_TIMEOUT_ENV: &str = "FRONTA_TEST_HANG_TIMEOUT";
+
+fn hang_timeout() -> anyhow::Result<Duration> {
+    match std::env::var(HANG_TIMEOUT_ENV) {
+        Ok(text) => crate::duration::parse(&text)
+            .map_err(|err| anyhow::anyhow!("{HANG_TIMEOUT_ENV}={text:?}: {err}")),
+        Err(_) => Ok(Duration::from_secs(1)),
+    }
+}
+
+/// Never answers and never looks at its stop signal.
+async fn hang(ctx: RunContext) -> Outcome {
+    if let Err(err) = probe_append(&probe_line("start", ctx.run.id)) {
+        return Outcome::Fail(format!("probe log: {err}"));
+    }
+    std::future::pending::<Outcome>().await
+}
+
+/// Blocks its thread (a blocking call in an async handler), deaf to its signal.
+async fn hang_blocking(ctx: RunContext) -> Outcome {
+    if let Err(err) = probe_append(&probe_line("start", ctx.run.id)) {
+        return Outcome::Fail(format!("probe log: {err}"));
+    }
+    let ms = ctx
+        .run
+        .payload
+        .get("ms")
+        .and_then(Value::as_u64)
+        .unwrap_or(30_000);
+    std::thread::sleep(Duration::from_millis(ms));
+    let _ = probe_append(&probe_line("end", ctx.run.id));
+    Outcome::done()
 }
 
 /// The environment variable that registers the test kinds (`steps`, `abort`) when `1`.
@@ -79,7 +131,9 @@ pub const TEST_KINDS_ENV: &str = "FRONTA_TEST_KINDS";
 fn test_kinds_enabled() -> bool {
     let enabled = std::env::var(TEST_KINDS_ENV).is_ok_and(|value| value == "1");
     if enabled {
-        tracing::warn!("{TEST_KINDS_ENV}=1: the test kinds `steps` and `abort` are registered");
+        tracing::warn!(
+            "{TEST_KINDS_ENV}=1: the test kinds `steps`, `abort`, `hang` and `hang-blocking` are registered"
+        );
     }
     enabled
 }

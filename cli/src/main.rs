@@ -641,14 +641,23 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("error: {err:#}");
             std::process::ExitCode::FAILURE
         }
-    }
+    };
+    // A stuck handler (one blocking its thread past its timeout, counted by the worker)
+    // would hold a plain drop of the runtime forever: the process waits this long at
+    // most, then exits leaving it behind.
+    runtime.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    code
 }
+
+/// How long the process waits at exit for tasks still running (a stuck handler's
+/// thread), after everything it owns has stopped.
+const RUNTIME_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
@@ -758,13 +767,15 @@ async fn worker(db: &DbArgs, args: WorkerArgs) -> anyhow::Result<()> {
     background.stop().await;
     // The bench reads the first number of this line: keep `claimed` first.
     eprintln!(
-        "worker done: {} claimed, {} completed, {} failed, {} retried, {} cancelled, {} reclaimed",
+        "worker done: {} claimed, {} completed, {} failed, {} retried, {} cancelled, {} reclaimed, {} timed out, {} stuck",
         report.claimed,
         report.completed,
         report.failed,
         report.retried,
         report.cancelled,
-        report.reclaimed
+        report.reclaimed,
+        report.timed_out,
+        report.stuck
     );
     Ok(())
 }

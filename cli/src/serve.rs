@@ -248,8 +248,14 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
     if let Some(worker) = worker {
         let report = worker.await.context("the worker task")??;
         eprintln!(
-            "worker done: {} claimed ({} of them handed over at enqueue), {} completed, {} failed, {} released",
-            report.claimed, report.handed_off, report.completed, report.failed, report.released
+            "worker done: {} claimed ({} of them handed over at enqueue), {} completed, {} failed, {} released, {} timed out, {} stuck",
+            report.claimed,
+            report.handed_off,
+            report.completed,
+            report.failed,
+            report.released,
+            report.timed_out,
+            report.stuck
         );
     }
     served.context("serving HTTP")?;

@@ -90,12 +90,27 @@ pub struct WorkerMetrics {
     /// Runs this worker's own dispatcher handed to it at enqueue, already claimed (one
     /// commit instead of two: [`crate::handoff`]); the rest of its runs came by claim.
     pub handed_off: AtomicU64,
+    /// Handlers stopped at their kind's timeout, heeding their stop signal or not.
+    pub timed_out: AtomicU64,
+    /// Of those, handlers whose task had not ended [`crate::worker::STUCK_GRACE`] after
+    /// its abort: they block their thread.
+    pub stuck: AtomicU64,
 }
 
 impl WorkerMetrics {
     /// Hand-offs so far ([`WorkerMetrics::handed_off`]).
     pub fn handed_off(&self) -> u64 {
         self.handed_off.load(Ordering::Relaxed)
+    }
+
+    /// Handlers stopped at their timeout so far ([`WorkerMetrics::timed_out`]).
+    pub fn timed_out(&self) -> u64 {
+        self.timed_out.load(Ordering::Relaxed)
+    }
+
+    /// Handlers stuck past their abort so far ([`WorkerMetrics::stuck`]).
+    pub fn stuck(&self) -> u64 {
+        self.stuck.load(Ordering::Relaxed)
     }
 }
 

@@ -13,7 +13,14 @@
 //! - kind unknown here → parked ([`machine::decide_park`]), handler never starts;
 //! - handler answers → [`machine::decide`] → the completer writes it;
 //! - handler panics → `Fail` (a bug does not go away in a minute), the worker lives on;
-//! - handler exceeds the kind's timeout → `Retry` (spends an attempt);
+//! - handler exceeds the kind's timeout → `Retry` (spends an attempt), whether or not
+//!   it heeds its stop signal: each handler runs in a task of its own under a
+//!   supervisor (the task the worker's slot counts), and at the timeout the supervisor
+//!   aborts the handler's task and ends at once, so the slot is free and the ladder
+//!   decides. A handler that blocks its thread cannot be aborted until it yields; its
+//!   slot is freed all the same, and after [`STUCK_GRACE`] it is logged and counted as
+//!   stuck ([`WorkerReport::stuck`], `fronta_worker_handlers_stuck_total`) — its thread
+//!   stays lost until it returns, and whatever it then answers is ignored;
 //! - heartbeat or checkpoint finds the lease lost → the handler is stopped and the run
 //!   abandoned: nothing more is written about it;
 //! - cancel requested → the handler's signal fires; what it answers becomes `Cancel`
@@ -198,7 +205,18 @@ pub struct WorkerReport {
     pub crash_looped: u64,
     /// Of `claimed`, the runs this worker's dispatcher handed to it at enqueue.
     pub handed_off: u64,
+    /// Handlers stopped at their kind's timeout (each also counted in `retried` or
+    /// `failed`, as the ladder decided).
+    pub timed_out: u64,
+    /// Of `timed_out`, handlers still not ended [`STUCK_GRACE`] after their abort: they
+    /// block their thread (a blocking call inside an async handler).
+    pub stuck: u64,
 }
+
+/// How long a timed-out handler's task may take to end after its abort before it is
+/// logged and counted as stuck ([`WorkerReport::stuck`]). An async handler ends at its
+/// next await, at once; one still running after this blocks its thread.
+pub const STUCK_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Counters {
@@ -238,6 +256,8 @@ impl Counters {
             abandoned: get(&self.abandoned),
             crash_looped: get(&self.crash_looped),
             handed_off: metrics.handed_off(),
+            timed_out: metrics.timed_out(),
+            stuck: metrics.stuck(),
         }
     }
 }
@@ -937,12 +957,16 @@ impl Worker {
             tracing::warn!(run = %run.id, kind = %run.kind,
                 "claimed back a run this worker was still executing (its lease expired unnoticed): the earlier execution is stopped");
         }
-        let abort = tasks.spawn(async move {
-            match tokio::time::timeout(timeout, handler.handle(ctx)).await {
-                Ok(outcome) => Ended::Answered(outcome),
-                Err(_) => Ended::TimedOut(timeout),
-            }
-        });
+        let metrics = self.metrics.clone();
+        let run_id = run.id;
+        let kind = run.kind.clone();
+        let abort = tasks.spawn(supervise(
+            async move { handler.handle(ctx).await },
+            timeout,
+            metrics,
+            run_id,
+            kind,
+        ));
         task_runs.insert(abort.id(), run.id);
         map.insert(
             run.id,
@@ -1041,6 +1065,66 @@ impl Worker {
             run,
         );
     }
+}
+
+/// Runs one handler in a task of its own and answers how it ended: what it answered, or
+/// [`Ended::TimedOut`] at `timeout`. The supervisor is the task the worker's slot counts;
+/// the handler's task is aborted when the supervisor ends or is aborted itself (lease
+/// lost, shutdown), so the handler never outlives its slot — except one that blocks its
+/// thread, which no abort reaches until it yields: the supervisor ends at the timeout all
+/// the same (the slot is free), and a watcher logs and counts it as stuck if it has not
+/// ended [`STUCK_GRACE`] later. A handler's panic is the supervisor's panic (the worker
+/// fails the run with its message).
+async fn supervise(
+    handler: impl std::future::Future<Output = Outcome> + Send + 'static,
+    timeout: Duration,
+    metrics: Arc<WorkerMetrics>,
+    run: RunId,
+    kind: String,
+) -> Ended {
+    let mut handle = tokio::spawn(handler);
+    let _abort_on_drop = AbortGuard(handle.abort_handle());
+    match tokio::time::timeout(timeout, &mut handle).await {
+        Ok(Ok(outcome)) => Ended::Answered(outcome),
+        Ok(Err(err)) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        // Cancelled: only this supervisor aborts the task, and not before this point.
+        Ok(Err(_)) => Ended::TimedOut(timeout),
+        Err(_) => {
+            metrics.timed_out.fetch_add(1, Ordering::Relaxed);
+            handle.abort();
+            tokio::spawn(watch_aborted(handle, metrics, run, kind, timeout));
+            Ended::TimedOut(timeout)
+        }
+    }
+}
+
+/// Aborts a task when dropped (the supervisor's hold on its handler's task).
+struct AbortGuard(AbortHandle);
+
+impl Drop for AbortGuard {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Waits [`STUCK_GRACE`] for a timed-out handler's aborted task to end; one that has not
+/// is blocking its thread: logged and counted, then awaited for as long as it takes so
+/// its end is logged too.
+async fn watch_aborted(
+    mut handle: tokio::task::JoinHandle<Outcome>,
+    metrics: Arc<WorkerMetrics>,
+    run: RunId,
+    kind: String,
+    timeout: Duration,
+) {
+    if tokio::time::timeout(STUCK_GRACE, &mut handle).await.is_ok() {
+        return;
+    }
+    metrics.stuck.fetch_add(1, Ordering::Relaxed);
+    tracing::error!(%run, %kind, ?timeout, grace = ?STUCK_GRACE,
+        "handler stuck: still running after its timeout and its abort; it blocks its thread (a blocking call in an async handler?). Its slot is free and the run went back to its ladder; the thread stays taken until it returns");
+    let _ = handle.await;
+    tracing::warn!(%run, %kind, "a stuck handler returned at last; its answer is ignored");
 }
 
 /// A spawned task that is aborted when its owner is dropped.

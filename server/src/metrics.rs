@@ -19,8 +19,10 @@
 //!   breakers are in `GET /api/services`);
 //! - when this process runs a worker (`App::observe_worker`): the histograms
 //!   `fronta_worker_claim_duration_seconds`, `fronta_worker_complete_duration_seconds`
-//!   and `fronta_run_start_delay_seconds`, and the counter `fronta_worker_handed_off_total`
-//!   (runs started by hand-off at enqueue, without a claim), read from the worker's own
+//!   and `fronta_run_start_delay_seconds`, and the counters `fronta_worker_handed_off_total`
+//!   (runs started by hand-off at enqueue, without a claim),
+//!   `fronta_worker_handlers_timed_out_total` and `fronta_worker_handlers_stuck_total`
+//!   (handlers stopped at their timeout; of those, ones blocking their thread), read from the worker's own
 //!   lock-free `fronta_engine::metrics` at each scrape;
 //! - counters of this process's store, when it offers some (`App::observe_store`): on
 //!   Postgres `fronta_pg_enqueue_groups_total`, `fronta_pg_enqueue_grouped_calls_total`
@@ -305,7 +307,23 @@ impl Collector for Worker {
             None,
             MetricType::Counter,
         )?;
-        ConstCounter::new(worker.handed_off()).encode(metric)
+        ConstCounter::new(worker.handed_off()).encode(metric)?;
+        let metric = encoder.encode_descriptor(
+            "fronta_worker_handlers_timed_out",
+            "Handlers this process's worker stopped at their kind's timeout (the run went \
+             to its retry ladder).",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(worker.timed_out()).encode(metric)?;
+        let metric = encoder.encode_descriptor(
+            "fronta_worker_handlers_stuck",
+            "Of the timed-out handlers, those still running after their abort: they block \
+             their thread.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(worker.stuck()).encode(metric)
     }
 }
 
@@ -417,6 +435,8 @@ mod tests {
         worker.claim.record(Duration::from_millis(2));
         worker.claim.record(Duration::from_secs(30));
         worker.handed_off.fetch_add(3, Ordering::Relaxed);
+        worker.timed_out.fetch_add(2, Ordering::Relaxed);
+        worker.stuck.fetch_add(1, Ordering::Relaxed);
         let out = encode(Worker(worker));
         for line in [
             "# TYPE fronta_worker_claim_duration_seconds histogram\n",
@@ -429,6 +449,8 @@ mod tests {
             "fronta_run_start_delay_seconds_count 0\n",
             "# TYPE fronta_worker_handed_off_total counter\n",
             "fronta_worker_handed_off_total 3\n",
+            "fronta_worker_handlers_timed_out_total 2\n",
+            "fronta_worker_handlers_stuck_total 1\n",
         ] {
             assert!(out.contains(line), "{line:?} in:\n{out}");
         }
