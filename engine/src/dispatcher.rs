@@ -150,8 +150,9 @@ impl Dispatcher {
             return Err(EngineError::UnknownKind { kind: request.kind });
         };
         if let Some(check) = check {
-            check(&request.payload).map_err(|reason| {
-                EngineError::Payload(format!("kind {:?}: {reason}", request.kind))
+            check(&request.payload).map_err(|reason| EngineError::Payload {
+                kind: request.kind.clone(),
+                reason,
             })?;
         }
         let max_retries = u32::try_from(request.max_retries).map_err(|_| {

@@ -42,8 +42,10 @@ pub enum EngineError {
     NegativeMaxRetries(i64),
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("invalid payload: {0}")]
-    Payload(String),
+    /// A payload refused at enqueue by its kind's check (for a typed kind: it does not
+    /// decode as the kind's type), or a typed payload that does not encode or decode.
+    #[error("invalid payload for kind {kind:?}: {reason}")]
+    Payload { kind: String, reason: String },
     #[error("invalid request: {0}")]
     Invalid(String),
     #[error(transparent)]

@@ -11,7 +11,8 @@
 //!   transaction; a [`listener`] task hears other processes' notifications, and this
 //!   process's own writes wake [`RunStore::enqueue_signal`] directly after commit.
 //! - Migrations are embedded ([`schema`]) and run on connect under an advisory lock.
-//! - [`PgTx`] lets a caller enqueue runs in the same transaction as its own writes.
+//! - [`AppTx`] enqueues runs inside the application's own transaction, on its own pool;
+//!   [`PgTx`] does it on a connection of this store's pool.
 //! - The desk port ([`desk`]: tenants, groups, tickets, incidents) and the automation
 //!   port ([`automations`]: saved automations, webhook tokens, the loop guard) make each
 //!   write one transaction; row locks (and, for the guard, an advisory lock) order the
@@ -24,6 +25,7 @@
 //! an ORM, a group commit for enqueues (Postgres commits concurrently on its own), and
 //! the scheduler's leader election (a later port).
 
+pub mod app_tx;
 pub mod automations;
 pub mod desk;
 pub mod enqueue_group;
@@ -57,6 +59,11 @@ use sqlx::{PgConnection, PgPool, Postgres};
 use tokio::sync::Notify;
 
 use crate::runs::Ctx;
+
+pub use app_tx::AppTx;
+/// The driver this store is built on: an application enqueueing inside its own
+/// transaction ([`AppTx`]) keeps its pool with this version.
+pub use sqlx;
 
 /// The channel of enqueue wake-ups.
 pub const CHANNEL: &str = "fronta_runs";

@@ -21,6 +21,7 @@
 //! Left out on purpose: an ORM, async SQLite drivers (measured slower here: see
 //! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
 
+pub mod app_tx;
 pub mod automations;
 pub mod desk;
 pub mod mail_servers;
@@ -49,6 +50,11 @@ use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Notify;
 
 use crate::writer::{WriterHandle, WriterState};
+
+pub use app_tx::AppTx;
+/// The SQLite driver this store is built on: an application enqueueing inside its own
+/// transaction ([`AppTx`]) opens its connection with this version.
+pub use rusqlite;
 
 /// How hard SQLite syncs a commit to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +258,21 @@ impl SqliteStore {
 
     fn now(&self) -> i64 {
         self.inner.config.clock.now().timestamp_millis()
+    }
+
+    /// A read-write connection of the application's own to this store's file, with the
+    /// store's pragmas (WAL, `synchronous`, `busy_timeout`, foreign keys): for its own
+    /// tables and for enqueues inside its transactions ([`AppTx`]). Keep its
+    /// transactions short: while one is open, every other writer of the file waits.
+    pub fn open_app_connection(&self) -> Result<Connection, StoreError> {
+        open_connection(&self.inner.config, false)
+    }
+
+    /// Wake this process's workers to look for runs now: after the commit of an
+    /// application's transaction that enqueued runs through [`AppTx`]. Without it they
+    /// find them at their next poll.
+    pub fn wake_workers(&self) {
+        self.inner.signal.notify_waiters();
     }
 
     /// Run `op` inside the next group transaction on the writer thread: everything it
