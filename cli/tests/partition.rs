@@ -231,6 +231,49 @@ fn worker(
         .expect("start a worker process")
 }
 
+/// How A's `probe` executions met B's: the runs whose A execution was still going when B
+/// started it (its `end` line after B's `start`, or none: stopped later), and the
+/// longest such overlap seen (seconds, from A's `end` lines).
+fn probe_overlaps(log: &std::path::Path, a_pid: u32, b_pid: u32) -> (usize, f64) {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut a_end: HashMap<&str, u128> = HashMap::new();
+    let mut b_start: HashMap<&str, u128> = HashMap::new();
+    let mut a_started: Vec<&str> = Vec::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let [event, run, pid, at] = parts.as_slice() else {
+            continue;
+        };
+        let (Ok(pid), Ok(at)) = (pid.parse::<u32>(), at.parse::<u128>()) else {
+            continue;
+        };
+        match (*event, pid) {
+            ("start", pid) if pid == a_pid => a_started.push(run),
+            ("end", pid) if pid == a_pid => {
+                a_end.insert(run, at);
+            }
+            ("start", pid) if pid == b_pid => {
+                b_start.insert(run, at);
+            }
+            _ => {}
+        }
+    }
+    let mut overlapped = 0;
+    let mut longest = 0f64;
+    for run in a_started {
+        let Some(b) = b_start.get(run) else { continue };
+        match a_end.get(run) {
+            Some(end) if end <= b => {}
+            Some(end) => {
+                overlapped += 1;
+                longest = longest.max((end - b) as f64 / 1e9);
+            }
+            None => overlapped += 1,
+        }
+    }
+    (overlapped, longest)
+}
+
 struct WorkerPlan {
     steps_runs: usize,
     steps: u64,
@@ -408,13 +451,15 @@ async fn a_worker_cut_off_past_its_lease_is_refused_every_write_after_the_partit
             assert_eq!(probes[&key], vec![a_pid, b_pid], "A started it, then B");
         }
     }
+    let (overlapped, longest_overlap) = probe_overlaps(&log, a_pid, b_pid);
     let takeover = (first_b_line.saturating_sub(cut_nanos)) as f64 / 1e9;
     eprintln!(
         "partition (worker, {}): A (pid {a_pid}) cut off with {} steps runs at checkpoints {:?} and {} probes running; \
          B (pid {b_pid}) took the first run over {takeover:.1} s after the cut and completed all {total} runs {:.1} s after it; \
          the partition lasted {:.1} s; after the heal A exited in {:.1} s with every write refused \
          ({refused} checkpoints refused in the steps log, {} finishes and {} heartbeat leases refused in its log), \
-         rows unchanged; one completion each, 0 lost, 1 reclaim and 0 attempts per run",
+         rows unchanged; one completion each, 0 lost, 1 reclaim and 0 attempts per run; \
+         {overlapped} of {} probes were still running in A when B started them (A's handlers run on past a lease it cannot renew; longest overlap {longest_overlap:.1} s)",
         net.mode(),
         plan.steps_runs,
         at_cut.values().collect::<Vec<_>>(),
@@ -424,6 +469,7 @@ async fn a_worker_cut_off_past_its_lease_is_refused_every_write_after_the_partit
         a_exit.as_secs_f64(),
         a_text.matches("finish refused").count(),
         a_text.matches("heartbeat: lease lost").count(),
+        plan.probes,
     );
 }
 
@@ -515,7 +561,7 @@ async fn serve_cut_off_under_webhook_load_answers_503_with_retry_after_and_loses
     let latencies = &answers.unavailable_latencies;
     eprintln!(
         "partition (serve, {}): {} requests at {}/s offered ({} 202, {} 503; {skipped} slots skipped while requests were out); \
-         link down {:.1} s; pre-cut {pre_rate:.0} 202/s; {during_cut_202} 202s sent and answered during the cut; \
+         cut {:.1} s; pre-cut {pre_rate:.0} 202/s; {during_cut_202} 202s sent and answered during the cut; \
          503 latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; first 202 {} after the heal, ≥ 90 % of the pre-cut rate {} after it; \
          {} runs, all completed, attempts 0, {reclaims} reclaims, {} rows committed without a 202; drained in {:.1} s; \
          leader again: {leader}; server log: {paths}",
