@@ -49,8 +49,14 @@ fn run(program: &str, args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// Whether process `pid` lives (a zombie, killed and not yet reaped, does not).
 fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
 }
 
 /// The pid in a name made here (`fronta-part-<pid>-<n>`).
@@ -84,11 +90,34 @@ fn sweep() {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
             if pid_of(&name).is_some_and(|pid| !pid_alive(pid)) {
+                if let Ok(port) = std::fs::read_to_string(entry.path().join("port")) {
+                    kill_clients(port.trim());
+                }
                 if let Ok(bin) = postgres_bin() {
                     stop_cluster(&bin, &entry.path());
                 }
                 let _ = std::fs::remove_dir_all(entry.path());
             }
+        }
+    }
+}
+
+/// Kill the processes left on the host whose command line names a database on `port`
+/// (a worker of a killed test run, retrying forever against its gone cluster).
+fn kill_clients(port: &str) {
+    let needle = format!(":{port}/postgres");
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.parse::<u32>().is_err() {
+            continue;
+        }
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(super::FRONTA) && cmdline.contains(&needle) {
+            let _ = run("kill", &["-KILL", &name]);
         }
     }
 }
@@ -288,6 +317,8 @@ impl Cluster {
             .map_err(|err| format!("a free port: {err}"))?
             .port();
         let cluster = Cluster { bin, dir, port };
+        std::fs::write(cluster.dir.join("port"), port.to_string())
+            .map_err(|err| format!("the port file: {err}"))?;
         let data = cluster.dir.join("data");
         let data = data.to_string_lossy();
         as_postgres(
