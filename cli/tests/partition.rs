@@ -297,7 +297,7 @@ fn worker_plan() -> WorkerPlan {
     } else {
         WorkerPlan {
             steps_runs: 4,
-            steps: 12,
+            steps: 16,
             step_ms: 250,
             probes: 4,
             probe_ms: 4000,
@@ -457,7 +457,7 @@ async fn a_worker_cut_off_past_its_lease_is_refused_every_write_after_the_partit
         "partition (worker, {}): A (pid {a_pid}) cut off with {} steps runs at checkpoints {:?} and {} probes running; \
          B (pid {b_pid}) took the first run over {takeover:.1} s after the cut and completed all {total} runs {:.1} s after it; \
          the partition lasted {:.1} s; after the heal A exited in {:.1} s with every write refused \
-         ({refused} checkpoints refused in the steps log, {} finishes and {} heartbeat leases refused in its log), \
+         ({refused} checkpoints refused in the steps log; in its log {} finishes refused, {} runs found lost by its heartbeat), \
          rows unchanged; one completion each, 0 lost, 1 reclaim and 0 attempts per run; \
          {overlapped} of {} probes were still running in A when B started them (A's handlers run on past a lease it cannot renew; longest overlap {longest_overlap:.1} s)",
         net.mode(),
