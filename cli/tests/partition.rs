@@ -23,7 +23,8 @@
 //!   database link is cut for a while and healed. Checked as in `outage.rs`
 //!   ([`support::webhooks`]): no 202 without its committed row, no run id twice, every
 //!   other answer a 503 with `Retry-After`, every run completed with no attempt spent,
-//!   the server leads again and stops cleanly. Reported: the 503s' latencies, the time
+//!   the server leads again and stops cleanly; and the cut took (503s were answered, and
+//!   no request sent during the cut got a 202 before the heal). Reported: the 503s' latencies, the time
 //!   from the heal to the first 202, and to the first second at ≥ 90 % of the pre-cut
 //!   rate.
 //!
@@ -558,6 +559,16 @@ async fn serve_cut_off_under_webhook_load_answers_503_with_retry_after_and_loses
             answer.status == 202 && answer.sent >= cut_real && answered(answer) < heal_real
         })
         .count();
+    // The cut took: nothing could commit while the link was down, and requests were
+    // turned away meanwhile (else this run proved nothing about a partition).
+    assert_eq!(
+        during_cut_202, 0,
+        "no 202 for a request sent and answered while the database link was down"
+    );
+    assert!(
+        answers.statuses.get(&503).copied().unwrap_or(0) > 0,
+        "the cut was felt: some requests were answered 503"
+    );
     let latencies = &answers.unavailable_latencies;
     eprintln!(
         "partition (serve, {}): {} requests at {}/s offered ({} 202, {} 503; {skipped} slots skipped while requests were out); \
