@@ -146,11 +146,13 @@ impl Namespace {
         sweep();
         let pid = std::process::id();
         let seq = SEQUENCE.fetch_add(1, Ordering::SeqCst);
+        let name = format!("{PREFIX}{pid}-{seq}");
+        run("ip", &["netns", "add", &name])?;
+        // From here on, dropping it deletes what was made.
         let mut namespace = Namespace {
-            name: format!("{PREFIX}{pid}-{seq}"),
+            name,
             links: Vec::new(),
         };
-        run("ip", &["netns", "add", &namespace.name])?;
         namespace.inside(&["ip", "link", "set", "lo", "up"])?;
         let used = run("ip", &["-o", "-4", "addr", "show"])?;
         let mut subnets = free_subnets(&used, pid);
