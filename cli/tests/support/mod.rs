@@ -1,13 +1,17 @@
 //! Helpers shared by the process-level harnesses (`crash.rs`, `chaos.rs`, `fencing.rs`,
-//! `poison.rs`, `postgres_bench.rs`, `serve.rs`, `outage.rs`, `browser.rs`): the real
-//! `fronta` binary with the test kinds registered, HTTP calls to it through reqwest,
-//! reading every run back through the store crates, and the checker of the `steps` kind's
-//! log.
+//! `poison.rs`, `postgres_bench.rs`, `serve.rs`, `outage.rs`, `partition.rs`,
+//! `browser.rs`): the real `fronta` binary with the test kinds registered, HTTP calls to
+//! it through reqwest, reading every run back through the store crates, and the checker
+//! of the `steps` kind's log. [`webhooks`] holds the webhook load and its checker;
+//! [`netns`] the network namespaces and the private Postgres cluster of `partition.rs`.
 
 #![allow(dead_code)] // each test binary uses a different part
 
 #[path = "../../../store-postgres/tests/support/mod.rs"]
 pub mod pg;
+
+pub mod netns;
+pub mod webhooks;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -168,6 +172,55 @@ pub fn fronta(db: impl AsRef<std::ffi::OsStr>) -> Command {
         .env("RUST_LOG", "warn")
         .env("FRONTA_TEST_KINDS", "1");
     command
+}
+
+/// [`fronta`] started through `wrapper` (e.g. `["ip", "netns", "exec", "ns1"]`; empty:
+/// the binary itself). `ip netns exec` replaces itself with the binary, so the child's
+/// pid is the `fronta` process's.
+pub fn fronta_in(wrapper: &[String], db: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut command = match wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(FRONTA);
+            command
+        }
+        None => Command::new(FRONTA),
+    };
+    command
+        .arg("--database")
+        .arg(db)
+        .env("RUST_LOG", "warn")
+        .env("FRONTA_TEST_KINDS", "1");
+    command
+}
+
+/// `url` with its host and port replaced by `address` (a URL through a proxy).
+pub fn url_through(url: &str, address: std::net::SocketAddr) -> String {
+    let scheme_end = url.find("://").map_or(0, |at| at + 3);
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let user = match rest[..authority_end].rfind('@') {
+        Some(at) => &rest[..=at],
+        None => "",
+    };
+    format!(
+        "{}{user}{address}{}",
+        &url[..scheme_end],
+        &rest[authority_end..]
+    )
+}
+
+/// The address of the Postgres server of the tests ([`pg::base_url`]).
+pub async fn pg_upstream() -> std::net::SocketAddr {
+    use std::str::FromStr;
+    let options = sqlx::postgres::PgConnectOptions::from_str(&pg::base_url()).expect("a URL");
+    let host = options.get_host().to_owned();
+    let port = options.get_port();
+    tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .expect("resolve the Postgres host")
+        .next()
+        .expect("an address of the Postgres host")
 }
 
 /// `fronta enqueue <args>` on `db`; panics with its stderr when it fails.
