@@ -17,6 +17,11 @@
 //! Left out: HTTP. The application's command handlers would be its own routes; the
 //! engine does not care where they come from.
 
+/// The README's library section, compiled as a doc-test.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeLibrarySection;
+
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

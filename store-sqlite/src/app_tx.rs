@@ -22,7 +22,7 @@ use crate::writer::WriterState;
 /// The application's transaction on the store's file, as a place to enqueue runs.
 ///
 /// ```no_run
-/// # async fn example(store: fronta_store_sqlite::SqliteStore, dispatcher: fronta_engine::Dispatcher) -> anyhow::Result<()> {
+/// # async fn example(store: fronta_store_sqlite::SqliteStore, dispatcher: fronta_engine::Dispatcher) -> Result<(), Box<dyn std::error::Error>> {
 /// use fronta_engine::EnqueueRequest;
 /// use fronta_store_sqlite::AppTx;
 ///
