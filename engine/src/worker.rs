@@ -961,7 +961,7 @@ impl Worker {
         let run_id = run.id;
         let kind = run.kind.clone();
         let abort = tasks.spawn(supervise(
-            async move { handler.handle(ctx).await },
+            crate::guard::in_handler(run_id, async move { handler.handle(ctx).await }),
             timeout,
             metrics,
             run_id,

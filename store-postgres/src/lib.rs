@@ -486,7 +486,13 @@ impl PgStore {
     /// [`PgTx::run_insert`]; they commit together or not at all. It holds a pooled
     /// connection (and, once it enqueued, a shared lock per tenant) until it ends: keep
     /// it short, never across slow work.
+    ///
+    /// Refused inside a run's handler ([`fronta_engine::guard`]): a handler gets no long
+    /// transaction on the store.
     pub async fn begin(&self) -> Result<PgTx, StoreError> {
+        if let Some(run) = fronta_engine::guard::current_run() {
+            return Err(fronta_engine::guard::refusal(run, "PgStore::begin"));
+        }
         Ok(PgTx {
             tx: self.begin_tx().await?,
             store: self.clone(),
