@@ -4,14 +4,27 @@
 use fronta_examples::{Database, run_app};
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> std::process::ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let database = match args.as_slice() {
         [store, path] if store == "sqlite" => Database::Sqlite(path.into()),
         [store, url] if store == "postgres" => Database::Postgres(url.clone()),
-        _ => anyhow::bail!("usage: fronta-examples sqlite PATH | postgres URL"),
+        _ => {
+            eprintln!("usage: fronta-examples sqlite PATH | postgres URL");
+            return std::process::ExitCode::from(2);
+        }
     };
-    let report = run_app(&database).await?;
+    match report(&database).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn report(database: &Database) -> anyhow::Result<()> {
+    let report = run_app(database).await?;
     println!("users: {}", report.users.join(", "));
     println!("welcome mails sent: {}", report.mails.join(", "));
     println!("import batches done: {:?}", report.batches);
