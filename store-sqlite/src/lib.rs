@@ -534,11 +534,14 @@ impl RunStore for SqliteStore {
         self.read(runs::busy).await
     }
 
-    /// An empty job through the writer (a `BEGIN IMMEDIATE` and a commit that writes no
-    /// row: it proves the thread is there and the write lock can be had), then a
-    /// primary-key read of a run that does not exist through the read pool.
+    /// A job through the writer ([`writer::probe`]: a `BEGIN IMMEDIATE` and a commit that
+    /// writes no row, proving the thread is there and the write lock can be had — or,
+    /// while the last group failed on a full disk or an I/O error, that failure unless a
+    /// one-page write commits again), then a primary-key read of a run that does not
+    /// exist through the read pool.
     async fn store_ready(&self) -> StoreResult<()> {
-        self.write(|_, _, _| Ok(())).await?;
+        self.write(|state, conn, _| writer::probe(state, conn))
+            .await?;
         self.read(|conn, now| runs::get(conn, RunId(uuid::Uuid::nil()), now).map(|_| ()))
             .await
     }

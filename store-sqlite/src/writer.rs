@@ -11,6 +11,13 @@
 //! goes on with the next job. Every caller is answered, never left waiting: a write sent
 //! to a thread that has ended answers `Unavailable`, and [`WriterHandle::is_running`]
 //! tells whether the thread is still there.
+//!
+//! A full disk or an I/O error: a group whose `BEGIN`, savepoint or `COMMIT` fails with
+//! one (or that SQLite rolled back by itself) leaves [`WriterState::storage_failure`] set,
+//! and every caller of that group hears `Unavailable`. An empty transaction needs no space,
+//! so readiness does not ask one: [`probe`] (what `store_ready` runs) answers the failure
+//! while it is set after rewriting one page, and the failure clears when a group that
+//! wrote something (a row, or that page) commits.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -30,6 +37,41 @@ pub struct WriterState {
     pub tenant_cursor: Option<String>,
     /// Set by a job that inserted runs: workers are woken after the commit.
     pub enqueued: bool,
+    /// The storage failure (a full disk, an I/O error) of the last group that could not
+    /// be written, until a group that wrote something commits.
+    pub storage_failure: Option<StoreError>,
+    /// Set by [`probe`] when it rewrote a page: its commit proves a write, as a row does.
+    probe_wrote: bool,
+}
+
+/// Whether a driver error says the storage itself failed (a full disk, an I/O error, the
+/// file cannot be opened), as opposed to a statement's own fault.
+fn storage_fault(err: &rusqlite::Error) -> bool {
+    use rusqlite::ErrorCode;
+    matches!(
+        err,
+        rusqlite::Error::SqliteFailure(failure, _) if matches!(
+            failure.code,
+            ErrorCode::DiskFull | ErrorCode::SystemIoFailure | ErrorCode::CannotOpen
+        )
+    )
+}
+
+/// The readiness probe's job. While a storage failure is set it rewrites one page (the
+/// header's `user_version`, to the value it has: nothing changes but the page is written
+/// at commit), so the group's commit proves that a write fits again; otherwise it writes
+/// nothing (the empty transaction proves the thread and the write lock).
+pub fn probe(state: &mut WriterState, conn: &Connection) -> Result<(), StoreError> {
+    if state.storage_failure.is_none() {
+        return Ok(());
+    }
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(map_err)?;
+    conn.execute_batch(&format!("PRAGMA user_version = {version}"))
+        .map_err(map_err)?;
+    state.probe_wrote = true;
+    Ok(())
 }
 
 /// One caller's write on the writer thread: the work and the way back to its caller.
@@ -305,8 +347,13 @@ fn write_group(
     counters: &WriterCounters,
 ) {
     state.enqueued = false;
+    state.probe_wrote = false;
     if let Err(err) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let fault = storage_fault(&err);
         let err = map_err(err);
+        if fault {
+            state.storage_failure = Some(err.clone());
+        }
         tracing::warn!(error = %err, jobs = group.len(), "sqlite writer: cannot begin");
         // Never run a job outside a transaction: answer with the error.
         for job in group.drain(..) {
@@ -314,11 +361,17 @@ fn write_group(
         }
         return;
     }
+    let changes_before = conn.total_changes();
     let mut ran: Vec<(Box<dyn Job>, Option<StoreError>)> = Vec::with_capacity(group.len());
     // Set when a savepoint could not be closed: what the transaction holds is unknown,
     // so none of it is committed.
     let mut broken: Option<StoreError> = None;
     for mut job in group.drain(..) {
+        if broken.is_some() {
+            // The transaction is gone: nothing more runs in it.
+            ran.push((job, None));
+            continue;
+        }
         if let Err(err) = conn
             .prepare_cached("SAVEPOINT job")
             .and_then(|mut stmt| stmt.execute([]))
@@ -344,6 +397,18 @@ fn write_group(
                 )
             }
         };
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back by itself (it does so on some full
+            // disk and I/O errors inside a statement): every job of the group is undone.
+            let err = StoreError::Unavailable(
+                "SQLite rolled the write transaction back (a full disk or an I/O error)".into(),
+            );
+            tracing::error!(error = %err, "sqlite writer: the group is lost");
+            state.storage_failure = Some(err.clone());
+            broken.get_or_insert(err);
+            ran.push((job, failure));
+            continue;
+        }
         let end = if keep {
             conn.prepare_cached("RELEASE job")
                 .and_then(|mut stmt| stmt.execute([]))
@@ -352,7 +417,11 @@ fn write_group(
             conn.execute_batch("ROLLBACK TO job; RELEASE job")
         };
         if let Err(err) = end {
+            let fault = storage_fault(&err);
             let err = map_err(err);
+            if fault {
+                state.storage_failure = Some(err.clone());
+            }
             tracing::error!(error = %err, "sqlite writer: savepoint end failed, rolling back the group");
             broken.get_or_insert(err);
         }
@@ -360,16 +429,31 @@ fn write_group(
     }
     let commit_error = match broken {
         Some(err) => Some(err),
-        None => conn.execute_batch("COMMIT").err().map(map_err),
+        None => conn.execute_batch("COMMIT").err().map(|err| {
+            let fault = storage_fault(&err);
+            let err = map_err(err);
+            if fault {
+                state.storage_failure = Some(err.clone());
+            }
+            err
+        }),
     };
     if let Some(err) = &commit_error {
         tracing::warn!(error = %err, jobs = ran.len(), "sqlite writer: commit failed, rolling back the group");
-        let _ = conn.execute_batch("ROLLBACK");
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
         state.enqueued = false;
+        state.probe_wrote = false;
         for (job, _) in ran {
             job.answer(Some(err.clone()));
         }
         return;
+    }
+    if state.probe_wrote || conn.total_changes() > changes_before {
+        if let Some(cleared) = state.storage_failure.take() {
+            tracing::info!(was = %cleared, "sqlite writer: writes commit again");
+        }
     }
     counters.commits.fetch_add(1, Ordering::SeqCst);
     counters
