@@ -452,7 +452,7 @@ fn write_group(
     }
     if state.probe_wrote || conn.total_changes() > changes_before {
         if let Some(cleared) = state.storage_failure.take() {
-            tracing::info!(was = %cleared, "sqlite writer: writes commit again");
+            tracing::warn!(was = %cleared, "sqlite writer: writes commit again");
         }
     }
     counters.commits.fetch_add(1, Ordering::SeqCst);

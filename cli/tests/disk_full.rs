@@ -1,0 +1,646 @@
+//! A full disk under webhook load on SQLite (issue 24 item 2; `RELIABILITY.md` §11).
+//!
+//! The test mounts a small tmpfs of its own (needs root; unmounted on drop) and runs the
+//! real `fronta serve` (HTTP and its worker, one process) on a database inside it.
+//! Kept-alive connections post webhooks at a steady rate and record every answer. After a
+//! warm spell the test fills the filesystem with a filler file until `ENOSPC`; the load
+//! goes on while the disk stays full, then the test deletes the filler and the load goes
+//! on again; meanwhile a poller asks `GET /readyz` every 100 ms.
+//!
+//! Pinned down:
+//!
+//! - every answer is a 202 or a 503 with `Retry-After` (whole seconds, ≥ 1) and the body
+//!   `{"error": {"code": "unavailable", "retryAfter": n}}`; the disk did fill (some 503s);
+//! - every 202's run id is a row of the database afterwards (no 202 without its row), and
+//!   no run id was answered twice;
+//! - the server recovers by itself: 202s come back after the filler is deleted;
+//! - `/readyz` tells the truth: it answers 503 at least once while the disk is full (a
+//!   write failed for want of space) and 200 again after the space is back;
+//! - every run completes; the process is alive, stops cleanly on SIGTERM, and its log has
+//!   no panic; `PRAGMA integrity_check` answers `ok`.
+//!
+//! Reported, not asserted (the machine is shared): the answers' counts, the 503 latency,
+//! the time from the delete to the first 202 and to the first ready probe, how many runs'
+//! attempts the full disk spent.
+//!
+//! Quick tier by default (a 24 MiB tmpfs, 100 webhooks/s, full for 5 s);
+//! `FRONTA_CHAOS_FULL=1` runs 200 webhooks/s, full for 30 s.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fronta_engine::RunStatus;
+use fronta_store_sqlite::{SqliteConfig, SqliteStore};
+use serde_json::json;
+use support::all_runs;
+
+/// `FRONTA_CHAOS_FULL=1` selects the full tier (as for the other process harnesses).
+const FULL_ENV: &str = "FRONTA_CHAOS_FULL";
+const ADMIN_TOKEN: &str = "fa_disk_full_admin_token";
+/// The size of the test's own filesystem.
+const TMPFS_SIZE: &str = "24m";
+
+struct Plan {
+    /// Webhooks per second offered, all connections together.
+    rate: u64,
+    connections: u64,
+    warm: Duration,
+    full: Duration,
+    after: Duration,
+    drain_timeout: Duration,
+}
+
+fn plan() -> Plan {
+    if std::env::var(FULL_ENV).is_ok_and(|value| value == "1") {
+        Plan {
+            rate: 200,
+            connections: 64,
+            warm: Duration::from_secs(5),
+            full: Duration::from_secs(30),
+            after: Duration::from_secs(15),
+            drain_timeout: Duration::from_secs(300),
+        }
+    } else {
+        Plan {
+            rate: 100,
+            connections: 32,
+            warm: Duration::from_secs(3),
+            full: Duration::from_secs(5),
+            after: Duration::from_secs(6),
+            drain_timeout: Duration::from_secs(120),
+        }
+    }
+}
+
+/// Whether this process runs as root (mounting a tmpfs needs it).
+fn root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find(|line| line.starts_with("Uid:"))
+                .and_then(|line| line.split_whitespace().nth(2).map(|uid| uid == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A tmpfs mounted on a temporary folder; unmounted (lazily) on drop.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = tempfile::tempdir().expect("a mount point");
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("run mount");
+        assert!(status.success(), "mount a {size} tmpfs on {:?}", dir.path());
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+    }
+}
+
+/// Write zeros to `path` until the filesystem refuses (`ENOSPC`): the bytes written.
+fn fill(path: &Path) -> u64 {
+    let mut file = std::fs::File::create(path).expect("create the filler");
+    let chunk = vec![0u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(err) if err.raw_os_error() == Some(28) => break,
+            Err(err) => panic!("fill the filesystem: {err}"),
+        }
+    }
+    // Smaller pieces fill the last partial chunk.
+    let byte = [0u8; 512];
+    while let Ok(n) = file.write(&byte) {
+        if n == 0 {
+            break;
+        }
+        written += n as u64;
+    }
+    written
+}
+
+struct Server {
+    child: Child,
+    address: SocketAddr,
+    stderr: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `fronta serve` on `database` with its worker; stderr is copied to a file in `dir`.
+fn serve(database: &Path, dir: &Path) -> Server {
+    let stderr_path = dir.join("serve.stderr");
+    let mut child = support::fronta(database)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--concurrency",
+            "16",
+            "--poll",
+            "200ms",
+            "--webhook-rate",
+            "off",
+            "--tenant-webhook-rate",
+            "off",
+            "--api-rate",
+            "off",
+        ])
+        .env("FRONTA_ADMIN_TOKEN", ADMIN_TOKEN)
+        .env("FRONTA_WEBHOOK_STORE_DEADLINE", "3s")
+        .env("FRONTA_UNAVAILABLE_RETRY_AFTER", "2s")
+        .env("FRONTA_STORAGE_WAIT", "1s")
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start fronta serve");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let mut file = std::fs::File::create(&stderr_path).expect("the stderr file");
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("fronta serve printed its address before it ended")
+            .expect("a line");
+        let _ = writeln!(file, "{line}");
+        if let Some(rest) = line.split("listening on http://").nth(1) {
+            break rest
+                .split_whitespace()
+                .next()
+                .unwrap_or_default()
+                .parse::<SocketAddr>()
+                .expect("an address");
+        }
+    };
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            let _ = writeln!(file, "{line}");
+        }
+    });
+    Server {
+        child,
+        address,
+        stderr: stderr_path,
+    }
+}
+
+/// A tenant and an automation that only logs; the webhook's path.
+fn setup(address: SocketAddr) -> String {
+    let address = address.to_string();
+    let (status, tenant) = support::call(
+        &address,
+        "POST",
+        "/api/admin/tenants",
+        Some(ADMIN_TOKEN),
+        Some(&json!({"name": "Full Disk Ltd"})),
+    );
+    assert_eq!(status, 201, "tenant: {tenant}");
+    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
+    let (status, automation) = support::call(
+        &address,
+        "POST",
+        "/api/automations",
+        Some(&token),
+        Some(&json!({
+            "name": "Orders",
+            "trigger": {"type": "webhook", "params": [
+                {"name": "orderId", "path": "order.id", "type": "string", "required": true}]},
+            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "order {{orderId}}"}}]
+        })),
+    );
+    assert_eq!(status, 201, "automation: {automation}");
+    let url = automation["webhookUrl"]
+        .as_str()
+        .expect("a webhook URL")
+        .to_owned();
+    url[url.find("/webhook/").expect("a webhook path")..].to_owned()
+}
+
+/// One answer (or failure) seen by the load.
+#[derive(Debug, Clone)]
+struct Seen {
+    /// When the request was sent, from the start of the load.
+    sent: Duration,
+    elapsed: Duration,
+    /// 0 when the request got no answer (connection error).
+    status: u16,
+    run_id: Option<String>,
+    retry_after: Option<String>,
+    code: Option<String>,
+    body_retry_after: Option<u64>,
+    error: Option<String>,
+}
+
+/// One connection's share of the load until `stop`: open-loop slots at `per_second`; a
+/// slot missed while a request was out is skipped.
+async fn load(
+    address: SocketAddr,
+    path: Arc<String>,
+    per_second: f64,
+    offset: Duration,
+    started: Instant,
+    stop: Duration,
+) -> Vec<Seen> {
+    let period = Duration::from_secs_f64(1.0 / per_second);
+    let mut seen = Vec::new();
+    let client = support::http_client(1, Duration::from_secs(60));
+    let url = format!("http://{address}{path}");
+    let mut slot = offset;
+    let mut number = 0u64;
+    while slot < stop {
+        let now = started.elapsed();
+        if slot > now {
+            tokio::time::sleep(slot - now).await;
+        } else if now - slot > period {
+            let missed = ((now - slot).as_secs_f64() / period.as_secs_f64()) as u32;
+            slot += period * missed;
+            continue;
+        }
+        slot += period;
+        number += 1;
+        let sent = started.elapsed();
+        let body = json!({"order": {"id": format!("{offset:?}-{number}")}}).to_string();
+        let answer = client
+            .post(&url)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await;
+        let failure = |error: String| Seen {
+            sent,
+            elapsed: Duration::ZERO,
+            status: 0,
+            run_id: None,
+            retry_after: None,
+            code: None,
+            body_retry_after: None,
+            error: Some(error),
+        };
+        let response = match answer {
+            Ok(response) => response,
+            Err(err) => {
+                seen.push(failure(format!("{err:?}")));
+                continue;
+            }
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        match response.bytes().await {
+            Ok(bytes) => {
+                let json: serde_json::Value =
+                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                seen.push(Seen {
+                    sent,
+                    elapsed: started.elapsed() - sent,
+                    status,
+                    run_id: json["runId"].as_str().map(str::to_owned),
+                    retry_after,
+                    code: json["error"]["code"].as_str().map(str::to_owned),
+                    body_retry_after: json["error"]["retryAfter"].as_u64(),
+                    error: None,
+                });
+            }
+            Err(err) => seen.push(failure(format!("the body: {err:?}"))),
+        }
+    }
+    seen
+}
+
+/// `GET /readyz` every 100 ms until `stop`: (when sent, status; 0 = no answer).
+async fn readiness(address: SocketAddr, started: Instant, stop: Duration) -> Vec<(Duration, u16)> {
+    let client = support::http_client(1, Duration::from_secs(30));
+    let url = format!("http://{address}/readyz");
+    let mut probes = Vec::new();
+    while started.elapsed() < stop {
+        let sent = started.elapsed();
+        let status = match client.get(&url).send().await {
+            Ok(response) => response.status().as_u16(),
+            Err(_) => 0,
+        };
+        probes.push((sent, status));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    probes
+}
+
+fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_nothing() {
+    if !root() {
+        eprintln!(
+            "\n!!! disk_full: SKIPPED — mounting the test's own tmpfs needs root; this test \
+             proved nothing here !!!\n"
+        );
+        return;
+    }
+    let plan = plan();
+    let logs = tempfile::tempdir().expect("a folder for the server's log");
+    let disk = Tmpfs::mount(TMPFS_SIZE);
+    let database = disk.path().join("fronta.db");
+    let filler = disk.path().join("filler");
+    let mut server = serve(&database, logs.path());
+    let path = Arc::new(setup(server.address));
+
+    let started = Instant::now();
+    let stop = plan.warm + plan.full + plan.after;
+    let per_connection = plan.rate as f64 / plan.connections as f64;
+    let mut loads = tokio::task::JoinSet::new();
+    for index in 0..plan.connections {
+        let offset = Duration::from_secs_f64(index as f64 / plan.rate as f64);
+        loads.spawn(load(
+            server.address,
+            path.clone(),
+            per_connection,
+            offset,
+            started,
+            stop,
+        ));
+    }
+    let probes = tokio::spawn(readiness(server.address, started, stop));
+
+    tokio::time::sleep(plan.warm.saturating_sub(started.elapsed())).await;
+    let fill_started = started.elapsed();
+    let filled = tokio::task::spawn_blocking({
+        let filler = filler.clone();
+        move || fill(&filler)
+    })
+    .await
+    .expect("the filler task");
+    let full_at = started.elapsed();
+    eprintln!(
+        "disk_full: {filled} filler bytes written from {:.1} s to {:.1} s: the disk is full",
+        fill_started.as_secs_f64(),
+        full_at.as_secs_f64()
+    );
+    tokio::time::sleep((plan.warm + plan.full).saturating_sub(started.elapsed())).await;
+    std::fs::remove_file(&filler).expect("delete the filler");
+    let freed_at = started.elapsed();
+    eprintln!("disk_full: filler deleted at {:.1} s", freed_at.as_secs_f64());
+
+    let mut seen: Vec<Seen> = Vec::new();
+    while let Some(done) = loads.join_next().await {
+        seen.extend(done.expect("a load task"));
+    }
+    let probes = probes.await.expect("the readiness task");
+
+    // The answers.
+    let mut statuses: HashMap<u16, u64> = HashMap::new();
+    for answer in &seen {
+        *statuses.entry(answer.status).or_default() += 1;
+    }
+    let others: Vec<&Seen> = seen
+        .iter()
+        .filter(|answer| answer.status != 202 && answer.status != 503)
+        .collect();
+    assert!(
+        others.is_empty(),
+        "only 202 and 503 are expected; {} others, e.g. {:?} (errors {:?}; server log: {})",
+        others.len(),
+        others.iter().take(5).collect::<Vec<_>>(),
+        others
+            .iter()
+            .filter_map(|answer| answer.error.as_deref())
+            .take(5)
+            .collect::<Vec<_>>(),
+        server.stderr.display()
+    );
+    let unavailable: Vec<&Seen> = seen.iter().filter(|answer| answer.status == 503).collect();
+    assert!(
+        !unavailable.is_empty(),
+        "the full disk made some webhook answer 503 (else this test proved nothing); answers: {statuses:?}"
+    );
+    for answer in &unavailable {
+        let header = answer
+            .retry_after
+            .as_deref()
+            .unwrap_or_else(|| panic!("a 503 without Retry-After: {answer:?}"));
+        let seconds: u64 = header
+            .parse()
+            .unwrap_or_else(|_| panic!("Retry-After is not whole seconds: {answer:?}"));
+        assert!(seconds >= 1, "Retry-After ≥ 1 s: {answer:?}");
+        assert_eq!(
+            answer.code.as_deref(),
+            Some("unavailable"),
+            "the 503's body: {answer:?}"
+        );
+        assert_eq!(
+            answer.body_retry_after,
+            Some(seconds),
+            "retryAfter in the body matches the header: {answer:?}"
+        );
+    }
+    let first_503 = unavailable
+        .iter()
+        .map(|answer| answer.sent)
+        .min()
+        .expect("a 503");
+    let recovered = seen
+        .iter()
+        .filter(|answer| answer.status == 202 && answer.sent >= freed_at)
+        .map(|answer| answer.sent)
+        .min();
+    assert!(
+        recovered.is_some(),
+        "202s come back after the filler is deleted (server log: {})",
+        server.stderr.display()
+    );
+
+    // Readiness: not ready at least once while full, ready again after.
+    let not_ready_while_full = probes
+        .iter()
+        .filter(|(sent, status)| *sent >= full_at && *sent < freed_at && *status == 503)
+        .count();
+    let ready_while_full = probes
+        .iter()
+        .filter(|(sent, status)| *sent >= first_503 && *sent < freed_at && *status == 200)
+        .count();
+    let other_probes: Vec<_> = probes
+        .iter()
+        .filter(|(_, status)| *status != 200 && *status != 503)
+        .collect();
+    assert!(
+        other_probes.is_empty(),
+        "/readyz answers 200 or 503: {other_probes:?}"
+    );
+    assert!(
+        not_ready_while_full > 0,
+        "/readyz answered 503 at least once while the disk was full (probes: {probes:?})"
+    );
+    let address = server.address.to_string();
+    let ready_deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = support::call_text(&address, "GET", "/readyz", None, None);
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < ready_deadline,
+            "/readyz answers 200 within 30 s of the space coming back: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ready_again = probes
+        .iter()
+        .find(|(sent, status)| *sent >= freed_at && *status == 200)
+        .map(|(sent, _)| *sent);
+
+    // Every run completes; every 202 has its row.
+    let store = SqliteStore::open(SqliteConfig::new(&database)).expect("open the database");
+    let drain_started = Instant::now();
+    let runs = loop {
+        let runs = all_runs(&store).await;
+        let open = runs.iter().filter(|run| !run.status.is_terminal()).count();
+        if open == 0 {
+            break runs;
+        }
+        assert!(
+            drain_started.elapsed() < plan.drain_timeout,
+            "{open} runs still open {:?} after the load; server log: {}",
+            plan.drain_timeout,
+            server.stderr.display()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let by_id: HashMap<String, &fronta_engine::Run> =
+        runs.iter().map(|run| (run.id.to_string(), run)).collect();
+    let mut accepted = HashSet::new();
+    for answer in seen.iter().filter(|answer| answer.status == 202) {
+        let id = answer.run_id.clone().expect("a 202 carries a runId");
+        assert!(
+            by_id.contains_key(&id),
+            "a 202 answered run {id} (sent at {:?}) that has no row",
+            answer.sent
+        );
+        assert!(accepted.insert(id.clone()), "run {id} answered twice");
+    }
+    let not_completed: Vec<_> = runs
+        .iter()
+        .filter(|run| run.status != RunStatus::Completed)
+        .map(|run| (run.id, run.status, run.last_error.clone()))
+        .collect();
+    assert!(
+        not_completed.is_empty(),
+        "every run completes: {} did not, e.g. {:?}",
+        not_completed.len(),
+        not_completed.iter().take(5).collect::<Vec<_>>()
+    );
+    let spent = runs.iter().filter(|run| run.attempts != 0).count();
+    drop(store);
+
+    // The process survived and stops cleanly; the file is whole.
+    assert!(
+        server.child.try_wait().expect("wait").is_none(),
+        "fronta serve is still running after the full disk (log: {})",
+        server.stderr.display()
+    );
+    support::signal(server.child.id(), "TERM");
+    let exit_deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().expect("wait") {
+            break status;
+        }
+        assert!(
+            Instant::now() < exit_deadline,
+            "fronta serve stops within 30 s of SIGTERM (log: {})",
+            server.stderr.display()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let log = std::fs::read_to_string(&server.stderr).unwrap_or_default();
+    assert!(
+        status.success(),
+        "fronta serve exits 0 on SIGTERM: {status:?}\n{log}"
+    );
+    assert!(!log.contains("panicked"), "no panic in the server:\n{log}");
+    let conn = rusqlite::Connection::open(&database).expect("open the file");
+    let integrity: String = conn
+        .query_row("PRAGMA integrity_check", [], |row| row.get(0))
+        .expect("integrity_check");
+    assert_eq!(integrity, "ok", "PRAGMA integrity_check after the full disk");
+
+    let mut latencies: Vec<Duration> = unavailable.iter().map(|answer| answer.elapsed).collect();
+    latencies.sort();
+    let paths: Vec<String> = [
+        ("commit failed", "group commits failed"),
+        ("cannot begin", "begins failed"),
+        ("rolled the write transaction back", "groups rolled back by SQLite"),
+        ("writes commit again", "recoveries"),
+        ("claim failed", "claims failed"),
+        ("heartbeat failed", "heartbeat rounds failed"),
+        ("storage unavailable", "finish batches retried"),
+        ("did not answer in time", "webhook deadlines"),
+    ]
+    .iter()
+    .map(|(needle, what)| format!("{} {what}", log.matches(needle).count()))
+    .collect();
+    eprintln!(
+        "disk_full: {} requests ({} 202, {} 503); first 503 at {:.1} s (full at {:.1} s); \
+         503 latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; first 202 {} after the delete; \
+         /readyz: {} probes, {} answered 503 while full, {} answered 200 after the first 503 \
+         and before the delete, ready {} after the delete; {} runs, all completed, {} rows \
+         without a 202, {} runs spent an attempt; integrity_check ok; log: {}",
+        seen.len(),
+        statuses.get(&202).copied().unwrap_or(0),
+        statuses.get(&503).copied().unwrap_or(0),
+        first_503.as_secs_f64(),
+        full_at.as_secs_f64(),
+        quantile_ms(&latencies, 0.5),
+        quantile_ms(&latencies, 0.99),
+        quantile_ms(&latencies, 1.0),
+        recovered.map_or("never".into(), |at| format!(
+            "{:.2} s",
+            (at - freed_at).as_secs_f64()
+        )),
+        probes.len(),
+        not_ready_while_full,
+        ready_while_full,
+        ready_again.map_or("not within the load".into(), |at| format!(
+            "{:.2} s",
+            (at - freed_at).as_secs_f64()
+        )),
+        runs.len(),
+        runs.len() - accepted.len(),
+        spent,
+        paths.join(", "),
+    );
+}
