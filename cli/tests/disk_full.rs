@@ -101,7 +101,13 @@ impl Tmpfs {
     fn mount(size: &str) -> Tmpfs {
         let dir = tempfile::tempdir().expect("a mount point");
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .status()
             .expect("run mount");
@@ -116,7 +122,10 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.dir.path()).status();
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -415,7 +424,10 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     tokio::time::sleep((plan.warm + plan.full).saturating_sub(started.elapsed())).await;
     std::fs::remove_file(&filler).expect("delete the filler");
     let freed_at = started.elapsed();
-    eprintln!("disk_full: filler deleted at {:.1} s", freed_at.as_secs_f64());
+    eprintln!(
+        "disk_full: filler deleted at {:.1} s",
+        freed_at.as_secs_f64()
+    );
 
     let mut seen: Vec<Seen> = Vec::new();
     while let Some(done) = loads.join_next().await {
@@ -596,14 +608,20 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     let integrity: String = conn
         .query_row("PRAGMA integrity_check", [], |row| row.get(0))
         .expect("integrity_check");
-    assert_eq!(integrity, "ok", "PRAGMA integrity_check after the full disk");
+    assert_eq!(
+        integrity, "ok",
+        "PRAGMA integrity_check after the full disk"
+    );
 
     let mut latencies: Vec<Duration> = unavailable.iter().map(|answer| answer.elapsed).collect();
     latencies.sort();
     let paths: Vec<String> = [
         ("commit failed", "group commits failed"),
         ("cannot begin", "begins failed"),
-        ("rolled the write transaction back", "groups rolled back by SQLite"),
+        (
+            "rolled the write transaction back",
+            "groups rolled back by SQLite",
+        ),
         ("writes commit again", "recoveries"),
         ("claim failed", "claims failed"),
         ("heartbeat failed", "heartbeat rounds failed"),
