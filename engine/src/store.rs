@@ -610,7 +610,9 @@ pub trait RunStore: Send + Sync + 'static {
     /// SQLite writer thread takes a job and commits, writing no row) and that reads are
     /// answered; otherwise the error a write would get now — `Unavailable` when the
     /// database, or the store's writer, is gone (a writer that ended never comes back, so
-    /// readiness fails until the process restarts).
+    /// readiness fails until the process restarts), or when the last write failed on a
+    /// full disk or an I/O error and a write still does not commit (SQLite: the probe then
+    /// rewrites one page, as no-row transactions need no space).
     async fn store_ready(&self) -> StoreResult<()>;
 
     /// Notified after runs were enqueued (in this process; stores that can hear other
