@@ -450,10 +450,10 @@ fn write_group(
         }
         return;
     }
-    if state.probe_wrote || conn.total_changes() > changes_before {
-        if let Some(cleared) = state.storage_failure.take() {
-            tracing::warn!(was = %cleared, "sqlite writer: writes commit again");
-        }
+    if (state.probe_wrote || conn.total_changes() > changes_before)
+        && let Some(cleared) = state.storage_failure.take()
+    {
+        tracing::warn!(was = %cleared, "sqlite writer: writes commit again");
     }
     counters.commits.fetch_add(1, Ordering::SeqCst);
     counters
