@@ -63,7 +63,8 @@ struct DbArgs {
         help_heading = "Database"
     )]
     database: Option<String>,
-    /// SQLite durability: full (every commit on disk before it is acknowledged) or normal.
+    /// SQLite durability: full (every commit on disk before it is acknowledged) or normal
+    /// (faster; a power loss loses the commits since the last WAL checkpoint).
     #[arg(long, global = true, default_value = "full", value_parser = parse_sync, help_heading = "Database")]
     synchronous: Synchronous,
     /// Postgres: how long a call waits for a pooled connection (connecting included)

@@ -61,7 +61,10 @@ pub use rusqlite;
 pub enum Synchronous {
     /// Every commit is on disk before it is acknowledged (the default).
     Full,
-    /// WAL + NORMAL: a power loss may lose the last commits; a process crash loses nothing.
+    /// WAL + NORMAL: a commit is acknowledged before it is durable (the WAL is synced only
+    /// at checkpoints, every ~1,000 pages), so a power loss loses every commit since the
+    /// last checkpoint — measured by `tests/power_loss.rs` (`RELIABILITY.md` §11); a
+    /// process crash loses nothing.
     Normal,
 }
 
