@@ -14,8 +14,8 @@
 //! - every 202's run id is a row of the database afterwards (no 202 without its row), and
 //!   no run id was answered twice;
 //! - the server recovers by itself: 202s come back after the filler is deleted;
-//! - `/readyz` tells the truth: it answers 503 at least once while the disk is full (a
-//!   write failed for want of space) and 200 again after the space is back;
+//! - `/readyz` tells the truth: while the disk is full (from the first 503 to the delete)
+//!   most of its probes answer 503, and it answers 200 again after the space is back;
 //! - every run completes; the process is alive, stops cleanly on SIGTERM, and its log has
 //!   no panic; `PRAGMA integrity_check` answers `ok`.
 //!
@@ -500,7 +500,7 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     // Readiness: not ready at least once while full, ready again after.
     let not_ready_while_full = probes
         .iter()
-        .filter(|(sent, status)| *sent >= full_at && *sent < freed_at && *status == 503)
+        .filter(|(sent, status)| *sent >= first_503 && *sent < freed_at && *status == 503)
         .count();
     let ready_while_full = probes
         .iter()
@@ -514,9 +514,13 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
         other_probes.is_empty(),
         "/readyz answers 200 or 503: {other_probes:?}"
     );
+    // A probe may share a group with webhooks whose commit fails (a 503 even before the
+    // fix) or fit one page where a group's pages do not (a 200 after it): the many must
+    // answer 503. Before readiness knew of storage failures, 1 of 41 did.
     assert!(
-        not_ready_while_full > 0,
-        "/readyz answered 503 at least once while the disk was full (probes: {probes:?})"
+        not_ready_while_full > ready_while_full,
+        "/readyz answers 503 while the disk is full: {not_ready_while_full} probes did, \
+         {ready_while_full} answered 200 (probes: {probes:?})"
     );
     let address = server.address.to_string();
     let ready_deadline = Instant::now() + Duration::from_secs(30);
@@ -634,8 +638,8 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     eprintln!(
         "disk_full: {} requests ({} 202, {} 503); first 503 at {:.1} s (full at {:.1} s); \
          503 latency p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; first 202 {} after the delete; \
-         /readyz: {} probes, {} answered 503 while full, {} answered 200 after the first 503 \
-         and before the delete, ready {} after the delete; {} runs, all completed, {} rows \
+         /readyz: {} probes, {} answered 503 and {} answered 200 from the first 503 to the \
+         delete, ready {} after the delete; {} runs, all completed, {} rows \
          without a 202, {} runs spent an attempt; integrity_check ok; log: {}",
         seen.len(),
         statuses.get(&202).copied().unwrap_or(0),
