@@ -18,6 +18,9 @@
 //! syncs at checkpoints only, so a commit may be acknowledged before it is durable; the
 //! test asserts the file stays whole and reports how many acknowledged runs were lost.
 //!
+//! And a full disk without root (the shim's `set_full`): readiness answers the failure of
+//! the last write until a write fits again, and clears by itself once space is back.
+//!
 //! Quick tier: 200 crash points for FULL, 100 for NORMAL. `FRONTA_POWERCUT_POINTS=n` sets
 //! the number for FULL (`.ci/full` runs 5000); the seed base is `FRONTA_POWERCUT_SEED`
 //! (else `FRONTA_SIM_SEED_BASE`, else 1), printed with every failure. The crash point
@@ -358,4 +361,63 @@ async fn power_cuts_with_synchronous_normal_leave_a_whole_file_and_are_measured(
     let count = points(200) / 2;
     let (outcomes, length) = campaign(Synchronous::Normal, count.max(1), "NORMAL").await;
     report("NORMAL", &outcomes, length, started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_makes_the_store_not_ready_until_a_write_fits_again() {
+    fronta_powercut::install();
+    let dir = tempfile::tempdir().expect("a folder");
+    let template = template(dir.path());
+    let live = tempfile::tempdir().expect("a folder");
+    std::fs::write(live.path().join(DB), &template).expect("copy the template");
+    let session = Session::start(live.path(), None).expect("a session");
+    let store = SqliteStore::open(config(&live.path().join(DB), Synchronous::Full))
+        .expect("open the store");
+    let before = RunId::new_v7();
+    store
+        .run_enqueue_many(vec![new_run(before)])
+        .await
+        .expect("an enqueue while there is space");
+    store
+        .store_ready()
+        .await
+        .expect("ready while there is space");
+
+    session.set_full(true);
+    let refused = RunId::new_v7();
+    let answer = store.run_enqueue_many(vec![new_run(refused)]).await;
+    assert!(
+        matches!(answer, Err(fronta_engine::StoreError::Unavailable(_))),
+        "an enqueue on a full disk is Unavailable (a 503), got {answer:?}"
+    );
+    for probe in 0..3 {
+        let ready = store.store_ready().await;
+        assert!(
+            matches!(ready, Err(fronta_engine::StoreError::Unavailable(_))),
+            "probe {probe}: not ready while the disk stays full, got {ready:?}"
+        );
+    }
+
+    session.set_full(false);
+    store
+        .store_ready()
+        .await
+        .expect("ready again once a write fits, with no other write first");
+    store
+        .store_ready()
+        .await
+        .expect("and it stays ready (the failure cleared)");
+    let after = RunId::new_v7();
+    store
+        .run_enqueue_many(vec![new_run(after)])
+        .await
+        .expect("an enqueue after the space is back");
+    for (id, present) in [(before, true), (refused, false), (after, true)] {
+        assert_eq!(
+            store.run_get(id).await.expect("read a run").is_some(),
+            present,
+            "run {id}: present = {present}"
+        );
+    }
+    drop(store);
 }

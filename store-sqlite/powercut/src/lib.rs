@@ -18,6 +18,10 @@
 //! prefix of its bytes, cut at a 512-byte sector). Files deleted before the cut are gone;
 //! a file created and never synced survives empty.
 //!
+//! [`Session::set_full`] fills the disk instead: writes and truncates answer `SQLITE_FULL`
+//! and change nothing until it is freed (a full disk without root or a filesystem of
+//! one's own).
+//!
 //! Left out: the `-shm` file (SQLite rebuilds the WAL index from the WAL after a crash);
 //! a directory's own durability (a delete is durable at once, a created file always
 //! exists); writes torn within a sector, or spilling outside their range (SQLite's unix
@@ -113,6 +117,9 @@ struct SessionState {
     ops: u64,
     cut_at: Option<u64>,
     cut: bool,
+    /// While set, writes and truncates answer `SQLITE_FULL` (a full disk) and change
+    /// nothing; syncs go on.
+    full: bool,
 }
 
 #[derive(Debug, Default)]
@@ -165,6 +172,7 @@ impl Session {
                 ops: 0,
                 cut_at,
                 cut: false,
+                full: false,
             },
         );
         Ok(Session { id })
@@ -192,6 +200,12 @@ impl Session {
     /// Cut the power now.
     pub fn cut_now(&self) {
         self.with(|state| state.cut = true);
+    }
+
+    /// Fill the disk (`true`: every later write and truncate of the session's files
+    /// answers `SQLITE_FULL` and changes nothing, as `ENOSPC` does) or free it again.
+    pub fn set_full(&self, full: bool) {
+        self.with(|state| state.full = full);
     }
 
     /// What the disk holds after the cut, file name (relative to the folder) → bytes, with
@@ -293,15 +307,21 @@ enum Gate {
     Go,
     /// The power is off: fail.
     Off,
+    /// The disk is full: a write fails with `SQLITE_FULL`.
+    Full,
 }
 
 /// Count an operation of `path` in session `id`; the chosen one cuts the power.
-fn gate(id: u64, registry: &mut Registry) -> Gate {
+/// `grows`: the operation needs space (a write or a truncate).
+fn gate(id: u64, registry: &mut Registry, grows: bool) -> Gate {
     let Some(state) = registry.sessions.get_mut(&id) else {
         return Gate::Off;
     };
     if state.cut {
         return Gate::Off;
+    }
+    if grows && state.full {
+        return Gate::Full;
     }
     state.ops += 1;
     if state.cut_at.is_some_and(|at| state.ops >= at) {
@@ -460,7 +480,7 @@ unsafe extern "C" fn shim_delete(
             .find(|(_, state)| path.starts_with(&state.root))
             .map(|(id, _)| *id);
         if let Some(id) = tracked {
-            if let Gate::Off = gate(id, &mut registry) {
+            if let Gate::Off = gate(id, &mut registry, false) {
                 return ffi::SQLITE_IOERR_DELETE;
             }
             if let Some(state) = registry.sessions.get_mut(&id) {
@@ -515,8 +535,10 @@ unsafe extern "C" fn shim_write(
         let shim = shim(file);
         if shim.session != 0 {
             let mut registry = registry();
-            if let Gate::Off = gate(shim.session, &mut registry) {
-                return ffi::SQLITE_IOERR_WRITE;
+            match gate(shim.session, &mut registry, true) {
+                Gate::Off => return ffi::SQLITE_IOERR_WRITE,
+                Gate::Full => return ffi::SQLITE_FULL,
+                Gate::Go => {}
             }
             let data = std::slice::from_raw_parts(buf as *const u8, amount as usize).to_vec();
             if let Some(image) = image(&mut registry, shim) {
@@ -550,8 +572,10 @@ unsafe extern "C" fn shim_truncate(
         let shim = shim(file);
         if shim.session != 0 {
             let mut registry = registry();
-            if let Gate::Off = gate(shim.session, &mut registry) {
-                return ffi::SQLITE_IOERR_TRUNCATE;
+            match gate(shim.session, &mut registry, true) {
+                Gate::Off => return ffi::SQLITE_IOERR_TRUNCATE,
+                Gate::Full => return ffi::SQLITE_FULL,
+                Gate::Go => {}
             }
             if let Some(image) = image(&mut registry, shim) {
                 image.pending.push(Op::Truncate(size as usize));
@@ -569,7 +593,7 @@ unsafe extern "C" fn shim_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_
             return (inner_methods(shim).xSync.expect("invariant: xSync"))(shim.inner, flags);
         }
         let mut registry = registry();
-        if let Gate::Off = gate(shim.session, &mut registry) {
+        if let Gate::Off = gate(shim.session, &mut registry, false) {
             return ffi::SQLITE_IOERR_FSYNC;
         }
         // Durable now: the pending operations fold into the image. The real file needs
