@@ -4,7 +4,8 @@
 //! Bodies: a `Content-Type` that is not JSON → 415; over the configured limit → 413,
 //! whether the client sent `Content-Length` (refused before reading) or streamed a
 //! chunked body (the read stops at the limit: axum's `DefaultBodyLimit`, installed by
-//! the router, bounds every `Bytes` extraction); not JSON → 400 `invalid_json`.
+//! the router, bounds every `Bytes` extraction); not JSON, or (for [`JsonBody`]) not a
+//! JSON object → 400 `invalid_json`.
 //!
 //! Left out: what the JSON means (each route's wire type).
 
@@ -63,7 +64,19 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// Content type, limit and parse, in that order.
+/// Refuse a body that is not a JSON object, 400 `invalid_json`: every route's body is an
+/// object, and serde would otherwise read a struct from an array (`[]` as all defaults).
+pub fn require_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::BadRequest {
+            code: "invalid_json",
+            message: "the body of this route is a JSON object ({…})".into(),
+        }),
+    }
+}
+
+/// Content type, limit, an object, and parse, in that order.
 pub async fn read_json_body<T: DeserializeOwned>(
     request: Request,
     limit: usize,
@@ -72,6 +85,7 @@ pub async fn read_json_body<T: DeserializeOwned>(
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = read_body(request, limit).await?;
+    require_object(&bytes)?;
     parse_json(&bytes)
 }
 

@@ -391,9 +391,9 @@ async fn set_enabled(
 }
 
 /// The optional body of a pause.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct PauseBody {
+pub struct PauseBody {
     #[serde(default)]
     in_flight: InFlight,
 }
@@ -423,6 +423,7 @@ pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
     if !json_declared {
         return Err(ApiError::UnsupportedMediaType);
     }
+    crate::extract::require_object(&bytes)?;
     let value = parse_json(&bytes)?;
     serde_json::from_value(value)
         .map(Some)
@@ -561,7 +562,7 @@ pub async fn version_diff(
     })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackBody {
     version: u32,

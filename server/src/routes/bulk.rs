@@ -30,7 +30,7 @@ use crate::extract::JsonBody;
 use crate::routes::runs::{cancel_run, tenant_run_of, ticket_filter};
 
 /// The body of `POST /api/runs/bulk`.
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkBody {
     action: BulkAction,
@@ -42,7 +42,7 @@ pub struct BulkBody {
 }
 
 /// A bulk action as `GET /api/runs/bulk/{id}` shows it.
-#[derive(Debug, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BulkView {
     id: String,

@@ -51,7 +51,7 @@ where
 
 // ---- groups ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupBody {
     name: String,
@@ -126,7 +126,7 @@ pub async fn group_delete(
 
 // ---- members ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewMember {
     name: String,
@@ -135,7 +135,7 @@ pub struct NewMember {
     available: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberPatch {
     name: Option<String>,
@@ -260,7 +260,7 @@ pub async fn member_delete(
 
 // ---- ticket types ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTicketType {
     pub(crate) name: String,
@@ -312,7 +312,7 @@ pub async fn ticket_type(
     Ok(Json(ticket_type_view(&found)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TicketTypePatch {
     name: Option<String>,
@@ -456,7 +456,7 @@ pub async fn ticket(
     Ok(Json(ticket_with_log(&app, tenant.id, id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TicketPatch {
     title: Option<String>,

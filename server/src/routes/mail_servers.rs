@@ -22,7 +22,7 @@ use crate::extract::JsonBody;
 const WHAT: &str = "mail server";
 
 /// The body of `POST` (name required) and `PUT` (name optional; if given, the path's).
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MailServerBody {
     name: Option<String>,

@@ -19,7 +19,7 @@ use crate::extract::JsonBody;
 const WHAT: &str = "MCP server";
 
 /// The body of `POST` (name required) and `PUT` (name optional; if given, the path's).
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpServerBody {
     name: Option<String>,

@@ -212,7 +212,7 @@ pub async fn cancel(
 }
 
 /// The optional body of a retry.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryBody {
@@ -228,9 +228,9 @@ pub struct RetryBody {
 
 /// Which version a retry runs: the run's own (from its checkpoint), or the automation's
 /// current one (its input anew, as a new run).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum RetryVersion {
+pub enum RetryVersion {
     #[default]
     Own,
     Current,

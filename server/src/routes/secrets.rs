@@ -15,7 +15,7 @@ use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretBody {
     value: String,
