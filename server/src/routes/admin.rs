@@ -21,6 +21,7 @@ use crate::wire::{admin_incident_view, tenant_view};
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
 }
 

@@ -54,6 +54,7 @@ where
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupBody {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
 }
 
@@ -129,6 +130,7 @@ pub async fn group_delete(
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewMember {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
     email: Option<String>,
     capacity: Option<u32>,
@@ -263,6 +265,7 @@ pub async fn member_delete(
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTicketType {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     pub(crate) name: String,
     #[serde(default)]
     pub(crate) statuses: Vec<String>,

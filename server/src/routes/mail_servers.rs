@@ -25,6 +25,7 @@ const WHAT: &str = "mail server";
 #[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MailServerBody {
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     name: Option<String>,
     host: String,
     port: Option<u16>,

@@ -22,6 +22,7 @@ const WHAT: &str = "MCP server";
 #[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpServerBody {
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     name: Option<String>,
     transport: McpTransport,
     timeout_sec: Option<u64>,
