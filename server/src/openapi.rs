@@ -250,6 +250,10 @@ fn links(routes: &[RouteDoc], path: &str, creates: Creates) -> Map<String, Value
                 parameters.insert(name.into(), json!(format!("$request.path.{name}")));
             }
         }
+        // A route that needs more than the answer and the request give is not linked.
+        if parameters.len() != path_parameters(route.path).len() {
+            continue;
+        }
         for target in &route.ops {
             let id = operation_id(target.method, route.path);
             links.insert(
