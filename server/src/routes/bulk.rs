@@ -171,8 +171,19 @@ pub async fn cancel(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<BulkCancelAnswer>, ApiError> {
     let (run, _) = tenant_bulk(&app, tenant.id, &id).await?;
     let (cancel, _) = cancel_run(&app, tenant.id, &run, "bulk action").await?;
-    Ok(Json(json!({"id": run.id.to_string(), "cancel": cancel})))
+    Ok(Json(BulkCancelAnswer {
+        id: run.id.to_string(),
+        cancel,
+    }))
+}
+
+/// The answer of `POST /api/runs/bulk/{id}/cancel`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BulkCancelAnswer {
+    pub id: String,
+    #[schemars(with = "crate::routes::runs::CancelKind")]
+    pub cancel: &'static str,
 }

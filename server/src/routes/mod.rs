@@ -347,7 +347,7 @@ fn table() -> Routes {
         .add(
             "/api/runs/bulk/{id}/cancel",
             post(bulk::cancel),
-            [op(post_, "Stop a bulk action between two runs").answers::<AnyObject>(200)],
+            [op(post_, "Stop a bulk action between two runs").answers::<bulk::BulkCancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}",
@@ -357,7 +357,7 @@ fn table() -> Routes {
         .add(
             "/api/runs/{id}/cancel",
             post(runs::cancel),
-            [op(post_, "Cancel a run (two-phase)").answers::<AnyObject>(200)],
+            [op(post_, "Cancel a run (two-phase)").answers::<runs::CancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}/retry",
@@ -389,7 +389,7 @@ fn table() -> Routes {
                 get_,
                 "List the tenant's secrets: names, keyVersion, updatedAt; never values",
             )
-            .answers::<AnyObject>(200)],
+            .answers::<PageOf<secrets::SecretView>>(200)],
         )
         .add(
             "/api/services",
