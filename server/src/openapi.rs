@@ -68,6 +68,8 @@ pub struct Op {
     pub media: &'static str,
     /// What the answer creates, for the document's links.
     pub creates: Option<Creates>,
+    /// Other success answers (`POST /api/runs/bulk`'s preview answers 200).
+    pub also: Vec<(u16, SchemaOf)>,
 }
 
 /// A route of the table: a path and its methods.
@@ -88,6 +90,7 @@ pub fn op(method: &'static str, summary: &'static str) -> Op {
         answer: (200, None),
         media: "application/json",
         creates: None,
+        also: Vec::new(),
     }
 }
 
@@ -119,6 +122,12 @@ impl Op {
     /// The success answer: `status` with a JSON `T`.
     pub fn answers<T: JsonSchema>(mut self, status: u16) -> Self {
         self.answer = (status, Some(schema_of::<T>));
+        self
+    }
+
+    /// Another success answer: `status` with a JSON `T`.
+    pub fn also_answers<T: JsonSchema>(mut self, status: u16) -> Self {
+        self.also.push((status, schema_of::<T>));
         self
     }
 
@@ -304,6 +313,13 @@ fn operation(routes: &[RouteDoc], path: &str, op: &Op, generators: &mut Generato
     }
     let mut responses = Map::new();
     responses.insert(status.to_string(), success);
+    for (status, schema) in &op.also {
+        responses.insert(
+            status.to_string(),
+            json!({"description": "success",
+                   "content": {"application/json": {"schema": schema(&mut generators.answers)}}}),
+        );
+    }
     let error = generators.answers.subschema_for::<ErrorAnswer>();
     responses.insert(
         "default".into(),

@@ -346,7 +346,7 @@ async fn every_operation_has_a_unique_id_and_every_link_names_one_with_its_param
         }
     }
     assert!(
-        links >= 40,
+        links >= 30,
         "the creates link to the routes under them: {links}"
     );
     let group_links = &document["paths"]["/api/groups"]["post"]["responses"]["201"]["links"];
@@ -480,6 +480,28 @@ async fn the_body_schemas_are_exact_the_server_refuses_what_they_refuse() {
             "/api/secrets/{name}",
             "/api/secrets/a",
             json!({"value": 5}),
+            false,
+        ),
+        // serde reads a struct from an array; the document does not allow it
+        (
+            "POST",
+            "/api/runs/bulk",
+            "/api/runs/bulk",
+            json!({"action": "retry", "filter": [null, null]}),
+            false,
+        ),
+        (
+            "POST",
+            "/api/ticket-types",
+            "/api/ticket-types",
+            json!({"name": "t2", "fields": [["f", "string"]]}),
+            false,
+        ),
+        (
+            "PUT",
+            "/api/mcp-servers/{name}",
+            "/api/mcp-servers/tools",
+            json!({"transport": ["http", "https://mcp.example.com/mcp"]}),
             false,
         ),
         (

@@ -411,7 +411,7 @@ pub async fn pause(
 
 /// An optional JSON body: none (empty) is `None`; a body must be JSON of type `T` (400
 /// naming what does not fit).
-pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
+pub(crate) async fn optional_body<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     request: Request,
     app: &App,
 ) -> Result<Option<T>, ApiError> {
@@ -425,6 +425,7 @@ pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
     }
     crate::extract::require_object(&bytes)?;
     let value = parse_json(&bytes)?;
+    crate::extract::no_array_for_object::<T>(&value)?;
     serde_json::from_value(value)
         .map(Some)
         .map_err(|err| ApiError::bad_request(format!("the body does not fit: {err}")))

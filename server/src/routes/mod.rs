@@ -336,7 +336,8 @@ fn table() -> Routes {
             post(bulk::start),
             [op(post_, "Retry or cancel every run matching a filter, as a bulk action of its own (\"preview\": true counts the matches)")
                 .body::<bulk::BulkBody>()
-                .answers::<AnyObject>(202)
+                .answers::<bulk::BulkStarted>(202)
+                .also_answers::<bulk::BulkPreview>(200)
                 .creates("id")],
         )
         .add(
