@@ -52,6 +52,7 @@ pub const DEFAULT_BULK_BATCH: usize = 200;
 pub const BULK_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
 
 /// What a bulk action does to each match.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BulkAction {
@@ -73,6 +74,7 @@ impl BulkAction {
 
 /// The filter, as typed: the names and forms of `GET /api/runs`' query parameters
 /// (`status` may list several, comma separated). The ticket is stored resolved to its id.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkFilter {
@@ -134,6 +136,7 @@ pub struct BulkPayload {
 }
 
 /// Where a bulk action is.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {

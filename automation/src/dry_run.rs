@@ -157,6 +157,7 @@ pub struct DryRunner {
 }
 
 /// The answer of a dry run (API: `POST /api/automations/test`).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DryRunAnswer {
@@ -175,6 +176,7 @@ pub struct DryRunAnswer {
 }
 
 /// One write it would make.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteView {
@@ -184,6 +186,7 @@ pub struct WriteView {
 }
 
 /// One event it would announce, and whom it would start.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {

@@ -166,6 +166,7 @@ pub struct Frame {
 }
 
 /// One line of a run's step log (API.md's `steps`).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StepLog {

@@ -63,6 +63,7 @@ pub const MAX_ADDRESS_BYTES: usize = 254;
 const MAX_LOCAL_BYTES: usize = 64;
 
 /// How the connection to a mail server is protected.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum MailSecurity {
@@ -98,6 +99,7 @@ impl MailSecurity {
 }
 
 /// One configured mail server of a tenant.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MailServer {

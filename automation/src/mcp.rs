@@ -36,6 +36,7 @@ pub const MAX_TIMEOUT_SEC: u64 = 300;
 pub const DEFAULT_TIMEOUT_SEC: u64 = 30;
 
 /// How the connector reaches a server.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
 pub enum McpTransport {
@@ -54,6 +55,7 @@ pub enum McpTransport {
 }
 
 /// One configured MCP server of a tenant.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpServer {

@@ -8,6 +8,7 @@
 use serde::Serialize;
 
 /// One thing wrong with an automation.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Problem {
     /// Where: `name`, `trigger.params[1].path`, `steps[2].then[0].input.status`; the

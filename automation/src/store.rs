@@ -76,6 +76,7 @@ pub struct StoredAutomation {
 /// What a pause does to the runs already in flight: they `finish` on their version (the
 /// default), or are `hold`-ed at their next step — snoozed, no attempt spent — until the
 /// automation is resumed. A pause never fails a run.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum InFlight {

@@ -29,6 +29,7 @@ use serde_json::Value;
 use crate::executor::{AttemptStart, RunPayload, StepLog};
 
 /// One entry of a run's timeline (see the module docs).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Entry {

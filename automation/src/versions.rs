@@ -172,6 +172,7 @@ pub fn plan(latest: Option<&Latest>, automation: &Automation, refs: &[Ref]) -> V
 }
 
 /// One difference between two definitions.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Change {

@@ -111,6 +111,7 @@ impl FromStr for Trigger {
 }
 
 /// Where a run is in its life. `Scheduled` and `Queued` are both "pending" in storage.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RunStatus {

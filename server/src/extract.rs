@@ -4,7 +4,8 @@
 //! Bodies: a `Content-Type` that is not JSON → 415; over the configured limit → 413,
 //! whether the client sent `Content-Length` (refused before reading) or streamed a
 //! chunked body (the read stops at the limit: axum's `DefaultBodyLimit`, installed by
-//! the router, bounds every `Bytes` extraction); not JSON → 400 `invalid_json`.
+//! the router, bounds every `Bytes` extraction); not JSON, or (for [`JsonBody`]) not a
+//! JSON object → 400 `invalid_json`.
 //!
 //! Left out: what the JSON means (each route's wire type).
 
@@ -13,7 +14,10 @@ use axum::extract::{FromRequest, FromRequestParts, Query, Request};
 use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
+use schemars::JsonSchema;
+use schemars::generate::SchemaSettings;
 use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::error::ApiError;
@@ -63,8 +67,21 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     })
 }
 
-/// Content type, limit and parse, in that order.
-pub async fn read_json_body<T: DeserializeOwned>(
+/// Refuse a body that is not a JSON object, 400 `invalid_json`: every route's body is an
+/// object, and serde would otherwise read a struct from an array (`[]` as all defaults).
+pub fn require_object(bytes: &[u8]) -> Result<(), ApiError> {
+    match bytes.iter().find(|byte| !byte.is_ascii_whitespace()) {
+        Some(b'{') => Ok(()),
+        _ => Err(ApiError::BadRequest {
+            code: "invalid_json",
+            message: "the body of this route is a JSON object ({…})".into(),
+        }),
+    }
+}
+
+/// Content type, limit, an object, its arrays where the schema has none, and parse, in
+/// that order.
+pub async fn read_json_body<T: DeserializeOwned + JsonSchema>(
     request: Request,
     limit: usize,
 ) -> Result<T, ApiError> {
@@ -72,14 +89,124 @@ pub async fn read_json_body<T: DeserializeOwned>(
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = read_body(request, limit).await?;
-    parse_json(&bytes)
+    require_object(&bytes)?;
+    let value: Value = parse_json(&bytes)?;
+    no_array_for_object::<T>(&value)?;
+    serde_json::from_value(value).map_err(|err| ApiError::BadRequest {
+        code: "invalid_json",
+        message: format!("the body is not valid JSON for this route: {err}"),
+    })
+}
+
+/// Refuse, 400 `invalid_json`, an array where `T`'s schema (the OpenAPI document's) has
+/// an object: serde reads a struct from an array (`"filter": [null]` as an empty
+/// filter), which the document does not allow.
+pub fn no_array_for_object<T: JsonSchema>(value: &Value) -> Result<(), ApiError> {
+    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    let schema = generator.root_schema_for::<T>();
+    let schema = schema.as_value();
+    match array_for_object(schema, schema, value, "") {
+        None => Ok(()),
+        Some(at) => Err(ApiError::BadRequest {
+            code: "invalid_json",
+            message: format!(
+                "{}: an object is expected here, not an array",
+                if at.is_empty() { "the body" } else { &at }
+            ),
+        }),
+    }
+}
+
+/// Whether `schema` (resolved in `root`) admits only objects (and null).
+fn only_objects(root: &Value, schema: &Value) -> bool {
+    let schema = resolved(root, schema);
+    match schema.get("type") {
+        Some(Value::String(kind)) => kind == "object",
+        Some(Value::Array(kinds)) => {
+            kinds.iter().any(|kind| kind == "object")
+                && kinds.iter().all(|kind| kind == "object" || kind == "null")
+        }
+        _ => ["anyOf", "oneOf"].iter().any(|key| {
+            schema
+                .get(*key)
+                .and_then(Value::as_array)
+                .is_some_and(|alternatives| {
+                    let objects: Vec<&Value> = alternatives
+                        .iter()
+                        .filter(|alternative| {
+                            resolved(root, alternative).get("type") != Some(&json!("null"))
+                        })
+                        .collect();
+                    !objects.is_empty()
+                        && objects
+                            .iter()
+                            .all(|alternative| only_objects(root, alternative))
+                })
+        }),
+    }
+}
+
+/// A `$ref` to `#/$defs/<name>` resolved in `root`; any other schema as it is.
+fn resolved<'a>(root: &'a Value, schema: &'a Value) -> &'a Value {
+    match schema
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|target| target.strip_prefix("#/$defs/"))
+    {
+        Some(name) => root
+            .get("$defs")
+            .and_then(|defs| defs.get(name))
+            .map_or(schema, |target| resolved(root, target)),
+        None => schema,
+    }
+}
+
+/// The path of the first array in `value` where `schema` admits only objects.
+fn array_for_object(root: &Value, schema: &Value, value: &Value, at: &str) -> Option<String> {
+    if value.is_array() && only_objects(root, schema) {
+        return Some(at.to_owned());
+    }
+    let schema = resolved(root, schema);
+    for key in ["anyOf", "oneOf", "allOf"] {
+        for alternative in schema
+            .get(key)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(found) = array_for_object(root, alternative, value, at) {
+                return Some(found);
+            }
+        }
+    }
+    match value {
+        Value::Object(fields) => {
+            let properties = schema.get("properties");
+            fields.iter().find_map(|(name, inner)| {
+                let property = properties.and_then(|properties| properties.get(name))?;
+                let at = if at.is_empty() {
+                    name.clone()
+                } else {
+                    format!("{at}.{name}")
+                };
+                array_for_object(root, property, inner, &at)
+            })
+        }
+        Value::Array(items) => {
+            let item = schema.get("items")?;
+            items.iter().enumerate().find_map(|(index, inner)| {
+                array_for_object(root, item, inner, &format!("{at}[{index}]"))
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A JSON body of type `T`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<App> for JsonBody<T> {
+impl<T: DeserializeOwned + JsonSchema> FromRequest<App> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, app: &App) -> Result<Self, Self::Rejection> {

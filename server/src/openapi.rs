@@ -1,18 +1,30 @@
 //! `GET /api/openapi.json`: an OpenAPI 3.1 document generated from the router's route
-//! table (`routes::route_docs`): every path, its methods, who may call it (no token,
-//! a tenant token, the admin token), its path parameters, its body and answer schemas,
-//! and the error answers every route shares.
+//! table (`routes::route_docs`): every path, its methods (each with an `operationId`),
+//! who may call it (no token, a tenant token, the admin token), its path parameters,
+//! its body and answer schemas, the error answers every route shares, and the links a
+//! client follows from what a create answers to the routes that take its id.
+//!
+//! The schemas are derived (schemars) from the very types the routes read and write:
+//! `.body::<T>()` names the type the handler deserializes, `.answers::<T>(status)` the
+//! type it serializes; the domain crates derive theirs behind their `schemars` feature.
+//! Request schemas follow what deserializing accepts (required fields, enums, bounds,
+//! `additionalProperties: false` where the type denies unknown fields); answer schemas
+//! follow what serializing writes. A type whose two forms differ gets its request form
+//! under `<Name>.in`.
 //!
 //! The router is built from the same table ([`RouteDoc`] per path, an [`Op`] per
-//! method), so a route cannot be served undocumented; a test checks that every
-//! documented method is routed and no other method is.
+//! method), so a route cannot be served undocumented; server/tests/openapi.rs checks
+//! that every documented method is routed, every reference resolves, and that the
+//! validation and the schemas agree. `.ci/api-fuzz` holds a live server to the document.
 //!
-//! The schemas are deliberately light: the main objects of API.md with their fields and
-//! types, `additionalProperties` left open (the API adds fields; API.md is the contract
-//! for their meaning). Left out: query parameters of the lists (named in the summaries),
-//! examples.
+//! Left out: the query parameters of the lists (named in the summaries).
+
+use std::collections::BTreeSet;
 
 use axum::Json;
+use schemars::generate::{Contract, SchemaSettings};
+use schemars::{JsonSchema, Schema, SchemaGenerator};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// Who may call a route.
@@ -23,6 +35,22 @@ pub enum Caller {
     Admin,
 }
 
+/// The schema of a type, from a generator (`subschema_for`: a `$ref` for named types).
+pub type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
+
+fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.subschema_for::<T>()
+}
+
+/// Where a created object's id is read, and which routes take it.
+#[derive(Debug, Clone, Copy)]
+pub struct Creates {
+    /// The answer's field holding the id: `id`, `name`, `runId`.
+    pub field: &'static str,
+    /// The routes under `{prefix}/{param}` take it (default: the route's own path).
+    pub prefix: Option<&'static str>,
+}
+
 /// One method of a route.
 #[derive(Debug, Clone)]
 pub struct Op {
@@ -31,13 +59,17 @@ pub struct Op {
     /// `None`: decided by the path (`/api/admin/…` admin, other `/api/…` tenant, else anyone).
     pub caller: Option<Caller>,
     /// The schema of the JSON body, if it takes one.
-    pub body: Option<&'static str>,
-    /// The success status and the schema of its body (`""`: no JSON schema).
-    pub answer: (u16, &'static str),
-    /// A page of this schema (`{"items": [...], "nextCursor"}`).
-    pub page: bool,
+    pub body: Option<SchemaOf>,
+    /// Whether the body may be left out (`None`: required when there is a body).
+    pub body_optional: bool,
+    /// The success status and the schema of its body (`None`: no body, or plain text).
+    pub answer: (u16, Option<SchemaOf>),
     /// The answer's media type.
     pub media: &'static str,
+    /// What the answer creates, for the document's links.
+    pub creates: Option<Creates>,
+    /// Other success answers (`POST /api/runs/bulk`'s preview answers 200).
+    pub also: Vec<(u16, SchemaOf)>,
 }
 
 /// A route of the table: a path and its methods.
@@ -47,18 +79,23 @@ pub struct RouteDoc {
     pub ops: Vec<Op>,
 }
 
-/// A method with its summary, answering 200 JSON.
+/// A method with its summary; give its answer with [`Op::answers`].
 pub fn op(method: &'static str, summary: &'static str) -> Op {
     Op {
         method,
         summary,
         caller: None,
         body: None,
-        answer: (200, ""),
-        page: false,
+        body_optional: false,
+        answer: (200, None),
         media: "application/json",
+        creates: None,
+        also: Vec::new(),
     }
 }
+
+/// A page of `T` (`{"items": [...], "nextCursor"}`), as the lists answer.
+pub type PageOf<T> = crate::pagination::Page<T>;
 
 impl Op {
     /// A method anyone may call, whatever its path.
@@ -69,19 +106,53 @@ impl Op {
         }
     }
 
-    pub fn body(mut self, schema: &'static str) -> Self {
-        self.body = Some(schema);
+    /// The JSON body is a `T` (required).
+    pub fn body<T: JsonSchema>(mut self) -> Self {
+        self.body = Some(schema_of::<T>);
         self
     }
 
-    pub fn answers(mut self, status: u16, schema: &'static str) -> Self {
-        self.answer = (status, schema);
+    /// The JSON body is a `T`, and may be left out.
+    pub fn optional_body<T: JsonSchema>(mut self) -> Self {
+        self.body = Some(schema_of::<T>);
+        self.body_optional = true;
         self
     }
 
-    pub fn page(mut self, schema: &'static str) -> Self {
-        self.answer = (200, schema);
-        self.page = true;
+    /// The success answer: `status` with a JSON `T`.
+    pub fn answers<T: JsonSchema>(mut self, status: u16) -> Self {
+        self.answer = (status, Some(schema_of::<T>));
+        self
+    }
+
+    /// Another success answer: `status` with a JSON `T`.
+    pub fn also_answers<T: JsonSchema>(mut self, status: u16) -> Self {
+        self.also.push((status, schema_of::<T>));
+        self
+    }
+
+    /// The success answer: `status` with no body.
+    pub fn empty(mut self, status: u16) -> Self {
+        self.answer = (status, None);
+        self
+    }
+
+    /// The answer's `field` is the id of what it created, taken by the routes under
+    /// this path (`/…/{param}`).
+    pub fn creates(mut self, field: &'static str) -> Self {
+        self.creates = Some(Creates {
+            field,
+            prefix: None,
+        });
+        self
+    }
+
+    /// As [`Op::creates`], for the routes under `prefix` (`/…/{param}`).
+    pub fn creates_under(mut self, field: &'static str, prefix: &'static str) -> Self {
+        self.creates = Some(Creates {
+            field,
+            prefix: Some(prefix),
+        });
         self
     }
 
@@ -106,53 +177,157 @@ impl Op {
     }
 }
 
-fn reference(schema: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{schema}")})
+/// The error shape every route answers with (API.md "Errors"; `crate::error::ApiError`).
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Error")]
+pub struct ErrorAnswer {
+    pub error: ErrorDetail,
 }
 
-fn error_answer(description: &str) -> Value {
-    json!({"description": description,
-           "content": {"application/json": {"schema": reference("Error")}}})
+/// The `error` object: `code` and `message` always; some codes add fields
+/// (`problems`, `usedBy`, `limit`, `retryAfter`, a contract's `parameter` and `path`).
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
 }
 
-fn operation(path: &str, op: &Op) -> Value {
-    let mut operation = Map::new();
-    operation.insert("summary".into(), json!(op.summary));
-    let parameters: Vec<Value> = path
-        .split('/')
+/// A path's parameters, in order: `/api/groups/{id}/members/{member_id}` → `id`, `member_id`.
+pub fn path_parameters(path: &str) -> Vec<&str> {
+    path.split('/')
         .filter_map(|part| part.strip_prefix('{')?.strip_suffix('}'))
-        .map(|name| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}}))
+        .collect()
+}
+
+/// The operation's id: its method and path, `get_api_groups_id_members`.
+pub fn operation_id(method: &str, path: &str) -> String {
+    let mut id = method.to_ascii_lowercase();
+    for part in path.split('/').filter(|part| !part.is_empty()) {
+        id.push('_');
+        id.extend(
+            part.chars()
+                .filter(|c| *c != '{' && *c != '}')
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }),
+        );
+    }
+    id
+}
+
+/// Both generators: answers are what serializing writes, bodies what deserializing reads.
+struct Generators {
+    answers: SchemaGenerator,
+    bodies: SchemaGenerator,
+}
+
+fn generator(contract: Contract) -> SchemaGenerator {
+    let mut settings = SchemaSettings::draft2020_12();
+    settings.definitions_path = "/components/schemas".into();
+    settings.meta_schema = None;
+    settings.contract = contract;
+    settings.into_generator()
+}
+
+/// The links of `creator` (a route that answers a created id) to every operation of the
+/// routes under it that take the id.
+fn links(routes: &[RouteDoc], path: &str, creates: Creates) -> Map<String, Value> {
+    let prefix = creates.prefix.unwrap_or(path);
+    let own: BTreeSet<&str> = path_parameters(path).into_iter().collect();
+    let mut links = Map::new();
+    for route in routes {
+        let Some(rest) = route
+            .path
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            continue;
+        };
+        let Some(param) = rest
+            .split('/')
+            .next()
+            .and_then(|part| part.strip_prefix('{')?.strip_suffix('}'))
+        else {
+            continue;
+        };
+        let mut parameters = Map::new();
+        for name in path_parameters(route.path) {
+            if name == param {
+                parameters.insert(
+                    name.into(),
+                    json!(format!("$response.body#/{}", creates.field)),
+                );
+            } else if own.contains(name) {
+                parameters.insert(name.into(), json!(format!("$request.path.{name}")));
+            }
+        }
+        // A route that needs more than the answer and the request give is not linked.
+        if parameters.len() != path_parameters(route.path).len() {
+            continue;
+        }
+        for target in &route.ops {
+            let id = operation_id(target.method, route.path);
+            links.insert(
+                id.clone(),
+                json!({"operationId": id, "parameters": parameters}),
+            );
+        }
+    }
+    links
+}
+
+fn operation(routes: &[RouteDoc], path: &str, op: &Op, generators: &mut Generators) -> Value {
+    let mut operation = Map::new();
+    operation.insert("operationId".into(), json!(operation_id(op.method, path)));
+    operation.insert("summary".into(), json!(op.summary));
+    let parameters: Vec<Value> = path_parameters(path)
+        .into_iter()
+        .map(|name| {
+            json!({"name": name, "in": "path", "required": true,
+                   "schema": {"type": "string", "minLength": 1}})
+        })
         .collect();
     if !parameters.is_empty() {
         operation.insert("parameters".into(), json!(parameters));
     }
     if let Some(body) = op.body {
+        let schema = body(&mut generators.bodies);
         operation.insert(
             "requestBody".into(),
-            json!({"required": true, "content": {"application/json": {"schema": reference(body)}}}),
+            json!({"required": !op.body_optional,
+                   "content": {"application/json": {"schema": schema}}}),
         );
     }
     let (status, schema) = op.answer;
     let mut success = json!({"description": "success"});
-    if !schema.is_empty() || op.media != "application/json" {
-        let schema = match (op.page, schema) {
-            (true, schema) => json!({"type": "object", "required": ["items", "nextCursor"],
-                "properties": {"items": {"type": "array", "items": reference(schema)},
-                               "nextCursor": {"type": ["string", "null"]}}}),
-            (false, "") => json!({"type": "string"}),
-            (false, schema) => reference(schema),
-        };
-        success["content"] = json!({op.media: {"schema": schema}});
+    match (schema, op.media) {
+        (Some(schema), media) => {
+            success["content"] = json!({media: {"schema": schema(&mut generators.answers)}});
+        }
+        (None, "application/json") => {}
+        (None, media) => success["content"] = json!({media: {"schema": {"type": "string"}}}),
+    }
+    if let Some(creates) = op.creates {
+        let links = links(routes, path, creates);
+        if !links.is_empty() {
+            success["links"] = Value::Object(links);
+        }
     }
     let mut responses = Map::new();
     responses.insert(status.to_string(), success);
+    for (status, schema) in &op.also {
+        responses.insert(
+            status.to_string(),
+            json!({"description": "success",
+                   "content": {"application/json": {"schema": schema(&mut generators.answers)}}}),
+        );
+    }
+    let error = generators.answers.subschema_for::<ErrorAnswer>();
     responses.insert(
         "default".into(),
-        error_answer("an error of the API's error shape"),
+        json!({"description": "an error of the API's error shape",
+               "content": {"application/json": {"schema": error}}}),
     );
     operation.insert("responses".into(), Value::Object(responses));
-    let caller = op.caller(path);
-    let security = match caller {
+    let security = match op.caller(path) {
         Caller::Anyone => json!([]),
         Caller::Tenant => json!([{"tenantToken": []}]),
         Caller::Admin => json!([{"adminToken": []}]),
@@ -161,15 +336,115 @@ fn operation(path: &str, op: &Op) -> Value {
     Value::Object(operation)
 }
 
+/// Every `$ref` in `value`.
+pub fn references(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("$ref", Value::String(target)) => found.push(target.clone()),
+                    _ => references(inner, found),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| references(item, found)),
+        _ => {}
+    }
+}
+
+/// Rewrite `$ref`s to `renamed` schemas in `value` to their `.in` names.
+fn rename_references(value: &mut Value, renamed: &BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                if let ("$ref", Value::String(target)) = (key.as_str(), &*inner) {
+                    if let Some(name) = target.strip_prefix("#/components/schemas/")
+                        && renamed.contains(name)
+                    {
+                        *inner = json!(format!("{target}.in"));
+                    }
+                } else {
+                    rename_references(inner, renamed);
+                }
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| rename_references(item, renamed)),
+        _ => {}
+    }
+}
+
 /// The OpenAPI 3.1 document of `routes`.
 pub fn document_of(routes: &[RouteDoc]) -> Value {
+    let mut generators = Generators {
+        answers: generator(Contract::Serialize),
+        bodies: generator(Contract::Deserialize),
+    };
     let mut paths = Map::new();
     for route in routes {
         let mut item = Map::new();
         for op in &route.ops {
-            item.insert(op.method.to_ascii_lowercase(), operation(route.path, op));
+            item.insert(
+                op.method.to_ascii_lowercase(),
+                operation(routes, route.path, op, &mut generators),
+            );
         }
         paths.insert(route.path.to_owned(), Value::Object(item));
+    }
+    let mut schemas = generators.answers.take_definitions(true);
+    let mut bodies = generators.bodies.take_definitions(true);
+    // A type whose request form differs from its answer form: the request's is `.in`.
+    // And, until nothing changes, a request schema that refers to one renamed.
+    let mut renamed: BTreeSet<String> = bodies
+        .iter()
+        .filter(|(name, schema)| schemas.get(*name).is_some_and(|answer| answer != *schema))
+        .map(|(name, _)| name.clone())
+        .collect();
+    loop {
+        let more: Vec<String> = bodies
+            .iter()
+            .filter(|(name, schema)| {
+                !renamed.contains(*name) && schemas.contains_key(*name) && {
+                    let mut found = Vec::new();
+                    references(schema, &mut found);
+                    found.iter().any(|target| {
+                        target
+                            .strip_prefix("#/components/schemas/")
+                            .is_some_and(|target| renamed.contains(target))
+                    })
+                }
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        renamed.extend(more);
+    }
+    if !renamed.is_empty() {
+        for schema in bodies.values_mut() {
+            rename_references(schema, &renamed);
+        }
+        for item in paths.values_mut() {
+            for operation in item
+                .as_object_mut()
+                .into_iter()
+                .flat_map(|m| m.values_mut())
+            {
+                if let Some(body) = operation.get_mut("requestBody") {
+                    rename_references(body, &renamed);
+                }
+            }
+        }
+    }
+    for (name, schema) in bodies {
+        let name = if renamed.contains(&name) {
+            format!("{name}.in")
+        } else {
+            name
+        };
+        schemas.insert(name, schema);
     }
     json!({
         "openapi": "3.1.0",
@@ -187,256 +462,8 @@ pub fn document_of(routes: &[RouteDoc]) -> Value {
                 "adminToken": {"type": "http", "scheme": "bearer",
                                "description": "the admin token (FRONTA_ADMIN_TOKEN)"},
             },
-            "schemas": schemas(),
+            "schemas": schemas,
         },
-    })
-}
-
-fn object(required: &[&str], properties: Value) -> Value {
-    json!({"type": "object", "required": required, "properties": properties})
-}
-
-fn schemas() -> Value {
-    let text = json!({"type": "string"});
-    let texts = json!({"type": "array", "items": {"type": "string"}});
-    let time = json!({"type": "string", "format": "date-time"});
-    let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
-    let named = json!({"type": ["object", "null"], "properties": {"id": text, "name": text}});
-    let timeline = json!({"type": "array", "items": {"type": "object"},
-        "description": "one run only: enqueued, started, step, waiting, cancel requested, ended; oldest first"});
-    let mut all = json!({
-        "Error": object(&["error"], json!({"error": object(&["code", "message"], json!({
-            "code": text, "message": text}))})),
-        "RunAccepted": object(&["runId", "status"], json!({
-            "runId": text, "status": text, "duplicate": {"type": "boolean"}})),
-        "WebhookBody": {"type": "object", "description": "any JSON the automation's contract reads"},
-        "WebhookHelp": object(&["method", "url", "parameters"], json!({
-            "method": text, "url": text, "enabled": {"type": "boolean"},
-            "parameters": {"type": "array", "items": object(&["name", "path", "type", "required"], json!({
-                "name": text, "path": text, "type": text, "required": {"type": "boolean"}}))},
-            "exampleBody": {"type": "object"}})),
-        "NewTenant": object(&["name"], json!({"name": text})),
-        "Tenant": object(&["id", "name"], json!({"id": text, "name": text, "token": text})),
-        "Group": object(&["name"], json!({"id": text, "name": text})),
-        "SecretValue": object(&["value"], json!({"value": text})),
-        "SecretList": object(&["items"], json!({"items": {"type": "array", "items": object(
-            &["name", "keyVersion", "updatedAt"],
-            json!({"name": text, "keyVersion": {"type": "integer"}, "updatedAt": time}))},
-            "nextCursor": {"type": "null"}})),
-        "ServiceList": object(&["items"], json!({"items": {"type": "array", "items": object(
-            &["service", "breaker", "failures", "inFlight", "openedAt", "retryAt"],
-            json!({"service": text,
-                   "breaker": {"type": "string", "enum": ["closed", "open", "half_open"]},
-                   "failures": {"type": "integer"}, "inFlight": {"type": "integer"},
-                   "openedAt": {"type": ["string", "null"], "format": "date-time"},
-                   "retryAt": {"type": ["string", "null"], "format": "date-time"}}))},
-            "nextCursor": {"type": "null"}})),
-        "McpServer": object(&["name", "transport"], json!({"name": text,
-            "transport": {"oneOf": [
-                object(&["type", "url"], json!({"type": {"enum": ["http"]}, "url": text,
-                    "headers": {"type": "object", "additionalProperties": text,
-                                "description": "values may use {{secrets.<name>}}"}})),
-                object(&["type", "command"], json!({"type": {"enum": ["stdio"]}, "command": text,
-                    "args": texts}))]},
-            "timeoutSec": {"type": "integer", "minimum": 1, "maximum": 300}})),
-        "McpServerList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/McpServer"}},
-            "nextCursor": {"type": "null"}})),
-        "Member": object(&["name"], json!({"id": text, "name": text, "email": {"type": ["string", "null"]},
-            "capacity": {"type": "integer"}, "available": {"type": "boolean"}})),
-        "TicketType": object(&["name", "statuses"], json!({"id": text, "name": text, "statuses": texts,
-            "fields": {"type": "array", "items": object(&["name", "type"], json!({"name": text, "type": text}))}})),
-        "Automation": object(&["name", "trigger", "steps"], json!({
-            "id": text, "name": text, "enabled": {"type": "boolean"},
-            "trigger": object(&["type"], json!({"type": {"enum": ["webhook", "event", "poll", "schedule", "manual"]}})),
-            "steps": {"type": "array", "items": {"type": "object"}},
-            "webhookUrl": text, "signed": {"type": "boolean"},
-            "currentVersion": {"type": "integer"},
-            "inFlight": {"enum": ["finish", "hold"], "description": "while paused"}})),
-        "Ticket": object(&["id", "number", "title"], json!({
-            "id": text, "number": text, "externalId": {"type": ["string", "null"]}, "title": text,
-            "type": {"type": ["string", "null"]}, "status": {"type": ["string", "null"]},
-            "closed": {"type": "boolean"}, "tags": texts, "assignee": named,
-            "group": {"type": ["string", "null"]}, "fields": {"type": "object"},
-            "createdAt": time, "updatedAt": time,
-            "log": {"type": "array", "items": object(&["at", "kind", "message"], json!({
-                "at": time, "kind": text, "message": text, "runId": {"type": ["string", "null"]}}))}})),
-        "TicketPatch": object(&[], json!({"title": text, "type": text, "status": text,
-            "closed": {"type": "boolean"}, "tags": texts, "addTags": texts,
-            "assignee": {}, "group": {"type": ["string", "null"]}, "fields": {"type": "object"}})),
-        "Run": object(&["id", "kind", "status"], json!({
-            "id": text, "automationId": {"type": ["string", "null"]}, "kind": text, "trigger": text,
-            "status": {"enum": ["scheduled", "queued", "running", "completed", "failed", "cancelled", "suppressed"]},
-            "attempts": {"type": "integer"}, "maxRetries": {"type": "integer"},
-            "reclaims": {"type": "integer"}, "parks": {"type": "integer"},
-            "runAt": time, "createdAt": time, "startedAt": optional_time, "finishedAt": optional_time,
-            "lastError": {"type": ["string", "null"]}, "cancelRequested": {"type": "boolean"},
-            "automationVersion": {"type": "integer"}, "retryOf": text,
-            "steps": {"type": "array", "items": {"type": "object"}},
-            "input": {"type": "object"},
-            "timeline": timeline})),
-        "Validation": object(&["valid", "problems", "warnings"], json!({
-            "valid": {"type": "boolean"},
-            "problems": {"type": "array", "items": {"type": "object"}},
-            "warnings": {"type": "array", "items": {"type": "object"}}})),
-        "Catalogue": object(&["ops", "triggers", "events", "paramTypes", "pollSources", "operators", "matches"], json!({
-            "ops": {"type": "array", "items": object(&["op", "required", "optional", "outputs", "connector"], json!({
-                "op": text, "required": texts, "optional": texts, "outputs": texts, "connector": {"type": "boolean"}}))},
-            "triggers": texts, "events": texts, "paramTypes": texts, "pollSources": texts,
-            "operators": {"type": "array", "items": object(&["operator", "takesValue"], json!({
-                "operator": text, "takesValue": {"type": "boolean"}}))},
-            "matches": texts})),
-        "CancelAnswer": object(&["runId", "cancel", "status"], json!({
-            "runId": text, "cancel": {"enum": ["cancelled", "requested"]}, "status": text})),
-        "Incident": object(&["id", "title", "impact", "status", "count"], json!({
-            "id": text, "title": text, "impact": text, "status": {"enum": ["open", "resolved"]},
-            "count": {"type": "integer"}, "ticket": {"type": ["string", "null"]},
-            "detail": {"description": "admin routes only"}})),
-        "Setup": object(&[], json!({
-            "groups": {"type": "array", "items": {"type": "object"}},
-            "ticketTypes": {"type": "array", "items": reference("TicketType")},
-            "automations": {"type": "array", "items": reference("Automation")}})),
-        "ApplyAnswer": object(&["groups", "ticketTypes", "automations"], json!({
-            "groups": {"type": "array", "items": {"type": "object"}},
-            "ticketTypes": {"type": "array", "items": {"type": "object"}},
-            "automations": {"type": "array", "items": {"type": "object"}}})),
-    });
-    if let (Value::Object(all), Value::Object(widgets)) = (&mut all, widget_schemas()) {
-        all.extend(widgets);
-    }
-    if let (Value::Object(all), Value::Object(mail)) = (&mut all, mail_server_schemas()) {
-        all.extend(mail);
-    }
-    if let (Value::Object(all), Value::Object(versions)) = (&mut all, version_schemas()) {
-        all.extend(versions);
-    }
-    if let (Value::Object(all), Value::Object(dry_runs)) = (&mut all, dry_run_schemas()) {
-        all.extend(dry_runs);
-    }
-    all
-}
-
-/// The schemas of an automation's history (`…/versions`, `…/rollback`, a run's retry).
-fn version_schemas() -> Value {
-    let text = json!({"type": "string"});
-    let time = json!({"type": "string", "format": "date-time"});
-    let number = json!({"type": "integer", "minimum": 1});
-    json!({
-        "AutomationVersion": object(&["automationId", "version", "hash", "current", "createdAt", "createdBy"],
-            json!({"automationId": text, "version": number, "hash": text,
-                   "current": {"type": "boolean"}, "createdAt": time, "createdBy": text,
-                   "definition": {"type": "object", "description": "read alone: name, trigger, steps"}})),
-        "VersionDiff": object(&["automationId", "version", "against", "changes"], json!({
-            "automationId": text, "version": number, "against": number,
-            "changes": {"type": "array", "items": object(&["path", "change"], json!({
-                "path": text, "change": {"enum": ["added", "removed", "changed", "moved"]},
-                "before": {}, "after": {}}))}})),
-        "Rollback": object(&["version"], json!({"version": number})),
-        "TenantRetentionBody": object(&[], json!({
-            "completed": {"description": "seconds, a duration (\"7d\"), \"off\" or null (the operator's)"},
-            "cancelled": {"description": "as completed"},
-            "failed": {"description": "as completed; failed and suppressed runs"}})),
-        "TenantRetention": object(&["tenant", "own", "effective", "operator"], json!({
-            "tenant": text, "own": {"type": "object"}, "effective": {"type": "object"},
-            "operator": {"type": "object", "description": "seconds, or \"off\" (kept forever), per status"}})),
-        "PauseBody": object(&[], json!({"inFlight": {"enum": ["finish", "hold"]}})),
-        "RetryBody": object(&[], json!({"version": {"enum": ["own", "current"]},
-            "fromStep": text, "fromStart": {"type": "boolean"}})),
-        "BulkBody": object(&["action"], json!({
-            "action": {"enum": ["retry", "cancel"]},
-            "filter": {"type": "object", "additionalProperties": false,
-                       "description": "the names of GET /api/runs' query",
-                       "properties": {"status": text, "automation": text, "version": text,
-                                      "trigger": text, "ticket": text, "from": text,
-                                      "to": text, "q": text}},
-            "preview": {"type": "boolean"}})),
-        "BulkStarted": object(&["action", "filter"], json!({
-            "id": text, "status": text, "action": {"enum": ["retry", "cancel"]},
-            "filter": {"type": "object"}, "matching": {"type": "integer", "minimum": 0},
-            "exact": {"type": "boolean"}})),
-        "BulkAction": object(&["id", "action", "filter", "status", "phase", "total", "matched",
-                                "acted", "skipped", "errors", "skips", "percent", "createdAt"], json!({
-            "id": text, "action": {"enum": ["retry", "cancel"]}, "filter": {"type": "object"},
-            "status": text, "phase": {"enum": ["counting", "acting", "done"]},
-            "total": {"type": "integer", "minimum": 0}, "matched": {"type": "integer", "minimum": 0},
-            "acted": {"type": "integer", "minimum": 0}, "skipped": {"type": "integer", "minimum": 0},
-            "errors": {"type": "integer", "minimum": 0},
-            "skips": {"type": "array", "items": object(&["reason", "count"], json!({
-                "reason": text, "count": {"type": "integer", "minimum": 1}}))},
-            "percent": {"type": "integer", "minimum": 0, "maximum": 100},
-            "lastError": {"type": ["string", "null"]}, "createdAt": time,
-            "finishedAt": {"type": ["string", "null"], "format": "date-time"}})),
-        "BulkCancelAnswer": object(&["id", "cancel"], json!({
-            "id": text, "cancel": {"enum": ["cancelled", "requested"]}})),
-    })
-}
-
-/// The schemas of a dry run (`…/test`).
-fn dry_run_schemas() -> Value {
-    let text = json!({"type": "string"});
-    let texts = json!({"type": "array", "items": {"type": "string"}});
-    json!({
-        "DryRunBody": object(&[], json!({
-            "automation": {"type": "object", "description": "POST /api/automations/test only: the unsaved definition"},
-            "version": {"type": "integer", "minimum": 1, "description": "POST /api/automations/{id}/test only"},
-            "body": {"description": "webhook or manual trigger: the body"},
-            "ticket": {"description": "event trigger: \"TK-12\", 12 or the ticket's id"},
-            "change": {"type": "object", "description": "with ticket: {\"<field>\": {\"from\", \"to\"}}"},
-            "run": {"type": "string", "description": "a past run whose input is replayed"},
-            "items": {"type": "array", "description": "poll trigger: the items as if polled"},
-            "mocks": {"type": "object", "description": "connector step name → its outputs"},
-            "connectors": {"enum": ["mock", "live"]}})),
-        "DryRun": object(&["dryRun", "automation", "status", "input", "steps", "writes", "events", "notes"], json!({
-            "dryRun": {"enum": [true]}, "automation": {"type": "object"},
-            "status": {"enum": ["completed", "failed", "would retry", "stopped"]},
-            "error": {"type": ["string", "null"]}, "input": {"type": "object"},
-            "steps": {"type": "array", "items": {"type": "object"}},
-            "writes": {"type": "array", "items": object(&["summary"], json!({"summary": text, "log": text}))},
-            "events": {"type": "array", "items": object(&["event", "ticket", "change", "wouldStart", "notStarted"], json!({
-                "event": text, "ticket": text, "change": {"type": "object"},
-                "wouldStart": {"type": "array", "items": {"type": "object"}},
-                "notStarted": {"type": "array", "items": {"type": "object"}}}))},
-            "incident": {"type": ["object", "null"]}, "notes": texts})),
-    })
-}
-
-/// The schemas of `/api/mail-servers` (apart: one `json!` of every schema is too deep).
-fn mail_server_schemas() -> Value {
-    let text = json!({"type": "string"});
-    json!({
-        "MailServer": object(&["name", "host", "port", "security", "from"], json!({"name": text,
-            "host": {"type": "string", "description": "a bare name or address; judged by the connectors' address guard (FRONTA_HTTP_ALLOW)"},
-            "port": {"type": "integer", "minimum": 1, "maximum": 65535, "description": "default 465 (tls), 587 (starttls), 25 (none)"},
-            "security": {"enum": ["tls", "starttls", "none"], "description": "default tls; none allows no user and password"},
-            "user": {"type": "string"},
-            "password": {"type": "string", "description": "a {{secrets.<name>}} reference, never a value"},
-            "from": {"type": "string", "description": "the sender: name@example.com or \"Name <name@example.com>\""}})),
-        "MailServerList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/MailServer"}},
-            "nextCursor": {"type": "null"}})),
-    })
-}
-
-/// The schemas of `/api/widgets` (apart: one `json!` of every schema is too deep).
-fn widget_schemas() -> Value {
-    let text = json!({"type": "string"});
-    let time = json!({"type": "string", "format": "date-time"});
-    let optional_time = json!({"type": ["string", "null"], "format": "date-time"});
-    json!({
-        "WidgetDefinition": object(&["name", "op", "input", "ttlSec"], json!({"name": text,
-            "op": {"enum": ["http/request", "mcp/call-tool"]},
-            "service": {"type": ["string", "null"], "description": "the unit of per-(tenant, service) caps and breaker"},
-            "input": {"type": "object", "description": "the op's step input; templates may name only {{secrets.<name>}}"},
-            "path": {"type": ["string", "null"], "description": "dot path into the call's outputs, e.g. body.count"},
-            "ttlSec": {"type": "integer", "description": "seconds the data is served from the cache"}})),
-        "Widget": object(&["id", "name", "data", "fetchedAt", "ageSec", "stale", "refreshing", "error"], json!({
-            "id": text, "name": text, "op": text, "service": {"type": ["string", "null"]},
-            "input": {"type": "object"}, "path": {"type": ["string", "null"]},
-            "ttlSec": {"type": "integer"}, "data": {"description": "the cached data (any JSON), null before the first success"},
-            "fetchedAt": optional_time, "ageSec": {"type": ["integer", "null"]},
-            "stale": {"type": "boolean"}, "refreshing": {"type": "boolean"},
-            "checkedAt": optional_time, "error": {"type": ["string", "null"]}, "errorAt": optional_time,
-            "createdAt": time, "updatedAt": time})),
-        "WidgetList": object(&["items"], json!({"items": {"type": "array", "items": {"$ref": "#/components/schemas/Widget"}},
-            "nextCursor": {"type": "null"}})),
     })
 }
 

@@ -51,8 +51,9 @@ impl PageParams {
 }
 
 /// One page of a list.
-#[derive(Debug, Clone, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
+#[schemars(rename = "PageOf{T}")]
 pub struct Page<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,

@@ -14,17 +14,19 @@
 
 use chrono::{DateTime, Utc};
 use fronta_automation::executor::{AttemptStart, RunPayload, StepLog};
-use fronta_automation::steps::ticket_json;
 use fronta_automation::store::StoredAutomation;
-use fronta_desk::{Group, Incident, Member, Tenant, Ticket, TicketLogEntry, TicketType};
+use fronta_desk::{
+    FieldDef, Group, Incident, IncidentStatus, Member, Tenant, Ticket, TicketLogEntry, TicketType,
+};
 use fronta_engine::{Run, RunStatus};
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::base_url::webhook_url;
 
 /// A run (API.md "A run").
-#[derive(Debug, Clone, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunView {
     pub id: String,
@@ -116,71 +118,209 @@ impl RunView {
     }
 }
 
+/// A ticket's assignee.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct AssigneeView {
+    pub id: String,
+    pub name: String,
+}
+
+/// A ticket (API.md "A ticket"): what steps see (`fronta_automation::steps::ticket_json`)
+/// plus its times, and its log when read alone.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TicketView {
+    pub id: String,
+    /// `TK-<number>`.
+    pub number: String,
+    pub external_id: Option<String>,
+    pub title: String,
+    #[serde(rename = "type")]
+    pub ticket_type: Option<String>,
+    pub status: Option<String>,
+    pub closed: bool,
+    pub tags: Vec<String>,
+    pub assignee: Option<AssigneeView>,
+    pub group: Option<String>,
+    pub fields: std::collections::BTreeMap<String, Value>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<Vec<TicketLogEntry>>,
+}
+
 /// A ticket (API.md "A ticket"), with its log when given.
 pub fn ticket_view(ticket: &Ticket, log: Option<&[TicketLogEntry]>) -> Value {
-    let mut view = ticket_json(ticket);
-    if let Value::Object(map) = &mut view {
-        map.insert("createdAt".into(), json!(ticket.created_at));
-        map.insert("updatedAt".into(), json!(ticket.updated_at));
-        if let Some(log) = log {
-            map.insert("log".into(), json!(log));
+    to_json(&TicketView {
+        id: ticket.id.to_string(),
+        number: ticket.human_id(),
+        external_id: ticket.external_id.clone(),
+        title: ticket.title.clone(),
+        ticket_type: ticket.ticket_type.clone(),
+        status: ticket.status.clone(),
+        closed: ticket.closed,
+        tags: ticket.tags.clone(),
+        assignee: ticket.assignee.as_ref().map(|a| AssigneeView {
+            id: a.id.to_string(),
+            name: a.name.clone(),
+        }),
+        group: ticket.group.clone(),
+        fields: ticket.fields.clone(),
+        created_at: ticket.created_at,
+        updated_at: ticket.updated_at,
+        log: log.map(<[TicketLogEntry]>::to_vec),
+    })
+}
+
+/// A view as JSON (every view serializes: strings, numbers, maps of JSON).
+fn to_json<T: Serialize>(view: &T) -> Value {
+    serde_json::to_value(view).unwrap_or(Value::Null)
+}
+
+/// An incident as its tenant sees it: never `detail`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncidentView {
+    pub id: String,
+    pub title: String,
+    pub impact: String,
+    pub status: IncidentStatus,
+    pub count: u32,
+    /// The ticket's id.
+    pub ticket: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub resolved_at: Option<DateTime<Utc>>,
+}
+
+impl IncidentView {
+    fn of(incident: &Incident) -> Self {
+        IncidentView {
+            id: incident.id.to_string(),
+            title: incident.title.clone(),
+            impact: incident.impact.clone(),
+            status: incident.status,
+            count: incident.count,
+            ticket: incident.ticket.map(|id| id.to_string()),
+            created_at: incident.created_at,
+            updated_at: incident.updated_at,
+            resolved_at: incident.resolved_at,
         }
     }
-    view
+}
+
+/// An incident as the platform admin sees it: with tenant, cause and `detail`.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AdminIncidentView {
+    #[serde(flatten)]
+    pub incident: IncidentView,
+    pub tenant: String,
+    pub cause: String,
+    pub detail: Value,
 }
 
 /// An incident as its tenant sees it: never `detail`.
 pub fn incident_view(incident: &Incident) -> Value {
-    json!({
-        "id": incident.id.to_string(),
-        "title": incident.title,
-        "impact": incident.impact,
-        "status": incident.status,
-        "count": incident.count,
-        "ticket": incident.ticket.map(|id| id.to_string()),
-        "createdAt": incident.created_at,
-        "updatedAt": incident.updated_at,
-        "resolvedAt": incident.resolved_at,
-    })
+    to_json(&IncidentView::of(incident))
 }
 
 /// An incident as the platform admin sees it: with tenant, cause and `detail`.
 pub fn admin_incident_view(incident: &Incident) -> Value {
-    let mut view = incident_view(incident);
-    if let Value::Object(map) = &mut view {
-        map.insert("tenant".into(), json!(incident.tenant.to_string()));
-        map.insert("cause".into(), json!(incident.cause));
-        map.insert("detail".into(), incident.detail.clone());
-    }
-    view
+    to_json(&AdminIncidentView {
+        incident: IncidentView::of(incident),
+        tenant: incident.tenant.to_string(),
+        cause: incident.cause.clone(),
+        detail: incident.detail.clone(),
+    })
+}
+
+/// A tenant; its token only in the answer of its creation.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantView {
+    pub id: String,
+    pub name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    pub created_at: DateTime<Utc>,
 }
 
 pub fn tenant_view(tenant: &Tenant) -> Value {
-    json!({"id": tenant.id.to_string(), "name": tenant.name, "createdAt": tenant.created_at})
+    tenant_answer(tenant, None)
+}
+
+/// A tenant with its token (`POST /api/admin/tenants`).
+pub fn tenant_answer(tenant: &Tenant, token: Option<String>) -> Value {
+    to_json(&TenantView {
+        id: tenant.id.to_string(),
+        name: tenant.name.clone(),
+        token,
+        created_at: tenant.created_at,
+    })
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct GroupView {
+    pub id: String,
+    pub name: String,
 }
 
 pub fn group_view(group: &Group) -> Value {
-    json!({"id": group.id.to_string(), "name": group.name})
+    to_json(&GroupView {
+        id: group.id.to_string(),
+        name: group.name.clone(),
+    })
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberView {
+    pub id: String,
+    pub group_id: String,
+    pub name: String,
+    pub email: Option<String>,
+    pub capacity: u32,
+    pub available: bool,
 }
 
 pub fn member_view(member: &Member) -> Value {
-    json!({
-        "id": member.id.to_string(),
-        "groupId": member.group.to_string(),
-        "name": member.name,
-        "email": member.email,
-        "capacity": member.capacity,
-        "available": member.available,
+    to_json(&MemberView {
+        id: member.id.to_string(),
+        group_id: member.group.to_string(),
+        name: member.name.clone(),
+        email: member.email.clone(),
+        capacity: member.capacity,
+        available: member.available,
     })
 }
 
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TicketTypeView {
+    pub id: String,
+    pub name: String,
+    pub statuses: Vec<String>,
+    pub fields: Vec<FieldDef>,
+}
+
 pub fn ticket_type_view(ticket_type: &TicketType) -> Value {
-    json!({
-        "id": ticket_type.id.to_string(),
-        "name": ticket_type.name,
-        "statuses": ticket_type.statuses,
-        "fields": ticket_type.fields,
+    to_json(&TicketTypeView {
+        id: ticket_type.id.to_string(),
+        name: ticket_type.name.clone(),
+        statuses: ticket_type.statuses.clone(),
+        fields: ticket_type.fields.clone(),
     })
+}
+
+/// A run accepted (`202`): its id and status; `duplicate` when an idempotency key
+/// named a run already started.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RunAccepted {
+    pub run_id: String,
+    pub status: RunStatus,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duplicate: Option<bool>,
 }
 
 /// An automation: its definition plus what the server adds (see the module docs).

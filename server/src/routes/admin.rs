@@ -18,9 +18,10 @@ use crate::pagination::{Order, Page, PageParams, page_by_id};
 use crate::routes::parse_id;
 use crate::wire::{admin_incident_view, tenant_view};
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTenant {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
 }
 
@@ -33,12 +34,7 @@ pub async fn tenant_create(
     tracing::info!(tenant = %tenant.id, "tenant created");
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "id": tenant.id.to_string(),
-            "name": tenant.name,
-            "token": token,
-            "createdAt": tenant.created_at,
-        })),
+        Json(crate::wire::tenant_answer(&tenant, Some(token))),
     ))
 }
 
@@ -181,6 +177,31 @@ fn keep_of(what: &str, value: &Value) -> Result<Option<fronta_desk::Keep>, Strin
     }
 }
 
+/// The body of `PUT /api/admin/tenants/{id}/retention`: each of seconds (an integer), a
+/// duration (`"7d"`), `"off"` or null.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionBody {
+    #[serde(default)]
+    #[schemars(with = "Option<RetentionKeep>")]
+    completed: Option<Value>,
+    #[serde(default)]
+    #[schemars(with = "Option<RetentionKeep>")]
+    cancelled: Option<Value>,
+    #[serde(default)]
+    #[schemars(with = "Option<RetentionKeep>")]
+    failed: Option<Value>,
+}
+
+/// How long one status is kept: seconds, or a duration (`"7d"`) or `"off"`.
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged)]
+#[allow(dead_code)] // only its schema is used: `keep_of` reads the value
+enum RetentionKeep {
+    Seconds(u64),
+    Text(String),
+}
+
 /// `PUT /api/admin/tenants/{id}/retention` `{"completed", "cancelled", "failed"}`: each
 /// seconds, a duration (`"7d"`), `"off"` (forever) or null (the operator's); never longer
 /// than the operator keeps that status (400 naming the bound). All null: the operator's.
@@ -188,23 +209,17 @@ pub async fn retention_set(
     _: AdminAuth,
     State(app): State<App>,
     Path(id): Path<String>,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(body): JsonBody<RetentionBody>,
 ) -> Result<Json<Value>, ApiError> {
     let tenant = tenant_of(&app, &id).await?;
-    let Value::Object(fields) = &body else {
-        return Err(ApiError::bad_request(
-            "the body is {\"completed\", \"cancelled\", \"failed\"}: seconds, a duration, \"off\" or null each",
-        ));
+    let field = |name: &str| {
+        let value = match name {
+            "completed" => &body.completed,
+            "cancelled" => &body.cancelled,
+            _ => &body.failed,
+        };
+        keep_of(name, value.as_ref().unwrap_or(&Value::Null))
     };
-    if let Some(unknown) = fields
-        .keys()
-        .find(|key| !["completed", "cancelled", "failed"].contains(&key.as_str()))
-    {
-        return Err(ApiError::bad_request(format!(
-            "unknown field {unknown:?}: a retention names completed, cancelled and failed"
-        )));
-    }
-    let field = |name: &str| keep_of(name, fields.get(name).unwrap_or(&Value::Null));
     let own = fronta_desk::TenantRetention {
         completed: field("completed").map_err(ApiError::bad_request)?,
         cancelled: field("cancelled").map_err(ApiError::bad_request)?,

@@ -49,7 +49,7 @@ use crate::routes::automations::{
 use crate::routes::desk::{DEFAULT_MEMBER_CAPACITY, NewTicketType};
 use fronta_automation::versions::BY_TENANT;
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct Setup {
     #[serde(default)]
@@ -60,7 +60,7 @@ pub struct Setup {
     automations: Vec<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetupGroup {
     name: String,
@@ -68,7 +68,7 @@ pub struct SetupGroup {
     members: Vec<SetupMember>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetupMember {
     name: String,

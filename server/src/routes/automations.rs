@@ -391,9 +391,9 @@ async fn set_enabled(
 }
 
 /// The optional body of a pause.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct PauseBody {
+pub struct PauseBody {
     #[serde(default)]
     in_flight: InFlight,
 }
@@ -411,7 +411,7 @@ pub async fn pause(
 
 /// An optional JSON body: none (empty) is `None`; a body must be JSON of type `T` (400
 /// naming what does not fit).
-pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
+pub(crate) async fn optional_body<T: serde::de::DeserializeOwned + schemars::JsonSchema>(
     request: Request,
     app: &App,
 ) -> Result<Option<T>, ApiError> {
@@ -423,7 +423,9 @@ pub(crate) async fn optional_body<T: serde::de::DeserializeOwned>(
     if !json_declared {
         return Err(ApiError::UnsupportedMediaType);
     }
+    crate::extract::require_object(&bytes)?;
     let value = parse_json(&bytes)?;
+    crate::extract::no_array_for_object::<T>(&value)?;
     serde_json::from_value(value)
         .map(Some)
         .map_err(|err| ApiError::bad_request(format!("the body does not fit: {err}")))
@@ -561,7 +563,7 @@ pub async fn version_diff(
     })))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RollbackBody {
     version: u32,

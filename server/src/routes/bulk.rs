@@ -15,6 +15,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use fronta_automation::bulk::{
     BULK_KIND, BulkAction, BulkFilter, BulkPayload, BulkProgress, Phase, count,
 };
@@ -30,7 +31,7 @@ use crate::extract::JsonBody;
 use crate::routes::runs::{cancel_run, tenant_run_of, ticket_filter};
 
 /// The body of `POST /api/runs/bulk`.
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BulkBody {
     action: BulkAction,
@@ -42,7 +43,7 @@ pub struct BulkBody {
 }
 
 /// A bulk action as `GET /api/runs/bulk/{id}` shows it.
-#[derive(Debug, Serialize)]
+#[derive(schemars::JsonSchema, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BulkView {
     id: String,
@@ -96,7 +97,7 @@ pub async fn start(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     JsonBody(body): JsonBody<BulkBody>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<Response, ApiError> {
     let mut filter = body.filter;
     // A ticket is stored by its id: `TK-12` names another ticket once numbers move on.
     filter.ticket = ticket_filter(&app, tenant.id, filter.ticket.as_deref())
@@ -113,13 +114,13 @@ pub async fn start(
             app.config().bulk_preview_max,
         )
         .await?;
-        return Ok((
-            StatusCode::OK,
-            Json(
-                json!({"action": body.action, "filter": filter, "matching": matching,
-                        "exact": exact}),
-            ),
-        ));
+        return Ok(Json(BulkPreview {
+            action: body.action,
+            filter,
+            matching,
+            exact,
+        })
+        .into_response());
     }
     let payload = BulkPayload {
         action: body.action,
@@ -139,9 +140,34 @@ pub async fn start(
         "bulk action started through the API");
     Ok((
         StatusCode::ACCEPTED,
-        Json(json!({"id": enqueued.id().to_string(), "status": "queued",
-                    "action": body.action, "filter": filter})),
-    ))
+        Json(BulkStarted {
+            id: enqueued.id().to_string(),
+            status: RunStatus::Queued,
+            action: body.action,
+            filter,
+        }),
+    )
+        .into_response())
+}
+
+/// The answer of a preview (`"preview": true`, 200): how many runs match.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BulkPreview {
+    pub action: BulkAction,
+    pub filter: BulkFilter,
+    /// Matches counted, at most `bulk_preview_max` runs read.
+    pub matching: u64,
+    /// `false`: the count stopped at the bound (at least `matching`).
+    pub exact: bool,
+}
+
+/// The answer of a bulk action started (202).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BulkStarted {
+    pub id: String,
+    pub status: RunStatus,
+    pub action: BulkAction,
+    pub filter: BulkFilter,
 }
 
 /// The tenant's bulk action `id`, or the 404 of an unknown id.
@@ -171,8 +197,19 @@ pub async fn cancel(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<BulkCancelAnswer>, ApiError> {
     let (run, _) = tenant_bulk(&app, tenant.id, &id).await?;
     let (cancel, _) = cancel_run(&app, tenant.id, &run, "bulk action").await?;
-    Ok(Json(json!({"id": run.id.to_string(), "cancel": cancel})))
+    Ok(Json(BulkCancelAnswer {
+        id: run.id.to_string(),
+        cancel,
+    }))
+}
+
+/// The answer of `POST /api/runs/bulk/{id}/cancel`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BulkCancelAnswer {
+    pub id: String,
+    #[schemars(with = "crate::routes::runs::CancelKind")]
+    pub cancel: &'static str,
 }

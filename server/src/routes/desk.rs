@@ -51,9 +51,10 @@ where
 
 // ---- groups ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct GroupBody {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
 }
 
@@ -126,16 +127,17 @@ pub async fn group_delete(
 
 // ---- members ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewMember {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     name: String,
     email: Option<String>,
     capacity: Option<u32>,
     available: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MemberPatch {
     name: Option<String>,
@@ -260,9 +262,10 @@ pub async fn member_delete(
 
 // ---- ticket types ----
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NewTicketType {
+    #[schemars(length(min = 1, max = 200), regex(pattern = r"\S"))]
     pub(crate) name: String,
     #[serde(default)]
     pub(crate) statuses: Vec<String>,
@@ -312,7 +315,7 @@ pub async fn ticket_type(
     Ok(Json(ticket_type_view(&found)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TicketTypePatch {
     name: Option<String>,
@@ -456,7 +459,7 @@ pub async fn ticket(
     Ok(Json(ticket_with_log(&app, tenant.id, id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct TicketPatch {
     title: Option<String>,

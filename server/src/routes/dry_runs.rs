@@ -45,9 +45,9 @@ use crate::extract::JsonBody;
 use crate::routes::automations::{check, get_stored, split_body, validation_context, version_of};
 
 /// The body of a test, either route.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct TestBody {
+pub struct TestBody {
     /// The unsaved definition (`POST /api/automations/test` only).
     automation: Option<Value>,
     /// The saved version to test (`POST /api/automations/{id}/test` only).

@@ -13,14 +13,20 @@ use serde_json::json;
 
 use crate::app::App;
 
-pub async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({"status": "ok"}))
+/// The answer of both probes: `ok` (alive) or `ready`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct Health {
+    pub status: &'static str,
+}
+
+pub async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
 }
 
 pub async fn readyz(State(app): State<App>) -> Response {
     let probe = app.runs().store_ready();
     match tokio::time::timeout(app.config().ready_timeout, probe).await {
-        Ok(Ok(())) => Json(json!({"status": "ready"})).into_response(),
+        Ok(Ok(())) => Json(Health { status: "ready" }).into_response(),
         Ok(Err(err)) => {
             tracing::warn!(error = %err, "readiness: the run store did not answer");
             not_ready()

@@ -22,9 +22,10 @@ use crate::extract::JsonBody;
 const WHAT: &str = "mail server";
 
 /// The body of `POST` (name required) and `PUT` (name optional; if given, the path's).
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MailServerBody {
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     name: Option<String>,
     host: String,
     port: Option<u16>,

@@ -19,9 +19,10 @@ use crate::extract::JsonBody;
 const WHAT: &str = "MCP server";
 
 /// The body of `POST` (name required) and `PUT` (name optional; if given, the path's).
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct McpServerBody {
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
     name: Option<String>,
     transport: McpTransport,
     timeout_sec: Option<u64>,

@@ -62,41 +62,53 @@ pub fn redacted_path(path: &str) -> &str {
 /// The router and the OpenAPI document (`crate::openapi`) are both built from it, so a
 /// route cannot be served without being documented.
 fn table() -> Routes {
-    use crate::openapi::{Op, op};
+    use crate::openapi::{Op, PageOf, op};
+    use crate::wire::{
+        AdminIncidentView, GroupView, IncidentView, MemberView, RunAccepted, RunView, TenantView,
+        TicketTypeView, TicketView,
+    };
+    use fronta_automation::dry_run::DryRunAnswer;
+    use fronta_automation::mail::MailServer;
+    use fronta_automation::mcp::McpServer;
+    use serde_json::Value;
+    /// An answer or body whose schema is not derived yet: any JSON object.
+    type AnyObject = serde_json::Map<String, Value>;
     let (get_, post_, put_, patch_, delete_) = ("GET", "POST", "PUT", "PATCH", "DELETE");
     Routes::default()
-        .add("/healthz", get(health::healthz), [op(get_, "Liveness")])
+        .add("/healthz", get(health::healthz), [op(get_, "Liveness").answers::<health::Health>(200)])
         .add(
             "/readyz",
             get(health::readyz),
             [op(
                 get_,
                 "Readiness: 200 when the database answers, else 503",
-            )],
+            )
+            .answers::<health::Health>(200)],
         )
         .add(
             "/metrics",
             get(crate::metrics::metrics),
-            [op(get_, "Prometheus metrics").text()],
+            [op(get_, "Prometheus metrics").text().empty(200)],
         )
         .add(
             "/webhook/{token}",
             get(webhook::help).post(webhook::receive),
             [
-                op(get_, "How to call this webhook").answers(200, "WebhookHelp"),
+                op(get_, "How to call this webhook").answers::<AnyObject>(200),
                 op(post_, "Start a run of the webhook's automation")
-                    .body("WebhookBody")
-                    .answers(202, "RunAccepted"),
+                    .body::<Value>()
+                    .answers::<RunAccepted>(202),
             ],
         )
         .add(
             "/api/admin/tenants",
             get(admin::tenants).post(admin::tenant_create),
             [
-                op(get_, "List tenants").page("Tenant"),
+                op(get_, "List tenants").answers::<PageOf<TenantView>>(200),
                 op(post_, "Create a tenant (its token is shown once)")
-                    .body("NewTenant")
-                    .answers(201, "Tenant"),
+                    .body::<admin::NewTenant>()
+                    .answers::<TenantView>(201)
+                    .creates("id"),
             ],
         )
         .add(
@@ -104,30 +116,31 @@ fn table() -> Routes {
             get(admin::retention).put(admin::retention_set),
             [
                 op(get_, "A tenant's own retention of finished runs, what applies, and the operator's maximum")
-                    .answers(200, "TenantRetention"),
+                    .answers::<AnyObject>(200),
                 op(put_, "Set a tenant's own retention (never longer than the operator's)")
-                    .body("TenantRetentionBody")
-                    .answers(200, "TenantRetention"),
+                    .body::<admin::RetentionBody>()
+                    .answers::<AnyObject>(200),
             ],
         )
         .add(
             "/api/admin/incidents",
             get(admin::incidents),
-            [op(get_, "Every tenant's incidents, with detail").page("Incident")],
+            [op(get_, "Every tenant's incidents, with detail").answers::<PageOf<AdminIncidentView>>(200)],
         )
         .add(
             "/api/admin/incidents/{id}",
             get(admin::incident),
-            [op(get_, "An incident with its detail").answers(200, "Incident")],
+            [op(get_, "An incident with its detail").answers::<AdminIncidentView>(200)],
         )
         .add(
             "/api/groups",
             get(desk::groups).post(desk::group_create),
             [
-                op(get_, "List groups").page("Group"),
+                op(get_, "List groups").answers::<PageOf<GroupView>>(200),
                 op(post_, "Create a group")
-                    .body("Group")
-                    .answers(201, "Group"),
+                    .body::<desk::GroupBody>()
+                    .answers::<GroupView>(201)
+                    .creates("id"),
             ],
         )
         .add(
@@ -136,21 +149,22 @@ fn table() -> Routes {
                 .patch(desk::group_rename)
                 .delete(desk::group_delete),
             [
-                op(get_, "A group").answers(200, "Group"),
+                op(get_, "A group").answers::<GroupView>(200),
                 op(patch_, "Rename a group")
-                    .body("Group")
-                    .answers(200, "Group"),
-                op(delete_, "Delete a group").answers(204, ""),
+                    .body::<desk::GroupBody>()
+                    .answers::<GroupView>(200),
+                op(delete_, "Delete a group").empty(204),
             ],
         )
         .add(
             "/api/groups/{id}/members",
             get(desk::members).post(desk::member_add),
             [
-                op(get_, "A group's members").page("Member"),
+                op(get_, "A group's members").answers::<PageOf<MemberView>>(200),
                 op(post_, "Add a member")
-                    .body("Member")
-                    .answers(201, "Member"),
+                    .body::<desk::NewMember>()
+                    .answers::<MemberView>(201)
+                    .creates("id"),
             ],
         )
         .add(
@@ -158,19 +172,20 @@ fn table() -> Routes {
             axum::routing::patch(desk::member_update).delete(desk::member_delete),
             [
                 op(patch_, "Change a member")
-                    .body("Member")
-                    .answers(200, "Member"),
-                op(delete_, "Remove a member").answers(204, ""),
+                    .body::<desk::MemberPatch>()
+                    .answers::<MemberView>(200),
+                op(delete_, "Remove a member").empty(204),
             ],
         )
         .add(
             "/api/ticket-types",
             get(desk::ticket_types).post(desk::ticket_type_create),
             [
-                op(get_, "List ticket types").page("TicketType"),
+                op(get_, "List ticket types").answers::<PageOf<TicketTypeView>>(200),
                 op(post_, "Create a ticket type")
-                    .body("TicketType")
-                    .answers(201, "TicketType"),
+                    .body::<desk::NewTicketType>()
+                    .answers::<TicketTypeView>(201)
+                    .creates("id"),
             ],
         )
         .add(
@@ -179,49 +194,50 @@ fn table() -> Routes {
                 .patch(desk::ticket_type_update)
                 .delete(desk::ticket_type_delete),
             [
-                op(get_, "A ticket type").answers(200, "TicketType"),
+                op(get_, "A ticket type").answers::<TicketTypeView>(200),
                 op(
                     patch_,
                     "Rename a ticket type or replace its statuses or fields",
                 )
-                .body("TicketType")
-                .answers(200, "TicketType"),
+                .body::<desk::TicketTypePatch>()
+                .answers::<TicketTypeView>(200),
                 op(
                     delete_,
                     "Delete a ticket type no automation or open ticket uses",
                 )
-                .answers(204, ""),
+                .empty(204),
             ],
         )
         .add(
             "/api/automations",
             get(automations::list).post(automations::create),
             [
-                op(get_, "List automations").page("Automation"),
+                op(get_, "List automations").answers::<PageOf<AnyObject>>(200),
                 op(post_, "Create an automation")
-                    .body("Automation")
-                    .answers(201, "Automation"),
+                    .body::<AnyObject>()
+                    .answers::<AnyObject>(201)
+                    .creates("id"),
             ],
         )
         .add(
             "/api/catalogue",
             get(automations::catalogue),
             [op(get_, "The step ops with their inputs and outputs, and the trigger and condition vocabulary")
-                .answers(200, "Catalogue")],
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/test",
             post(dry_runs::test_unsaved),
             [op(post_, "Dry-run an unsaved definition on a sample input: the step log a run would write, writing nothing")
-                .body("DryRunBody")
-                .answers(200, "DryRun")],
+                .body::<dry_runs::TestBody>()
+                .answers::<DryRunAnswer>(200)],
         )
         .add(
             "/api/automations/validate",
             post(automations::validate_only),
             [op(post_, "Check an automation without saving it: every problem at its path, and the warnings")
-                .body("Automation")
-                .answers(200, "Validation")],
+                .body::<AnyObject>()
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}",
@@ -229,73 +245,76 @@ fn table() -> Routes {
                 .put(automations::replace)
                 .delete(automations::delete),
             [
-                op(get_, "An automation").answers(200, "Automation"),
+                op(get_, "An automation").answers::<AnyObject>(200),
                 op(put_, "Replace an automation")
-                    .body("Automation")
-                    .answers(200, "Automation"),
-                op(delete_, "Delete an automation").answers(204, ""),
+                    .body::<AnyObject>()
+                    .answers::<AnyObject>(200),
+                op(delete_, "Delete an automation").empty(204),
             ],
         )
         .add(
             "/api/automations/{id}/test",
             post(dry_runs::test_saved),
             [op(post_, "Dry-run a saved automation (current version, or \"version\") on a sample input, writing nothing")
-                .body("DryRunBody")
-                .answers(200, "DryRun")],
+                .body::<dry_runs::TestBody>()
+                .answers::<DryRunAnswer>(200)],
         )
         .add(
             "/api/automations/{id}/pause",
             post(automations::pause),
             [op(post_, "Pause an automation (runs in flight finish, or are held)")
-                .body("PauseBody")
-                .answers(200, "Automation")],
+                .optional_body::<automations::PauseBody>()
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/versions",
             get(automations::versions_list),
-            [op(get_, "An automation's versions, newest first").page("AutomationVersion")],
+            [op(get_, "An automation's versions, newest first").answers::<PageOf<AnyObject>>(200)],
         )
         .add(
             "/api/automations/{id}/versions/{version}",
             get(automations::version_get),
-            [op(get_, "One version with its definition").answers(200, "AutomationVersion")],
+            [op(get_, "One version with its definition").answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/versions/{version}/diff",
             get(automations::version_diff),
             [op(get_, "What changed from ?against= (default: the version before)")
-                .answers(200, "VersionDiff")],
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/rollback",
             post(automations::rollback),
             [op(post_, "A new version with an earlier version's definition")
-                .body("Rollback")
-                .answers(200, "Automation")],
+                .body::<automations::RollbackBody>()
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/resume",
             post(automations::resume),
-            [op(post_, "Resume an automation").answers(200, "Automation")],
+            [op(post_, "Resume an automation").answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/runs",
             post(automations::start_run),
-            [op(post_, "Start a manual run (the body is `_body`)").answers(202, "RunAccepted")],
+            [op(post_, "Start a manual run (the body is `_body`)")
+                .optional_body::<Value>()
+                .answers::<RunAccepted>(202)
+                .creates_under("runId", "/api/runs")],
         )
         .add(
             "/api/tickets",
             get(desk::tickets),
-            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").page("Ticket")],
+            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").answers::<PageOf<TicketView>>(200)],
         )
         .add(
             "/api/tickets/{id}",
             get(desk::ticket).patch(desk::ticket_change),
             [
-                op(get_, "A ticket with its log").answers(200, "Ticket"),
+                op(get_, "A ticket with its log").answers::<TicketView>(200),
                 op(patch_, "A person's change to a ticket")
-                    .body("TicketPatch")
-                    .answers(200, "Ticket"),
+                    .body::<desk::TicketPatch>()
+                    .answers::<TicketView>(200),
             ],
         )
         .add(
@@ -305,61 +324,64 @@ fn table() -> Routes {
                 get_,
                 "List runs, newest first (?status=&automation=&trigger=)",
             )
-            .page("Run")],
+            .answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/dashboard/runs",
             get(runs::list),
-            [op(get_, "List runs (the dashboard's name)").page("Run")],
+            [op(get_, "List runs (the dashboard's name)").answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/runs/bulk",
             post(bulk::start),
             [op(post_, "Retry or cancel every run matching a filter, as a bulk action of its own (\"preview\": true counts the matches)")
-                .body("BulkBody")
-                .answers(202, "BulkStarted")],
+                .body::<bulk::BulkBody>()
+                .answers::<bulk::BulkStarted>(202)
+                .also_answers::<bulk::BulkPreview>(200)
+                .creates("id")],
         )
         .add(
             "/api/runs/bulk/{id}",
             get(bulk::get),
-            [op(get_, "A bulk action's progress").answers(200, "BulkAction")],
+            [op(get_, "A bulk action's progress").answers::<bulk::BulkView>(200)],
         )
         .add(
             "/api/runs/bulk/{id}/cancel",
             post(bulk::cancel),
-            [op(post_, "Stop a bulk action between two runs").answers(200, "BulkCancelAnswer")],
+            [op(post_, "Stop a bulk action between two runs").answers::<bulk::BulkCancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}",
             get(runs::get),
-            [op(get_, "A run with its step log").answers(200, "Run")],
+            [op(get_, "A run with its step log").answers::<RunView>(200)],
         )
         .add(
             "/api/runs/{id}/cancel",
             post(runs::cancel),
-            [op(post_, "Cancel a run (two-phase)").answers(200, "CancelAnswer")],
+            [op(post_, "Cancel a run (two-phase)").answers::<runs::CancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}/retry",
             post(runs::retry),
             [op(post_, "Retry a failed run from its checkpoint, on its own version; {\"version\": \"current\"} starts its input anew on the current version")
-                .body("RetryBody")
-                .answers(202, "RunAccepted")],
+                .optional_body::<runs::RetryBody>()
+                .answers::<RunAccepted>(202)
+                .creates_under("runId", "/api/runs")],
         )
         .add(
             "/api/incidents",
             get(desk::incidents),
-            [op(get_, "List the tenant's incidents").page("Incident")],
+            [op(get_, "List the tenant's incidents").answers::<PageOf<IncidentView>>(200)],
         )
         .add(
             "/api/incidents/{id}",
             get(desk::incident),
-            [op(get_, "An incident").answers(200, "Incident")],
+            [op(get_, "An incident").answers::<IncidentView>(200)],
         )
         .add(
             "/api/incidents/{id}/resolve",
             post(desk::incident_resolve),
-            [op(post_, "Resolve an incident").answers(200, "Incident")],
+            [op(post_, "Resolve an incident").answers::<IncidentView>(200)],
         )
         .add(
             "/api/secrets",
@@ -368,7 +390,7 @@ fn table() -> Routes {
                 get_,
                 "List the tenant's secrets: names, keyVersion, updatedAt; never values",
             )
-            .answers(200, "SecretList")],
+            .answers::<PageOf<secrets::SecretView>>(200)],
         )
         .add(
             "/api/services",
@@ -377,7 +399,7 @@ fn table() -> Routes {
                 get_,
                 "List the tenant's services: breaker state, failures, calls in flight, retryAt",
             )
-            .answers(200, "ServiceList")],
+            .answers::<AnyObject>(200)],
         )
         .add(
             "/api/secrets/{name}",
@@ -387,19 +409,20 @@ fn table() -> Routes {
                     put_,
                     "Store or replace a secret (sealed at rest; never answered)",
                 )
-                .body("SecretValue")
-                .answers(204, ""),
-                op(delete_, "Delete a secret").answers(204, ""),
+                .body::<secrets::SecretBody>()
+                .empty(204),
+                op(delete_, "Delete a secret").empty(204),
             ],
         )
         .add(
             "/api/mcp-servers",
             get(mcp_servers::mcp_server_list).post(mcp_servers::mcp_server_create),
             [
-                op(get_, "List the tenant's MCP servers").answers(200, "McpServerList"),
+                op(get_, "List the tenant's MCP servers").answers::<PageOf<McpServer>>(200),
                 op(post_, "Add an MCP server (409 when the name is taken)")
-                    .body("McpServer")
-                    .answers(201, "McpServer"),
+                    .body::<mcp_servers::McpServerBody>()
+                    .answers::<McpServer>(201)
+                    .creates("name"),
             ],
         )
         .add(
@@ -408,24 +431,25 @@ fn table() -> Routes {
                 .put(mcp_servers::mcp_server_put)
                 .delete(mcp_servers::mcp_server_delete),
             [
-                op(get_, "Read an MCP server").answers(200, "McpServer"),
+                op(get_, "Read an MCP server").answers::<McpServer>(200),
                 op(put_, "Create or replace an MCP server whole")
-                    .body("McpServer")
-                    .answers(200, "McpServer"),
-                op(delete_, "Delete an MCP server").answers(204, ""),
+                    .body::<mcp_servers::McpServerBody>()
+                    .answers::<McpServer>(200),
+                op(delete_, "Delete an MCP server").empty(204),
             ],
         )
         .add(
             "/api/mail-servers",
             get(mail_servers::mail_server_list).post(mail_servers::mail_server_create),
             [
-                op(get_, "List the tenant's mail servers").answers(200, "MailServerList"),
+                op(get_, "List the tenant's mail servers").answers::<PageOf<MailServer>>(200),
                 op(
                     post_,
                     "Add a mail server for mail/send (409 when the name is taken; 400 for a host the address guard refuses)",
                 )
-                .body("MailServer")
-                .answers(201, "MailServer"),
+                .body::<mail_servers::MailServerBody>()
+                .answers::<MailServer>(201)
+                .creates("name"),
             ],
         )
         .add(
@@ -434,11 +458,11 @@ fn table() -> Routes {
                 .put(mail_servers::mail_server_put)
                 .delete(mail_servers::mail_server_delete),
             [
-                op(get_, "Read a mail server").answers(200, "MailServer"),
+                op(get_, "Read a mail server").answers::<MailServer>(200),
                 op(put_, "Create or replace a mail server whole")
-                    .body("MailServer")
-                    .answers(200, "MailServer"),
-                op(delete_, "Delete a mail server").answers(204, ""),
+                    .body::<mail_servers::MailServerBody>()
+                    .answers::<MailServer>(200),
+                op(delete_, "Delete a mail server").empty(204),
             ],
         )
         .add(
@@ -449,10 +473,11 @@ fn table() -> Routes {
                     get_,
                     "List the dashboard widgets with their data (stale ones are refreshed first)",
                 )
-                .answers(200, "WidgetList"),
+                .answers::<PageOf<AnyObject>>(200),
                 op(post_, "Add a widget: a connector call whose data is cached ttlSec")
-                    .body("WidgetDefinition")
-                    .answers(201, "Widget"),
+                    .body::<AnyObject>()
+                    .answers::<AnyObject>(201)
+                    .creates("id"),
             ],
         )
         .add(
@@ -462,11 +487,11 @@ fn table() -> Routes {
                 .delete(widgets::widget_delete),
             [
                 op(get_, "A widget with its data (refreshed first when stale)")
-                    .answers(200, "Widget"),
+                    .answers::<AnyObject>(200),
                 op(patch_, "Change some fields of a widget (a new call empties its cache)")
-                    .body("WidgetDefinition")
-                    .answers(200, "Widget"),
-                op(delete_, "Delete a widget and its cached data").answers(204, ""),
+                    .body::<AnyObject>()
+                    .answers::<AnyObject>(200),
+                op(delete_, "Delete a widget and its cached data").empty(204),
             ],
         )
         .add(
@@ -476,24 +501,24 @@ fn table() -> Routes {
                 post_,
                 "Call the widget's connector now, whatever the cache's age (503 service_waiting when its cap or breaker refuses)",
             )
-            .answers(200, "Widget")],
+            .answers::<AnyObject>(200)],
         )
         .add(
             "/api/apply",
             post(apply::apply),
             [op(post_, "Apply a whole setup, idempotent by names")
-                .body("Setup")
-                .answers(200, "ApplyAnswer")],
+                .body::<apply::Setup>()
+                .answers::<AnyObject>(200)],
         )
         .add(
             "/api/stream",
             get(crate::stream::stream),
-            [op(get_, "Server-Sent Events: run.*, ticket.*, incident.*").events()],
+            [op(get_, "Server-Sent Events: run.*, ticket.*, incident.*").events().empty(200)],
         )
         .add(
             "/api/openapi.json",
             get(crate::openapi::document),
-            [Op::public(get_, "This OpenAPI document").answers(200, "")],
+            [Op::public(get_, "This OpenAPI document").answers::<AnyObject>(200)],
         )
 }
 

@@ -203,16 +203,38 @@ pub async fn cancel(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CancelAnswer>, ApiError> {
     let run = tenant_run(&app, tenant.id, &id).await?;
     let (cancel, status) = cancel_run(&app, tenant.id, &run, "run").await?;
-    Ok(Json(
-        json!({"runId": run.id.to_string(), "cancel": cancel, "status": status}),
-    ))
+    Ok(Json(CancelAnswer {
+        run_id: run.id.to_string(),
+        cancel,
+        status,
+    }))
+}
+
+/// The answer of `POST /api/runs/{id}/cancel`.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelAnswer {
+    pub run_id: String,
+    /// `cancelled` (it had not started) or `requested` (its worker is asked to stop).
+    #[schemars(with = "CancelKind")]
+    pub cancel: &'static str,
+    pub status: RunStatus,
+}
+
+/// What a cancel did (only its schema is used: the answers write `&'static str`).
+#[derive(schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub enum CancelKind {
+    Cancelled,
+    Requested,
 }
 
 /// The optional body of a retry.
-#[derive(Debug, Default, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[serde(rename_all = "camelCase")]
 pub struct RetryBody {
@@ -228,9 +250,9 @@ pub struct RetryBody {
 
 /// Which version a retry runs: the run's own (from its checkpoint), or the automation's
 /// current one (its input anew, as a new run).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(schemars::JsonSchema, Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
-enum RetryVersion {
+pub enum RetryVersion {
     #[default]
     Own,
     Current,

@@ -8,21 +8,33 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use fronta_automation::secrets::{self, SecretInfo};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use crate::app::App;
 use crate::auth::TenantAuth;
 use crate::error::ApiError;
 use crate::extract::JsonBody;
 
-#[derive(Deserialize)]
+#[derive(schemars::JsonSchema, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretBody {
     value: String,
 }
 
-fn view(info: &SecretInfo) -> Value {
-    json!({"name": info.name, "keyVersion": info.key_version, "updatedAt": info.updated_at})
+/// A secret as listed: never its value.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretView {
+    pub name: String,
+    pub key_version: u32,
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+}
+
+fn view(info: &SecretInfo) -> SecretView {
+    SecretView {
+        name: info.name.clone(),
+        key_version: info.key_version,
+        updated_at: info.updated_at,
+    }
 }
 
 fn name_of(name: &str) -> Result<(), ApiError> {
@@ -67,16 +79,17 @@ pub async fn secret_put(
 pub async fn secret_list(
     TenantAuth(tenant): TenantAuth,
     State(app): State<App>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<crate::pagination::Page<SecretView>>, ApiError> {
     let list = app
         .secrets()
         .secret_list(tenant.id)
         .await
         .map_err(|err| ApiError::desk(err, "secret"))?;
     // A tenant has few secrets: one page, in the list shape of every other route.
-    Ok(Json(
-        json!({"items": list.iter().map(view).collect::<Vec<_>>(), "nextCursor": null}),
-    ))
+    Ok(Json(crate::pagination::Page {
+        items: list.iter().map(view).collect(),
+        next_cursor: None,
+    }))
 }
 
 pub async fn secret_delete(
