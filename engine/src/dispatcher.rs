@@ -202,7 +202,11 @@ impl Dispatcher {
             && let Some(reservation) = intake.reserve()
         {
             let lease = intake.lease_of(&run.kind);
-            return match self.store.run_enqueue_started(run, lease).await? {
+            return match self
+                .store
+                .run_enqueue_started(run, lease, intake.holder())
+                .await?
+            {
                 HandOff::Queued(answer) => Ok(answer),
                 HandOff::Started(claimed) => {
                     let id = claimed.run.id;

@@ -32,6 +32,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
+use crate::liveness::ProcessId;
 use crate::store::ClaimedRun;
 
 #[derive(Debug, Default)]
@@ -50,6 +51,7 @@ pub struct Intake {
     tx: mpsc::UnboundedSender<ClaimedRun>,
     leases: HashMap<String, Duration>,
     default_lease: Duration,
+    holder: Option<ProcessId>,
 }
 
 impl Intake {
@@ -57,6 +59,7 @@ impl Intake {
     pub(crate) fn new(
         leases: HashMap<String, Duration>,
         default_lease: Duration,
+        holder: Option<ProcessId>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ClaimedRun>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let intake = Self {
@@ -64,6 +67,7 @@ impl Intake {
             tx,
             leases,
             default_lease,
+            holder,
         };
         (Arc::new(intake), rx)
     }
@@ -77,6 +81,11 @@ impl Intake {
     /// The lease a handed run of `kind` is claimed with (the worker's, as a claim would).
     pub fn lease_of(&self, kind: &str) -> Duration {
         self.leases.get(kind).copied().unwrap_or(self.default_lease)
+    }
+
+    /// The process the worker belongs to, written as the holder of a handed run.
+    pub fn holder(&self) -> Option<ProcessId> {
+        self.holder
     }
 
     /// The worker waits idle with `free` slots: open.
@@ -160,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_closed_intake_reserves_nothing() {
-        let (intake, _rx) = Intake::new(HashMap::new(), Duration::from_secs(30));
+        let (intake, _rx) = Intake::new(HashMap::new(), Duration::from_secs(30), None);
         assert!(intake.reserve().is_none());
         intake.open(1);
         intake.close();
@@ -169,7 +178,7 @@ mod tests {
 
     #[test]
     fn reservations_never_outnumber_the_free_slots_and_a_dropped_one_frees_its_slot() {
-        let (intake, _rx) = Intake::new(HashMap::new(), Duration::from_secs(30));
+        let (intake, _rx) = Intake::new(HashMap::new(), Duration::from_secs(30), None);
         intake.open(2);
         let first = intake.reserve().expect("a first slot");
         let second = intake.reserve().expect("a second slot");
@@ -187,7 +196,7 @@ mod tests {
     #[test]
     fn leases_are_the_kinds_own_else_the_default() {
         let leases = HashMap::from([("durable".to_owned(), Duration::from_secs(90))]);
-        let (intake, _rx) = Intake::new(leases, Duration::from_secs(30));
+        let (intake, _rx) = Intake::new(leases, Duration::from_secs(30), None);
         assert_eq!(intake.lease_of("durable"), Duration::from_secs(90));
         assert_eq!(intake.lease_of("other"), Duration::from_secs(30));
     }

@@ -13,6 +13,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use crate::error::StoreError;
+use crate::liveness::{ProcessFacts, ProcessId, ProcessList};
 use crate::model::{NewRun, OwnerToken, Run, RunId, RunStatus};
 
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
@@ -45,6 +46,9 @@ pub struct ClaimParams {
     pub leases: HashMap<String, Duration>,
     /// A reclaim that would make `reclaims` exceed this fails the run instead.
     pub max_reclaims: u32,
+    /// The claiming process in the registry ([`crate::liveness`]): written as the holder
+    /// of every run claimed (`locked_proc`), so its runs can be taken over when it dies.
+    pub holder: Option<ProcessId>,
 }
 
 impl ClaimParams {
@@ -437,6 +441,24 @@ impl RunStats {
 /// - a store may always answer `Queued` (the default implementation does): the hand-off
 ///   is a shortcut, never a promise.
 ///
+/// The hand-off records `holder` as the run's holder, as a claim does.
+///
+/// Process registry (`process_*`, [`crate::liveness`]):
+/// - `process_register` writes (or rewrites) a process's row: its facts, `beat_at = now`;
+///   `process_beat` sets `beat_at = now` and answers `false` (writing nothing) when the
+///   row is gone (the process was taken over); `process_deregister` deletes the row;
+///   `process_list` answers every row with the store's now;
+/// - claims and hand-offs write their `holder` on the runs they take (`None`: no
+///   holder); a reclaim writes the new holder;
+/// - `process_takeover(dead)`, in one transaction: every *running* run held by `dead`
+///   gets a lease that ended now (`locked_until` just before now), so the next claim
+///   reclaims it exactly as an expired lease — a fresh owner token, `reclaims + 1`, the
+///   old owner's writes refused from then on; until then the old owner token still
+///   holds (the contract of an expired lease). Runs of other holders and finished or
+///   pending runs are untouched; the row of `dead` is deleted; answers how many runs it
+///   released (0 for an unknown process) and wakes the enqueue signal;
+/// - a store without a registry answers `Invalid` (the default methods).
+///
 /// Cancel (`run_request_cancel`): pending → `cancelled` at once; running → the
 /// `cancel_requested` flag (kept across reclaims), status unchanged; terminal → nothing;
 /// unknown id → `NotFound`.
@@ -475,8 +497,13 @@ pub trait RunStore: Send + Sync + 'static {
 
     /// Enqueue one run and, when it would overtake nothing, hand it straight to the
     /// caller already claimed with `lease` (see Hand-off above). The default enqueues it.
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
-        let _ = lease;
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<ProcessId>,
+    ) -> StoreResult<HandOff> {
+        let _ = (lease, holder);
         let mut answers = self.run_enqueue_many(vec![run]).await?;
         let answer = answers
             .pop()
@@ -615,10 +642,45 @@ pub trait RunStore: Send + Sync + 'static {
     /// rewrites one page, as no-row transactions need no space).
     async fn store_ready(&self) -> StoreResult<()>;
 
+    /// Register (or register again) process `id` with `facts`; see the contract.
+    async fn process_register(&self, id: ProcessId, facts: &ProcessFacts) -> StoreResult<()> {
+        let _ = (id, facts);
+        Err(no_registry())
+    }
+
+    /// Renew `id`'s beat; `false` when its row is gone (it was taken over).
+    async fn process_beat(&self, id: ProcessId) -> StoreResult<bool> {
+        let _ = id;
+        Err(no_registry())
+    }
+
+    /// Every registered process, with the store's now.
+    async fn process_list(&self) -> StoreResult<ProcessList> {
+        Err(no_registry())
+    }
+
+    /// End the leases of the running runs `dead` holds and delete its row; answers how
+    /// many runs were released.
+    async fn process_takeover(&self, dead: ProcessId) -> StoreResult<u64> {
+        let _ = dead;
+        Err(no_registry())
+    }
+
+    /// Leave the registry (a clean stop).
+    async fn process_deregister(&self, id: ProcessId) -> StoreResult<()> {
+        let _ = id;
+        Err(no_registry())
+    }
+
     /// Notified after runs were enqueued (in this process; stores that can hear other
     /// processes, like Postgres with LISTEN, notify for those too). Workers wait on it and
     /// poll as a fallback.
     fn enqueue_signal(&self) -> Arc<Notify>;
+}
+
+/// The answer of a store without a process registry.
+fn no_registry() -> StoreError {
+    StoreError::Invalid("this store keeps no process registry".into())
 }
 
 /// Insert runs inside a transaction the caller already holds, so a business write and the

@@ -103,6 +103,9 @@ pub struct WorkerConfig {
     /// claim rounds, measured, and nothing when handlers are slow. 0: no local queue,
     /// each round claims the free slots only.
     pub prefetch_max: usize,
+    /// This process in the registry ([`crate::liveness`]): the holder its claims and
+    /// hand-offs write, so the runs can be taken over when it dies. `None`: no holder.
+    pub holder: Option<crate::liveness::ProcessId>,
 }
 
 /// The previous batch size from which the completer lingers (see
@@ -143,6 +146,7 @@ impl Default for WorkerConfig {
             claim_gather: DEFAULT_CLAIM_GATHER,
             hand_off: true,
             prefetch_max: prefetch::DEFAULT_PREFETCH_MAX,
+            holder: None,
         }
     }
 }
@@ -384,7 +388,7 @@ impl Worker {
         config: WorkerConfig,
     ) -> Result<Self, EngineError> {
         config.validate()?;
-        let (intake, handed) = Intake::new(registry.leases(), config.default_lease);
+        let (intake, handed) = Intake::new(registry.leases(), config.default_lease, config.holder);
         let dispatcher =
             Dispatcher::from_registry(store.clone(), &registry).with_intake(intake.clone());
         let name = Arc::from(config.name.as_str());
@@ -453,6 +457,7 @@ impl Worker {
             default_lease: self.config.default_lease,
             leases: self.registry.leases(),
             max_reclaims: self.config.max_reclaims,
+            holder: self.config.holder,
         }
     }
 
