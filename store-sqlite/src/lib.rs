@@ -27,6 +27,7 @@ pub mod desk;
 pub mod mail_servers;
 pub mod mcp_servers;
 pub mod poll;
+pub mod processes;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
@@ -40,6 +41,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fronta_automation::store::TicketEventSink;
+use fronta_engine::liveness::{ProcessFacts, ProcessId, ProcessList};
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply, HandOff,
     HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunInsert, RunStats, RunStore,
@@ -394,8 +396,13 @@ impl RunStore for SqliteStore {
         .await
     }
 
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
-        self.write(move |state, conn, now| runs::hand_off(state, conn, &run, lease, now))
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<ProcessId>,
+    ) -> StoreResult<HandOff> {
+        self.write(move |state, conn, now| runs::hand_off(state, conn, &run, lease, holder, now))
             .await
     }
 
@@ -546,6 +553,37 @@ impl RunStore for SqliteStore {
         self.write(|state, conn, _| writer::probe(state, conn))
             .await?;
         self.read(|conn, now| runs::get(conn, RunId(uuid::Uuid::nil()), now).map(|_| ()))
+            .await
+    }
+
+    async fn process_register(&self, id: ProcessId, facts: &ProcessFacts) -> StoreResult<()> {
+        let facts = facts.clone();
+        self.write(move |_, conn, now| processes::register(conn, id, &facts, now))
+            .await
+    }
+
+    async fn process_beat(&self, id: ProcessId) -> StoreResult<bool> {
+        self.write(move |_, conn, now| processes::beat(conn, id, now))
+            .await
+    }
+
+    async fn process_list(&self) -> StoreResult<ProcessList> {
+        self.read(|conn, now| {
+            Ok(ProcessList {
+                now: chrono::DateTime::from_timestamp_millis(now).unwrap_or_default(),
+                processes: processes::list(conn)?,
+            })
+        })
+        .await
+    }
+
+    async fn process_takeover(&self, dead: ProcessId) -> StoreResult<u64> {
+        self.write(move |state, conn, now| processes::takeover(state, conn, dead, now))
+            .await
+    }
+
+    async fn process_deregister(&self, id: ProcessId) -> StoreResult<()> {
+        self.write(move |_, conn, _| processes::deregister(conn, id))
             .await
     }
 

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use fronta_engine::StoreError;
+use fronta_engine::liveness::ProcessId;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
@@ -184,6 +185,7 @@ pub fn hand_off(
     conn: &Connection,
     run: &NewRun,
     lease: Duration,
+    holder: Option<ProcessId>,
     now: i64,
 ) -> SqlResult<HandOff> {
     let due_now = run.due_at_once();
@@ -209,8 +211,8 @@ pub fn hand_off(
         .prepare_cached(&format!(
             "INSERT OR IGNORE INTO runs (id, tenant, kind, payload, trigger, unique_key, \
              priority, status, run_at, max_retries, locked_by, locked_until, heartbeat_at, \
-             started_at, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?8, ?8, ?8, ?8) \
+             started_at, created_at, updated_at, locked_proc) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1, ?8, ?9, ?10, ?11, ?8, ?8, ?8, ?8, ?12) \
              RETURNING {COLUMNS}"
         ))
         .and_then(|mut stmt| {
@@ -227,6 +229,7 @@ pub fn hand_off(
                     run.max_retries,
                     owner.0.as_bytes().as_slice(),
                     at(now, lease),
+                    holder_bytes(holder),
                 ],
                 |row| run_of(row, now),
             )
@@ -242,6 +245,11 @@ pub fn hand_off(
         // Its key is held (or its id exists): `insert` answers that as usual.
         None => insert(state, conn, run, now).map(HandOff::Queued),
     }
+}
+
+/// A holder as the bytes `locked_proc` keeps.
+fn holder_bytes(holder: Option<ProcessId>) -> Option<Vec<u8>> {
+    holder.map(|id| id.0.as_bytes().to_vec())
 }
 
 /// One claim round: expired leases first, then due runs, fair between tenants.
@@ -303,6 +311,7 @@ pub fn claim(
         return Ok(batch);
     }
     let take_sql = take_due_sql(params);
+    let holder = holder_bytes(params.holder);
     let tenants = tenants_in_turn(conn, state.tenant_cursor.as_deref())?;
     let mut active: Vec<String> = Vec::new();
     let mut last_served: Option<String> = None;
@@ -311,7 +320,7 @@ pub fn claim(
         if remaining == 0 {
             break;
         }
-        let taken = take_due(conn, &take_sql, &tenant, now, 1)?;
+        let taken = take_due(conn, &take_sql, &tenant, holder.as_deref(), now, 1)?;
         if taken.is_empty() {
             forget_tenant_if_empty(conn, &tenant)?;
         } else {
@@ -330,7 +339,7 @@ pub fn claim(
                 break;
             }
             let want = each.min(remaining);
-            let taken = take_due(conn, &take_sql, &tenant, now, want)?;
+            let taken = take_due(conn, &take_sql, &tenant, holder.as_deref(), now, want)?;
             remaining -= taken.len();
             let exhausted = taken.len() < want;
             batch.claimed.extend(taken);
@@ -370,7 +379,7 @@ fn lease_case(params: &ClaimParams) -> String {
 fn take_due_sql(params: &ClaimParams) -> String {
     format!(
         "UPDATE runs SET status = 1, locked_by = randomblob(16), locked_until = ?2 + {lease}, \
-         heartbeat_at = ?2, started_at = coalesce(started_at, ?2), updated_at = ?2 \
+         locked_proc = ?4, heartbeat_at = ?2, started_at = coalesce(started_at, ?2), updated_at = ?2 \
          WHERE seq IN (SELECT seq FROM runs INDEXED BY runs_pending \
            WHERE tenant = ?1 AND status = 0 AND run_at <= ?2 \
            ORDER BY priority DESC, run_at LIMIT ?3) \
@@ -383,12 +392,15 @@ fn take_due(
     conn: &Connection,
     sql: &str,
     tenant: &str,
+    holder: Option<&[u8]>,
     now: i64,
     limit: usize,
 ) -> SqlResult<Vec<ClaimedRun>> {
     let mut stmt = conn.prepare_cached(sql).map_err(map_err)?;
     let runs: Vec<Run> = stmt
-        .query_map(params![tenant, now, limit as i64], |row| run_of(row, now))
+        .query_map(params![tenant, now, limit as i64, holder], |row| {
+            run_of(row, now)
+        })
         .and_then(Iterator::collect)
         .map_err(map_err)?;
     runs.into_iter()
@@ -445,8 +457,8 @@ fn take(
     let run = conn
         .prepare_cached(&format!(
             "UPDATE runs SET status = 1, locked_by = ?1, locked_until = ?2, heartbeat_at = ?3, \
-             started_at = coalesce(started_at, ?3), updated_at = ?3, reclaims = reclaims + ?4 \
-             WHERE seq = ?5 RETURNING {COLUMNS}"
+             started_at = coalesce(started_at, ?3), updated_at = ?3, reclaims = reclaims + ?4, \
+             locked_proc = ?6 WHERE seq = ?5 RETURNING {COLUMNS}"
         ))
         .and_then(|mut stmt| {
             stmt.query_row(
@@ -455,7 +467,8 @@ fn take(
                     locked_until,
                     now,
                     i64::from(reclaim),
-                    seq
+                    seq,
+                    holder_bytes(params.holder),
                 ],
                 |row| run_of(row, now),
             )

@@ -25,6 +25,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (16, "finished runs counted, runs by tenant", RUN_COUNTS_V16),
     (17, "mail servers", MAIL_SERVERS_V17),
     (18, "member availability, runs waiting for room", ROOM_V18),
+    (
+        19,
+        "the process registry, runs name their holder",
+        PROCESSES_V19,
+    ),
 ];
 
 /// Capacity as a cap (`fronta_desk::plan::assign_least_busy`): a member's `available`
@@ -483,6 +488,22 @@ CREATE TABLE automation_guard (
 );
 -- The window count and the prune: a range of one (automation, ticket).
 CREATE INDEX automation_guard_window ON automation_guard (automation, ticket, at);
+"#;
+
+/// The process registry ([`fronta_engine::liveness`]): one row per process that executes
+/// runs, beating; each running run names the process that holds it, so a dead process's
+/// runs are found and released at once (the partial index covers running runs only).
+const PROCESSES_V19: &str = r#"
+CREATE TABLE processes (
+    id            BLOB    PRIMARY KEY,
+    host          TEXT    NOT NULL,
+    pid           INTEGER NOT NULL,
+    started       TEXT    NOT NULL,
+    beat_at       INTEGER NOT NULL,
+    registered_at INTEGER NOT NULL
+);
+ALTER TABLE runs ADD COLUMN locked_proc BLOB;
+CREATE INDEX runs_held ON runs (locked_proc) WHERE status = 1;
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.
