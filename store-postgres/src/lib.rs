@@ -35,6 +35,7 @@ pub mod mail_servers;
 mod manual_retry;
 pub mod mcp_servers;
 pub mod poll;
+pub mod processes;
 pub mod runs;
 pub mod schema;
 pub mod secrets;
@@ -49,6 +50,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_automation::store::TicketEventSink;
+use fronta_engine::liveness::{ProcessFacts, ProcessId, ProcessList};
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, Enqueued, Finish, FinishReply, HandOff,
     HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats, RunStore, StoreResult,
@@ -602,10 +604,17 @@ impl RunStore for PgStore {
         }
     }
 
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<ProcessId>,
+    ) -> StoreResult<HandOff> {
         if run.due_at_once() {
             let mut conn = self.connection().await?;
-            if let Some(claimed) = runs::hand_off(&mut conn, self.ctx(), &run, lease).await? {
+            if let Some(claimed) =
+                runs::hand_off(&mut conn, self.ctx(), &run, lease, holder).await?
+            {
                 return Ok(HandOff::Started(Box::new(claimed)));
             }
         }
@@ -823,6 +832,37 @@ impl RunStore for PgStore {
             ));
         }
         Ok(())
+    }
+
+    async fn process_register(&self, id: ProcessId, facts: &ProcessFacts) -> StoreResult<()> {
+        let mut conn = self.connection().await?;
+        processes::register(&mut conn, self.ctx(), id, facts).await
+    }
+
+    async fn process_beat(&self, id: ProcessId) -> StoreResult<bool> {
+        let mut conn = self.connection().await?;
+        processes::beat(&mut conn, self.ctx(), id).await
+    }
+
+    async fn process_list(&self) -> StoreResult<ProcessList> {
+        let mut conn = self.connection().await?;
+        processes::list(&mut conn, self.ctx()).await
+    }
+
+    /// Released runs wake this process's workers; the others claim them at their next
+    /// poll (no enqueue notification: nothing was enqueued).
+    async fn process_takeover(&self, dead: ProcessId) -> StoreResult<u64> {
+        let mut conn = self.connection().await?;
+        let released = processes::takeover(&mut conn, self.ctx(), dead).await?;
+        if released > 0 {
+            self.inner.signal.notify_waiters();
+        }
+        Ok(released)
+    }
+
+    async fn process_deregister(&self, id: ProcessId) -> StoreResult<()> {
+        let mut conn = self.connection().await?;
+        processes::deregister(&mut conn, self.ctx(), id).await
     }
 
     fn enqueue_signal(&self) -> Arc<Notify> {

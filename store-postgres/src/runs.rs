@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use fronta_engine::StoreError;
+use fronta_engine::liveness::ProcessId;
 use fronta_engine::model::{NewRun, OwnerToken, Run, RunId, RunStatus, Trigger};
 use fronta_engine::store::{
     CancelReply, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish, FinishAction, FinishReply,
@@ -142,7 +143,7 @@ pub const INSERT_RUNS: &str = concat!(
 pub const HAND_OFF: &str = concat!(
     "INSERT INTO runs (id, tenant, kind, payload, trigger, unique_key, priority, status,
                       run_at, max_retries, locked_by, locked_until, heartbeat_at, started_at,
-                      created_at, updated_at)
+                      created_at, updated_at, locked_proc)
     SELECT $2, $3, $4, $5, $6, $7, $8, 1, ",
     now!(),
     ", $9, gen_random_uuid(), ",
@@ -153,9 +154,7 @@ pub const HAND_OFF: &str = concat!(
     now!(),
     ", ",
     now!(),
-    ", ",
-    now!(),
-    "
+    ", $11::uuid
     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.tenant = $3 AND runs.status = 0
                         AND runs.priority = $8 AND runs.run_at <= ",
     now!(),
@@ -262,6 +261,7 @@ pub const CLAIM_FIRSTS: &str = concat!(
     UPDATE runs SET
         status = CASE WHEN picked.cancel THEN 4 WHEN picked.crash THEN 3 ELSE 1 END,
         locked_by = CASE WHEN picked.cancel OR picked.crash THEN NULL ELSE gen_random_uuid() END,
+        locked_proc = CASE WHEN picked.cancel OR picked.crash THEN NULL ELSE $8::uuid END,
         locked_until = CASE WHEN picked.cancel OR picked.crash THEN NULL
             ELSE ",
     now!(),
@@ -326,6 +326,7 @@ pub const CLAIM_MORE: &str = concat!(
     UPDATE runs SET
         status = 1,
         locked_by = gen_random_uuid(),
+        locked_proc = $8::uuid,
         locked_until = ",
     now!(),
     " + ",
@@ -773,6 +774,7 @@ pub(crate) async fn hand_off(
     ctx: Ctx<'_>,
     run: &NewRun,
     lease: Duration,
+    holder: Option<ProcessId>,
 ) -> SqlResult<Option<ClaimedRun>> {
     ctx.trip();
     let row = sqlx::query(HAND_OFF)
@@ -786,6 +788,7 @@ pub(crate) async fn hand_off(
         .bind(run.priority)
         .bind(i64::from(run.max_retries))
         .bind(millis(lease))
+        .bind(holder.map(|id| id.0))
         .fetch_optional(&mut *conn)
         .await
         .map_err(|err| match map_err(err) {
@@ -853,6 +856,7 @@ pub(crate) async fn claim(
         .bind(limit)
         .bind(i64::from(params.max_reclaims))
         .bind(cursor.unwrap_or(""))
+        .bind(params.holder.map(|id| id.0))
         .fetch_all(&mut *conn)
         .await
         .map_err(map_err)?;
@@ -918,6 +922,7 @@ pub(crate) async fn claim(
             .bind(&active)
             .bind(i64::try_from(share).unwrap_or(i64::MAX))
             .bind(i64::try_from(remaining).unwrap_or(i64::MAX))
+            .bind(params.holder.map(|id| id.0))
             .fetch_all(&mut *conn)
             .await
             .map_err(map_err)?;

@@ -43,6 +43,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
     (19, "finished runs counted, runs by tenant", RUN_COUNTS_V19),
     (20, "mail servers", MAIL_SERVERS_V20),
     (21, "member availability, runs waiting for room", ROOM_V21),
+    (
+        22,
+        "the process registry, runs name their holder",
+        PROCESSES_V22,
+    ),
 ];
 
 /// Capacity as a cap, like SQLite's migration 18: a member's `available`, and the runs
@@ -632,6 +637,23 @@ CREATE TRIGGER desk_member_open_delete AFTER DELETE ON desk_tickets
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.
+/// The process registry ([`fronta_engine::liveness`]): one row per process that executes
+/// runs, beating by the database clock; each running run names the process that holds
+/// it, so a dead process's runs are found and released at once (the partial index covers
+/// running runs only).
+const PROCESSES_V22: &str = r#"
+CREATE TABLE processes (
+    id            uuid        PRIMARY KEY,
+    host          text        NOT NULL,
+    pid           bigint      NOT NULL,
+    started       text        NOT NULL,
+    beat_at       timestamptz NOT NULL,
+    registered_at timestamptz NOT NULL
+);
+ALTER TABLE runs ADD COLUMN locked_proc uuid;
+CREATE INDEX runs_held ON runs (locked_proc) WHERE status = 1;
+"#;
+
 pub async fn migrate(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     let mut applied = Vec::new();
     for (version, name, sql) in MIGRATIONS {

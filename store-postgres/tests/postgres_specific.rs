@@ -238,6 +238,7 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     .bind(512_i64)
     .bind(5_i64)
     .bind("")
+    .bind(None::<uuid::Uuid>)
     .fetch_one(&mut conn)
     .await
     .expect("explain the first claim level");
@@ -256,6 +257,7 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
             .bind(&active)
             .bind(128_i64)
             .bind(508_i64)
+            .bind(None::<uuid::Uuid>)
             .fetch_one(&mut conn)
             .await
             .expect("explain a later claim level");
@@ -269,18 +271,18 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     let generic = explain_generic(
         &mut conn,
         "claim_firsts",
-        "timestamptz, text[], int8[], int8, int8, int8, text",
+        "timestamptz, text[], int8[], int8, int8, int8, text, uuid",
         CLAIM_FIRSTS,
-        "NULL, '{}', '{}', 60000, 512, 5, ''",
+        "NULL, '{}', '{}', 60000, 512, 5, '', NULL",
     )
     .await;
     assert_walks_indexes("first level, generic plan", &generic);
     let generic = explain_generic(
         &mut conn,
         "claim_more",
-        "timestamptz, text[], int8[], int8, text[], int8, int8",
+        "timestamptz, text[], int8[], int8, text[], int8, int8, uuid",
         CLAIM_MORE,
-        "NULL, '{}', '{}', 60000, '{north,south,east,west}', 128, 508",
+        "NULL, '{}', '{}', 60000, '{north,south,east,west}', 128, 508, NULL",
     )
     .await;
     assert_walks_indexes("later level, generic plan", &generic);
@@ -731,6 +733,7 @@ async fn hand_off_probes_stop_at_the_first_run_not_yet_due_and_wake_nobody() {
     .bind(run.priority)
     .bind(i64::from(run.max_retries))
     .bind(60_000_i64)
+    .bind(None::<uuid::Uuid>)
     .fetch_one(&mut *tx)
     .await
     .expect("explain analyze a hand-off");
