@@ -164,6 +164,7 @@ pub async fn claim(db: &DbArgs, args: ClaimBenchArgs) -> anyhow::Result<()> {
         default_lease: Duration::from_secs(300),
         leases: Default::default(),
         max_reclaims: 5,
+        holder: None,
     };
     let mut seen = HashSet::new();
     let mut owned = Vec::new();

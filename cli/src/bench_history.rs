@@ -598,6 +598,7 @@ fn claim_params() -> ClaimParams {
         default_lease: Duration::from_secs(300),
         leases: Default::default(),
         max_reclaims: 5,
+        holder: None,
     }
 }
 

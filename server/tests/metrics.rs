@@ -357,6 +357,7 @@ async fn run_counter_sums_are_gauges_that_go_down_after_a_manual_retry() {
         default_lease: std::time::Duration::from_secs(60),
         leases: HashMap::new(),
         max_reclaims: 3,
+        holder: None,
     };
     let finish = |owner, action| Finish { id, owner, action };
     for action in [

@@ -21,6 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use fronta_engine::clock::add;
+use fronta_engine::liveness::{ProcessFacts, ProcessId, ProcessList, ProcessRecord};
 use fronta_engine::store::StoreResult;
 use fronta_engine::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Clock, Enqueued, Finish,
@@ -71,6 +72,10 @@ struct Rows {
     next_seq: u64,
     /// The last tenant served first in a claim round: the next round starts after it.
     tenant_cursor: Option<String>,
+    /// The process holding each run its last claim or hand-off named (`locked_proc`).
+    holders: HashMap<RunId, ProcessId>,
+    /// The process registry.
+    processes: BTreeMap<ProcessId, ProcessRecord>,
 }
 
 /// `at` to the millisecond, as every store keeps time.
@@ -215,6 +220,10 @@ impl Rows {
         if reclaim {
             run.reclaims += 1;
         }
+        match params.holder {
+            Some(holder) => self.holders.insert(run.id, holder),
+            None => self.holders.remove(&run.id),
+        };
         Some(ClaimedRun {
             run: run.clone(),
             owner,
@@ -268,7 +277,12 @@ impl RunStore for MemoryStore {
         Ok(answers)
     }
 
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<ProcessId>,
+    ) -> StoreResult<HandOff> {
         let now = self.now();
         let due_now = run.due_at_once();
         if due_now {
@@ -291,6 +305,7 @@ impl RunStore for MemoryStore {
                     default_lease: lease,
                     leases: HashMap::new(),
                     max_reclaims: 0,
+                    holder,
                 };
                 let claimed = rows.take(seq, &params, now, false).ok_or_else(|| {
                     StoreError::Internal("invariant: the inserted run is there".into())
@@ -703,6 +718,66 @@ impl RunStore for MemoryStore {
     /// Ready while its rows can be reached (the lock is not poisoned).
     async fn store_ready(&self) -> StoreResult<()> {
         self.lock().map(|_| ())
+    }
+
+    async fn process_register(&self, id: ProcessId, facts: &ProcessFacts) -> StoreResult<()> {
+        let now = self.now();
+        let record = ProcessRecord {
+            id,
+            facts: facts.clone(),
+            beat_at: now,
+        };
+        self.lock()?.processes.insert(id, record);
+        Ok(())
+    }
+
+    async fn process_beat(&self, id: ProcessId) -> StoreResult<bool> {
+        let now = self.now();
+        Ok(match self.lock()?.processes.get_mut(&id) {
+            Some(record) => {
+                record.beat_at = now;
+                true
+            }
+            None => false,
+        })
+    }
+
+    async fn process_list(&self) -> StoreResult<ProcessList> {
+        let now = self.now();
+        Ok(ProcessList {
+            now,
+            processes: self.lock()?.processes.values().cloned().collect(),
+        })
+    }
+
+    async fn process_takeover(&self, dead: ProcessId) -> StoreResult<u64> {
+        let now = self.now();
+        let ended = now - chrono::Duration::milliseconds(1);
+        let released = {
+            let mut rows = self.lock()?;
+            rows.processes.remove(&dead);
+            let Rows { runs, holders, .. } = &mut *rows;
+            let mut released = 0;
+            for run in runs.values_mut() {
+                if run.status == RunStatus::Running
+                    && holders.get(&run.id) == Some(&dead)
+                    && run.locked_until.is_some_and(|until| until >= now)
+                {
+                    run.locked_until = Some(ended);
+                    released += 1;
+                }
+            }
+            released
+        };
+        if released > 0 {
+            self.signal.notify_waiters();
+        }
+        Ok(released)
+    }
+
+    async fn process_deregister(&self, id: ProcessId) -> StoreResult<()> {
+        self.lock()?.processes.remove(&id);
+        Ok(())
     }
 
     fn enqueue_signal(&self) -> Arc<Notify> {

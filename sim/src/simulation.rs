@@ -481,6 +481,7 @@ impl<'a> Sim<'a> {
             default_lease: self.config.lease,
             leases: HashMap::from([(KIND_DURABLE.to_owned(), self.config.durable_lease)]),
             max_reclaims: self.config.max_reclaims,
+            holder: None,
         }
     }
 

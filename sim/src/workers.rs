@@ -45,6 +45,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use fronta_engine::liveness::ProcessId;
 use fronta_engine::store::{
     CancelReply, CheckpointParams, ClaimBatch, ClaimParams, ClaimedRun, Enqueued, Finish,
     FinishReply, HandOff, HeartbeatReply, LeaseRenewal, RetryReply, RunFilter, RunStats,
@@ -357,11 +358,16 @@ impl RunStore for Faulty {
     /// copy of a new run's id, and the world (which enqueues again through the plain
     /// dispatcher on an error) would lose track of it. Lost answers that leave a run
     /// leased to nobody are drawn for claims.
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<ProcessId>,
+    ) -> StoreResult<HandOff> {
         if !matches!(self.draw(), Fault::None) {
             return Self::unavailable("hand-off");
         }
-        let answer = self.inner.run_enqueue_started(run, lease).await?;
+        let answer = self.inner.run_enqueue_started(run, lease, holder).await?;
         if let HandOff::Started(claimed) = &answer {
             lock(&self.ledger).handed(claimed, lease);
         }
@@ -678,6 +684,7 @@ impl World {
                 hand_off: true,
                 // A small local queue: the simulation crashes and cuts workers holding one.
                 prefetch_max: 16,
+                holder: None,
             },
         )
         .map_err(|err| format!("a worker: {err}"))?;

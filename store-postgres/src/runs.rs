@@ -154,6 +154,8 @@ pub const HAND_OFF: &str = concat!(
     now!(),
     ", ",
     now!(),
+    ", ",
+    now!(),
     ", $11::uuid
     WHERE NOT EXISTS (SELECT 1 FROM runs WHERE runs.tenant = $3 AND runs.status = 0
                         AND runs.priority = $8 AND runs.run_at <= ",

@@ -35,6 +35,7 @@ fn params(limit: usize) -> ClaimParams {
         default_lease: LEASE,
         leases: HashMap::new(),
         max_reclaims: 5,
+        holder: None,
     }
 }
 
@@ -756,7 +757,7 @@ async fn hand_off_probes_stop_at_the_first_run_not_yet_due_and_wake_nobody() {
     let mut heard = std::pin::pin!(heard);
     heard.as_mut().enable();
     let answer = store
-        .run_enqueue_started(prepare(&dispatcher, request().tenant("fresh")), LEASE)
+        .run_enqueue_started(prepare(&dispatcher, request().tenant("fresh")), LEASE, None)
         .await
         .expect("hand-off");
     assert!(

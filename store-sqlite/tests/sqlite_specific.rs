@@ -347,6 +347,7 @@ async fn retention_walks_its_index_and_gives_freed_pages_back() {
                 default_lease: Duration::from_secs(60),
                 leases: Default::default(),
                 max_reclaims: 5,
+                holder: None,
             })
             .await
             .expect("a claim");

@@ -42,6 +42,7 @@ pub mod room_cases;
 pub mod scenario_cases;
 pub mod store_cases;
 mod support;
+pub mod takeover_cases;
 pub mod widget_cases;
 pub mod worker_cases;
 
@@ -194,6 +195,10 @@ macro_rules! conformance_suite {
             worker_cases::idle_worker_takes_its_own_enqueues_by_hand_off,
             worker_cases::hand_offs_racing_claims_keep_the_slots_and_run_each_once,
             worker_cases::worker_without_hand_off_claims_every_run,
+            // The process registry and takeovers.
+            takeover_cases::registry_keeps_processes_with_their_facts_and_beats,
+            takeover_cases::takeover_releases_the_dead_holder_s_runs_at_once_and_fences_it,
+            takeover_cases::liveness_takes_over_a_gone_pid_at_once_and_a_silent_remote_after_the_timeout,
             // Claim.
             store_cases::claim_sets_owner_status_lease_and_started_at,
             store_cases::claim_respects_its_limit,

@@ -49,8 +49,13 @@ impl RunStore for SlowClaims {
     async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>> {
         self.0.run_enqueue_many(runs).await
     }
-    async fn run_enqueue_started(&self, run: NewRun, lease: Duration) -> StoreResult<HandOff> {
-        self.0.run_enqueue_started(run, lease).await
+    async fn run_enqueue_started(
+        &self,
+        run: NewRun,
+        lease: Duration,
+        holder: Option<fronta_engine::ProcessId>,
+    ) -> StoreResult<HandOff> {
+        self.0.run_enqueue_started(run, lease, holder).await
     }
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch> {
         tokio::time::sleep(ROUND).await;

@@ -549,6 +549,7 @@ pub async fn crashed_automation_run_resumes_at_the_next_step(factory: &dyn Runti
             default_lease: LEASE,
             leases: Default::default(),
             max_reclaims: 5,
+            holder: None,
         })
         .await
         .expect("claim");

@@ -2414,7 +2414,7 @@ async fn hand_off(env: &Env, request: EnqueueRequest, lease: Duration) -> (RunId
     let id = run.id;
     let answer = env
         .store
-        .run_enqueue_started(run, lease)
+        .run_enqueue_started(run, lease, None)
         .await
         .expect("run_enqueue_started succeeds");
     (id, answer)

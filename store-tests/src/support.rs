@@ -132,6 +132,7 @@ pub fn params(limit: usize) -> ClaimParams {
         default_lease: LEASE,
         leases: HashMap::new(),
         max_reclaims: 5,
+        holder: None,
     }
 }
 

@@ -696,6 +696,7 @@ pub async fn durable_handler_resumes_from_its_checkpoint_after_a_crash(factory: 
             default_lease: LEASE,
             leases: HashMap::from([("import".to_owned(), lease)]),
             max_reclaims: 5,
+            holder: None,
         })
         .await;
     assert_eq!(dead.claimed.len(), 1, "the doomed worker claims the run");
@@ -825,6 +826,7 @@ pub async fn fenced_worker_abandons_its_run_and_writes_nothing(factory: &dyn Sto
             default_lease: LEASE,
             leases: HashMap::from([("stalls".to_owned(), lease)]),
             max_reclaims: 5,
+            holder: None,
         })
         .await;
     assert_eq!(
@@ -924,6 +926,7 @@ pub async fn heartbeat_that_finds_the_lease_lost_abandons_the_run(factory: &dyn 
                 default_lease: LEASE,
                 leases: HashMap::from([("blocks".to_owned(), lease)]),
                 max_reclaims: 1000,
+                holder: None,
             })
             .await;
         if let Some(claimed) = batch.claimed.first() {
