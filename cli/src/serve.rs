@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use fronta_engine::{Worker, WorkerConfig};
+use fronta_engine::{Liveness, LivenessConfig, ProcessId, Worker, WorkerConfig};
 use fronta_server::{App, Listener, Ports, RateLimit, ServerConfig};
 use tokio_util::sync::CancellationToken;
 
@@ -116,6 +116,14 @@ pub struct ServeArgs {
     /// /api/automations/test`) may take before it stops and answers what it did so far.
     #[arg(long, env = "FRONTA_TEST_TIME_LIMIT", default_value = "30s", value_parser = duration::parse)]
     test_time_limit: Duration,
+    /// How often this process beats in the process registry and looks for dead
+    /// processes whose runs it takes over (see `fronta_engine::liveness`).
+    #[arg(long, env = "FRONTA_LIVENESS_BEAT", default_value = "1s", value_parser = duration::parse, help_heading = "Worker")]
+    liveness_beat: Duration,
+    /// A process whose last beat is older than this is dead and its runs are taken over
+    /// (a process of this host whose pid is gone is dead at once). Longer than the beat.
+    #[arg(long, env = "FRONTA_LIVENESS_TIMEOUT", default_value = "10s", value_parser = duration::parse, help_heading = "Worker")]
+    liveness_timeout: Duration,
     #[command(flatten)]
     lead: LeadArgs,
     #[command(flatten)]
@@ -183,10 +191,30 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         default_lease: args.lease,
         poll_interval: args.poll,
         shutdown_grace: args.shutdown_grace,
+        // The process that holds the runs this worker claims (see the liveness below).
+        holder: (!args.no_worker).then(ProcessId::fresh),
         ..WorkerConfig::default()
     });
+    let holder = worker_config.holder;
     let (app, worker) = server_parts(&opened, config, worker_config, &args.outside)?;
     let worker = if args.no_worker { None } else { Some(worker) };
+    // Registered before the worker claims anything; the first pass takes over the runs
+    // of dead processes (a predecessor killed on this host: at once).
+    let liveness = match holder {
+        Some(id) => Some(
+            Liveness::start(
+                opened.runs(),
+                id,
+                LivenessConfig {
+                    beat: args.liveness_beat,
+                    timeout: args.liveness_timeout,
+                },
+            )
+            .await
+            .context("registering this process (liveness)")?,
+        ),
+        None => None,
+    };
     // The API wakes this process's scheduler when it saves a timed automation.
     let nudge = std::sync::Arc::new(tokio::sync::Notify::new());
     if let Some(worker) = &worker {
@@ -239,6 +267,10 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         app.observe_retention(background.pruned.clone());
     }
     let worker = worker.map(|worker| tokio::spawn(worker.run(shutdown.clone())));
+    // Beats on through the shutdown grace (a crash during it is still taken over), and
+    // leaves the registry once the worker gave its runs back.
+    let liveness_stop = CancellationToken::new();
+    let liveness = liveness.map(|liveness| tokio::spawn(liveness.run(liveness_stop.clone())));
     let served = fronta_server::serve(listener, app, shutdown.clone().cancelled_owned()).await;
     // A server that stopped on its own (an error) takes the worker down with it.
     shutdown.cancel();
@@ -257,6 +289,10 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
             report.timed_out,
             report.stuck
         );
+    }
+    liveness_stop.cancel();
+    if let Some(liveness) = liveness {
+        liveness.await.context("the liveness task")?;
     }
     served.context("serving HTTP")?;
     eprintln!("fronta serve: stopped");
