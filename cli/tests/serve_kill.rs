@@ -7,7 +7,9 @@
 //! ticket keyed by the order. Kept-alive connections post webhooks at a steady pace, each
 //! with an order id of its own, and record every answer. The harness waits until the
 //! server holds running runs, kills it with SIGKILL at a random moment and restarts it at
-//! once, ≥ 20 times; then the load stops and every run must end.
+//! once, ≥ 20 times; then the load stops and every run must end. Before the next kill
+//! the runs taken over have finished: a run in flight at more kills in a row than
+//! `max_reclaims` is failed as a crash loop, by design.
 //!
 //! Checked:
 //! - every 202's run id is a row, and every run ends `completed` (none failed, none left
@@ -33,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use fronta_engine::{RunStatus, RunStore};
+use fronta_engine::{RunFilter, RunStatus, RunStore};
 use serde_json::json;
 use support::{Rng, all_runs, pg};
 
@@ -356,6 +358,27 @@ async fn kill_and_restart(
         });
         to_takeover.push(at.saturating_duration_since(killed));
         taken_runs.push(runs);
+        // The runs taken over finish before the next kill: a run in flight at more
+        // kills in a row than `max_reclaims` (5) is failed as a crash loop, by design.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let running = store
+                .run_list(RunFilter {
+                    status: Some(RunStatus::Running),
+                    limit: RunFilter::MAX_PAGE,
+                    ..RunFilter::default()
+                })
+                .await
+                .unwrap_or_default();
+            if running.iter().all(|run| run.reclaims == 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{label}: round {round}: runs taken over still running after a minute"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
     stop.store(true, Ordering::Relaxed);
     let mut posts = Vec::new();
