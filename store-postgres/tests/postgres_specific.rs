@@ -326,6 +326,7 @@ async fn claim_walks_its_indexes_and_never_the_queue() {
     .bind(8_i64)
     .bind(5_i64)
     .bind("")
+    .bind(None::<uuid::Uuid>)
     .fetch_one(&mut *tx)
     .await
     .expect("explain analyze the first claim level");
