@@ -132,6 +132,7 @@ async fn load(store: &SqliteStore) -> Acked {
                 default_lease: Duration::from_secs(60),
                 leases: HashMap::new(),
                 max_reclaims: 3,
+                holder: None,
             };
             let mut done = 0;
             let mut idle = 0;
