@@ -101,6 +101,7 @@
 //! (`run_claim`, fresh owner token, lease) → the handler runs outside any transaction
 //! with a [`RunContext`] → the pure [`machine::decide`] turns its [`Outcome`] into a
 //! [`FinishAction`] → the completer writes it, owner-checked (`run_finish_many`).
+#![warn(missing_docs)]
 
 pub mod clock;
 pub mod dispatcher;

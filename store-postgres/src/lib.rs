@@ -24,6 +24,7 @@
 //! Left out on purpose: sqlx's compile-time checked macros (no database at build time),
 //! an ORM, a group commit for enqueues (Postgres commits concurrently on its own), and
 //! the scheduler's leader election (a later port).
+#![warn(missing_docs)]
 
 pub mod app_tx;
 pub mod automations;

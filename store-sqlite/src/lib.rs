@@ -20,6 +20,7 @@
 //!
 //! Left out on purpose: an ORM, async SQLite drivers (measured slower here: see
 //! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
+#![warn(missing_docs)]
 
 pub mod app_tx;
 pub mod automations;
