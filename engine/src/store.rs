@@ -16,6 +16,7 @@ use crate::error::StoreError;
 use crate::liveness::{ProcessFacts, ProcessId, ProcessList};
 use crate::model::{NewRun, OwnerToken, Run, RunId, RunStatus};
 
+/// The answer of every [`RunStore`] method: the value, or a [`StoreError`] saying why not.
 pub type StoreResult<T> = std::result::Result<T, StoreError>;
 
 /// What an enqueue did with one [`NewRun`].
@@ -28,6 +29,7 @@ pub enum Enqueued {
 }
 
 impl Enqueued {
+    /// The run's id, whether it was inserted now or already held the unique key.
     pub fn id(self) -> RunId {
         match self {
             Enqueued::Inserted(id) | Enqueued::Existing(id) => id,
@@ -52,6 +54,8 @@ pub struct ClaimParams {
 }
 
 impl ClaimParams {
+    /// The lease a run of `kind` is claimed with: the kind's own lease from `leases` (a
+    /// durable kind), else `default_lease`.
     pub fn lease_of(&self, kind: &str) -> Duration {
         self.leases.get(kind).copied().unwrap_or(self.default_lease)
     }
@@ -60,7 +64,11 @@ impl ClaimParams {
 /// A run now owned by the claimer.
 #[derive(Debug, Clone)]
 pub struct ClaimedRun {
+    /// The run as the claim left it: `status` running, `started_at` set, `reclaims` already
+    /// counting this claim if it was a reclaim.
     pub run: Run,
+    /// The fresh owner token of this claim: every later write about the run (heartbeat,
+    /// checkpoint, finish) must carry it.
     pub owner: OwnerToken,
     /// The previous owner's lease had expired (`run.reclaims` already counts this one).
     pub reclaimed: bool,
@@ -80,6 +88,7 @@ pub enum HandOff {
 /// The result of one claim round.
 #[derive(Debug, Clone, Default)]
 pub struct ClaimBatch {
+    /// Runs now owned by the claimer, at most `limit`, to be handed to their handlers.
     pub claimed: Vec<ClaimedRun>,
     /// Expired runs whose reclaim would have exceeded `max_reclaims`: now `failed`
     /// ("crash loop"). Their handlers never start.
@@ -91,13 +100,19 @@ pub struct ClaimBatch {
 /// Renew one lease (heartbeat).
 #[derive(Debug, Clone, Copy)]
 pub struct LeaseRenewal {
+    /// The run whose lease is renewed.
     pub id: RunId,
+    /// The owner token of the caller's claim; the renewal applies only while the row holds
+    /// it.
     pub owner: OwnerToken,
+    /// The new lease, counted from the store's now: `locked_until = now + lease`.
     pub lease: Duration,
 }
 
+/// The store's answer to one [`LeaseRenewal`] of a heartbeat round.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeartbeatReply {
+    /// The run this answer is about.
     pub id: RunId,
     /// The row is no longer ours: the handler must be stopped and the run abandoned.
     pub lost: bool,
@@ -105,10 +120,17 @@ pub struct HeartbeatReply {
     pub cancel_requested: bool,
 }
 
+/// One checkpoint of a durable run ([`RunStore::run_checkpoint`]): the handler's saved
+/// progress, written owner-checked.
 #[derive(Debug, Clone)]
 pub struct CheckpointParams {
+    /// The run whose checkpoint is saved.
     pub id: RunId,
+    /// The owner token of the caller's claim; nothing is written unless the row holds it.
     pub owner: OwnerToken,
+    /// The handler's progress, opaque bytes: it replaces the previous checkpoint and is
+    /// handed back in [`Run::state`] when the run resumes (after a retry, a reclaim or a
+    /// manual retry).
     pub state: Vec<u8>,
     /// The lease is renewed by the same write.
     pub lease: Duration,
@@ -118,24 +140,49 @@ pub struct CheckpointParams {
 #[derive(Debug, Clone, PartialEq)]
 pub enum FinishAction {
     /// → `completed`.
-    Complete { result: Option<serde_json::Value> },
+    Complete {
+        /// The handler's result, stored on the run ([`Run::result`]).
+        result: Option<serde_json::Value>,
+    },
     /// → `failed`.
-    Fail { error: String },
+    Fail {
+        /// Why, stored in [`Run::last_error`].
+        error: String,
+    },
     /// → pending at now + delay, `attempts += 1`.
-    Retry { delay: Duration, error: String },
+    Retry {
+        /// How long after the store's now the run is due again.
+        delay: Duration,
+        /// Why this attempt did not finish, stored in [`Run::last_error`].
+        error: String,
+    },
     /// → pending at now + delay; no counter moves.
-    Snooze { delay: Duration },
+    Snooze {
+        /// How long after the store's now the run is due again.
+        delay: Duration,
+    },
     /// → pending at now + delay, `parks += 1` (no handler for the kind here).
-    Park { delay: Duration, error: String },
+    Park {
+        /// How long after the store's now the run is due again
+        /// ([`crate::machine::park_delay`]).
+        delay: Duration,
+        /// Which kind had no handler, stored in [`Run::last_error`].
+        error: String,
+    },
     /// → `cancelled` (the handler observed a requested cancel).
     Cancel,
     /// → `suppressed`, the reason in `last_error` (a guard stopped it on purpose).
-    Suppress { reason: String },
+    Suppress {
+        /// Why the guard stopped it, stored in [`Run::last_error`].
+        reason: String,
+    },
     /// → pending and due at once; no counter moves (graceful shutdown gave it back).
     Release,
 }
 
 impl FinishAction {
+    /// The action's name in lower case (`"complete"`, `"retry"`, …), for logs and metrics
+    /// labels.
     pub fn name(&self) -> &'static str {
         match self {
             FinishAction::Complete { .. } => "complete",
@@ -150,21 +197,36 @@ impl FinishAction {
     }
 }
 
+/// One finished run for [`RunStore::run_finish_many`]: what to write, owner-checked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finish {
+    /// The run to finish.
     pub id: RunId,
+    /// The owner token of the caller's claim; the finish is refused (lease lost) unless the
+    /// row holds it.
     pub owner: OwnerToken,
+    /// What to write (decided by [`crate::machine`]).
     pub action: FinishAction,
 }
 
+/// The store's answer to one [`Finish`], in the order of the batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FinishReply {
     /// Written; the run's status is now this.
-    Applied { id: RunId, status: RunStatus },
+    Applied {
+        /// The run written.
+        id: RunId,
+        /// Its status after the write.
+        status: RunStatus,
+    },
     /// Refused by fencing: nothing was written.
-    LeaseLost { id: RunId },
+    LeaseLost {
+        /// The run whose finish was refused.
+        id: RunId,
+    },
 }
 
+/// What [`RunStore::run_request_cancel`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CancelReply {
     /// It was pending: cancelled now.
@@ -184,10 +246,16 @@ pub enum RetryReply {
     NotFailed(RunStatus),
 }
 
+/// Which runs [`RunStore::run_list`] answers, newest first: every given condition must
+/// hold. The default lists the newest page of every run.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
+    /// Only runs in this status (`Scheduled` and `Queued` are told apart by `run_at`
+    /// against the store's now); `None`: any status.
     pub status: Option<RunStatus>,
+    /// Only runs of this kind; `None`: any kind.
     pub kind: Option<String>,
+    /// Only runs of this tenant; `None`: every tenant's.
     pub tenant: Option<String>,
     /// Only runs created before this one (pagination cursor, newest first).
     pub before: Option<RunId>,
@@ -227,6 +295,7 @@ pub struct Prune {
     pub keep: Vec<RunId>,
     /// Never the newest run of a unique key with one of these prefixes.
     pub keep_newest_of: Vec<String>,
+    /// The most runs this batch deletes (one short transaction).
     pub limit: usize,
 }
 
@@ -270,15 +339,27 @@ impl Prune {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunStats {
+    /// Pending runs not yet due (`run_at` after the store's now).
     pub scheduled: u64,
+    /// Pending runs that are due: waiting for a worker.
     pub queued: u64,
+    /// Runs claimed by a worker (including those whose lease expired and wait to be
+    /// reclaimed).
     pub running: u64,
+    /// Completed runs the store still keeps (retention deletes old ones).
     pub completed: u64,
+    /// Failed runs the store still keeps.
     pub failed: u64,
+    /// Cancelled runs the store still keeps.
     pub cancelled: u64,
+    /// Suppressed runs the store still keeps.
     pub suppressed: u64,
+    /// Retries spent ([`Run::attempts`]), summed over the live runs and the finished ones
+    /// kept.
     pub attempts: u64,
+    /// Crash reclaims ([`Run::reclaims`]), summed as `attempts` is.
     pub reclaims: u64,
+    /// Parks ([`Run::parks`]), summed as `attempts` is.
     pub parks: u64,
     /// The same status counts for each kind that has runs in the store.
     pub by_kind: std::collections::BTreeMap<String, StatusCounts>,
@@ -288,16 +369,24 @@ pub struct RunStats {
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusCounts {
+    /// Pending runs of the kind not yet due.
     pub scheduled: u64,
+    /// Pending runs of the kind that are due.
     pub queued: u64,
+    /// Runs of the kind claimed by a worker.
     pub running: u64,
+    /// Completed runs of the kind still kept.
     pub completed: u64,
+    /// Failed runs of the kind still kept.
     pub failed: u64,
+    /// Cancelled runs of the kind still kept.
     pub cancelled: u64,
+    /// Suppressed runs of the kind still kept.
     pub suppressed: u64,
 }
 
 impl StatusCounts {
+    /// The number of runs in `status`.
     pub fn count(&self, status: RunStatus) -> u64 {
         match status {
             RunStatus::Scheduled => self.scheduled,
@@ -324,6 +413,7 @@ impl StatusCounts {
 }
 
 impl RunStats {
+    /// Every run counted, whatever its status.
     pub fn total(&self) -> u64 {
         self.scheduled
             + self.queued
@@ -334,6 +424,7 @@ impl RunStats {
             + self.suppressed
     }
 
+    /// The number of runs in `status`, over every kind.
     pub fn count(&self, status: RunStatus) -> u64 {
         match status {
             RunStatus::Scheduled => self.scheduled,
@@ -493,6 +584,9 @@ impl RunStats {
 /// no call leaves a half-written change behind.
 #[async_trait]
 pub trait RunStore: Send + Sync + 'static {
+    /// Insert `runs` in one transaction, all or nothing, and answer each in input order:
+    /// `Inserted`, or `Existing` when a live run of its tenant holds its unique key (see
+    /// Enqueue in the contract). An empty batch writes nothing.
     async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>>;
 
     /// Enqueue one run and, when it would overtake nothing, hand it straight to the
@@ -511,6 +605,9 @@ pub trait RunStore: Send + Sync + 'static {
         Ok(HandOff::Queued(answer))
     }
 
+    /// Make one claim round: take up to `params.limit` due or expired runs, fairly between
+    /// tenants, each with a fresh owner token and lease; fail crash loops and finish
+    /// requested cancels of expired runs on the way (see Claim in the contract).
     async fn run_claim(&self, params: ClaimParams) -> StoreResult<ClaimBatch>;
 
     /// Write `finishes` ([`RunStore::run_finish_many`]) and make a claim round
@@ -541,6 +638,9 @@ pub trait RunStore: Send + Sync + 'static {
         false
     }
 
+    /// Renew each lease in `leases` that its owner still holds, in one write where the
+    /// store can, and answer each in order: whether it was lost and whether a cancel was
+    /// requested.
     async fn run_heartbeat_many(
         &self,
         leases: Vec<LeaseRenewal>,
@@ -549,10 +649,18 @@ pub trait RunStore: Send + Sync + 'static {
     /// `Err(StoreError::LeaseLost)` when fenced.
     async fn run_checkpoint(&self, params: CheckpointParams) -> StoreResult<()>;
 
+    /// Write each of `finishes`, owner-checked, and answer each in order: `Applied` with
+    /// the status now stored (`cancelled` when a requested cancel won over a put-back), or
+    /// `LeaseLost` when the row no longer holds the owner token.
     async fn run_finish_many(&self, finishes: Vec<Finish>) -> StoreResult<Vec<FinishReply>>;
 
+    /// Ask to cancel run `id`: a pending run is cancelled at once, a running one gets the
+    /// flag its worker delivers to the handler, a finished one is left alone.
+    /// `Err(NotFound)` for an unknown id.
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply>;
 
+    /// Start a failed or suppressed run again by hand: pending, due now, from its
+    /// checkpoint, with its counters back to 0 (see Manual retry in the contract).
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply>;
 
     /// [`RunStore::run_request_cancel`] of each of `ids`, answered in order, in one
@@ -588,6 +696,8 @@ pub trait RunStore: Send + Sync + 'static {
         None
     }
 
+    /// The run `id` as stored now, or `None` when there is no such run (never was, or
+    /// retention deleted it).
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>>;
 
     /// The newest run of `tenant` enqueued with unique key `key`, whatever its status:
@@ -596,6 +706,8 @@ pub trait RunStore: Send + Sync + 'static {
     /// none. One index probe (migration 5 on both stores).
     async fn run_find_by_key(&self, tenant: &str, key: &str) -> StoreResult<Option<Run>>;
 
+    /// One page of runs matching `filter`, newest first; page on with
+    /// [`RunFilter::before`].
     async fn run_list(&self, filter: RunFilter) -> StoreResult<Vec<Run>>;
     /// Delete one bounded batch of finished runs; see the contract.
     async fn run_prune(&self, prune: &Prune) -> StoreResult<u64>;
@@ -687,5 +799,8 @@ fn no_registry() -> StoreError {
 /// runs it triggers commit together or not at all. Implemented by each store's
 /// transaction handle; used through [`crate::Dispatcher::enqueue_in`].
 pub trait RunInsert {
+    /// Insert one run in the caller's transaction, with the same rules as
+    /// [`RunStore::run_enqueue_many`] (a held unique key answers `Existing`); it commits or
+    /// rolls back with that transaction.
     fn run_insert(&mut self, run: &NewRun) -> StoreResult<Enqueued>;
 }
