@@ -18,6 +18,8 @@ use uuid::Uuid;
 pub struct RunId(pub Uuid);
 
 impl RunId {
+    /// A new id from the current time and random bits (UUIDv7): later ids sort after
+    /// earlier ones.
     pub fn new_v7() -> Self {
         RunId(Uuid::now_v7())
     }
@@ -51,6 +53,7 @@ impl FromStr for RunId {
 pub struct OwnerToken(pub Uuid);
 
 impl OwnerToken {
+    /// A new random token (UUIDv4), as a claim takes one.
     pub fn fresh() -> Self {
         OwnerToken(Uuid::new_v4())
     }
@@ -68,15 +71,23 @@ impl fmt::Debug for OwnerToken {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Trigger {
+    /// An inbound webhook call (an automation's webhook trigger).
     Webhook,
+    /// A ticket event or an error event of another run (an automation's event trigger).
     Event,
+    /// A poll that found something new (a mail or connector poll).
     Poll,
+    /// A schedule's fire instant (a timed automation).
     Schedule,
+    /// A person started it by hand (the dashboard's or the API's "run now").
     Manual,
+    /// An application or API call with no other trigger: the default of
+    /// [`crate::EnqueueRequest::new`].
     Api,
 }
 
 impl Trigger {
+    /// Every trigger, in declaration order.
     pub const ALL: [Trigger; 6] = [
         Trigger::Webhook,
         Trigger::Event,
@@ -86,6 +97,8 @@ impl Trigger {
         Trigger::Api,
     ];
 
+    /// The trigger's stored and serialized name (`"webhook"`, `"api"`, …); [`FromStr`]
+    /// reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             Trigger::Webhook => "webhook",
@@ -121,8 +134,16 @@ pub enum RunStatus {
     Queued,
     /// Claimed by a worker (its lease may have expired; then it is reclaimable).
     Running,
+    /// Terminal: its handler answered [`crate::Outcome::Done`]; the result is in
+    /// [`Run::result`].
     Completed,
+    /// Terminal: the handler failed it, its retries were spent, it panicked, it
+    /// crash-looped (`max_reclaims`) or it parked five times; the reason is in
+    /// [`Run::last_error`]. A manual retry ([`crate::RunStore::run_retry`]) starts it again
+    /// from its checkpoint.
     Failed,
+    /// Terminal: cancelled on request, at once when it was pending, or when its handler
+    /// stopped on the signal.
     Cancelled,
     /// Not run, on purpose: a guard of its kind stopped it before it did anything (the
     /// automation loop guard). Terminal, no attempt spent; a retry by hand starts it.
@@ -130,6 +151,7 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, in the order of a run's life.
     pub const ALL: [RunStatus; 7] = [
         RunStatus::Scheduled,
         RunStatus::Queued,
@@ -140,6 +162,8 @@ impl RunStatus {
         RunStatus::Suppressed,
     ];
 
+    /// The status's name as the API and the dashboard show it (`"queued"`, `"failed"`, …);
+    /// [`FromStr`] reads it back.
     pub fn as_str(self) -> &'static str {
         match self {
             RunStatus::Scheduled => "scheduled",
@@ -158,6 +182,8 @@ impl RunStatus {
         matches!(self, RunStatus::Failed | RunStatus::Suppressed)
     }
 
+    /// Whether the run has ended (completed, failed, cancelled or suppressed): nothing
+    /// changes it any more except a manual retry of a failed or suppressed run.
     pub fn is_terminal(self) -> bool {
         matches!(
             self,
@@ -190,37 +216,68 @@ impl FromStr for RunStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Run {
+    /// The run's id (a UUIDv7).
     pub id: RunId,
+    /// The tenant it belongs to ([`DEFAULT_TENANT`] when enqueued without one): claims are
+    /// fair between tenants, unique keys are per tenant.
     pub tenant: String,
+    /// The registered kind whose handler runs it.
     pub kind: String,
+    /// The input given at enqueue, unchanged across attempts.
     pub payload: serde_json::Value,
     /// The last checkpoint a durable handler saved; `None` before the first one.
     #[serde(skip)]
     pub state: Option<Vec<u8>>,
+    /// What started it.
     pub trigger: Trigger,
+    /// The unique key given at enqueue: while this run is pending or running, an enqueue of
+    /// the same key in the same tenant answers this run instead of inserting another.
     pub unique_key: Option<String>,
+    /// Higher runs are claimed first among the due runs of a tenant; 0 by default.
     pub priority: i16,
+    /// Where it is in its life, judged against the store's now when read (scheduled vs
+    /// queued).
     pub status: RunStatus,
+    /// When it is (or was last) due: set at enqueue, and again by each retry, snooze, park
+    /// or release.
     pub run_at: DateTime<Utc>,
     /// Logical retries spent (bumped only by a retry outcome).
     pub attempts: u32,
+    /// Retries allowed after the first attempt: a `Retry` answer with `attempts` already at
+    /// this fails the run instead.
     pub max_retries: u32,
     /// Crash reclaims: claims of this run after an earlier owner's lease expired.
     pub reclaims: u32,
     /// Parks: times a worker had no handler for the kind.
     pub parks: u32,
+    /// The owner token of the claim holding it: `Some` exactly while it is running. Not
+    /// serialized.
     #[serde(skip)]
     pub locked_by: Option<OwnerToken>,
+    /// While running, when its lease ends: after this instant any claim may take it over (a
+    /// reclaim).
     pub locked_until: Option<DateTime<Utc>>,
+    /// The last time its owner renewed the lease (claim, heartbeat or checkpoint).
     pub heartbeat_at: Option<DateTime<Utc>>,
+    /// A cancel was requested while it ran; its worker delivers it to the handler, and it
+    /// wins over putting the run back.
     pub cancel_requested: bool,
+    /// When it was enqueued.
     pub created_at: DateTime<Utc>,
+    /// When its row was last written.
     pub updated_at: DateTime<Utc>,
+    /// When it was first claimed; `None` until then (kept across retries and reclaims).
     pub started_at: Option<DateTime<Utc>>,
+    /// When it completed; `None` unless completed.
     pub completed_at: Option<DateTime<Utc>>,
+    /// When it failed or was suppressed; cleared by a manual retry.
     pub failed_at: Option<DateTime<Utc>>,
+    /// When it was cancelled; `None` unless cancelled.
     pub cancelled_at: Option<DateTime<Utc>>,
+    /// Why the last attempt did not complete (a retry's, park's or failure's reason, or a
+    /// suppression's); cleared when it completes.
     pub last_error: Option<String>,
+    /// What its handler answered with [`crate::Outcome::Done`], once completed.
     pub result: Option<serde_json::Value>,
 }
 
@@ -234,17 +291,27 @@ impl Run {
 /// A run about to be inserted: built and validated by the [`crate::Dispatcher`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
+    /// The id it will have (chosen by the dispatcher, a UUIDv7); an `Existing` answer names
+    /// another run's instead.
     pub id: RunId,
+    /// The tenant it belongs to (validated: 1 to [`crate::dispatcher::MAX_KEY_LEN`] bytes).
     pub tenant: String,
+    /// A kind the dispatcher knows.
     pub kind: String,
+    /// The handler's input, already checked by the kind's payload check.
     pub payload: serde_json::Value,
+    /// What started it.
     pub trigger: Trigger,
+    /// At most one pending or running run of the tenant holds this key; see
+    /// [`Run::unique_key`].
     pub unique_key: Option<String>,
+    /// Higher is claimed first among a tenant's due runs.
     pub priority: i16,
     /// `None` = due at once (the store's now); `Some(delay)` = now + delay by the store's clock.
     pub delay: Option<std::time::Duration>,
     /// An absolute due time; wins over `delay` when both are given.
     pub run_at: Option<DateTime<Utc>>,
+    /// Retries allowed after the first attempt.
     pub max_retries: u32,
 }
 

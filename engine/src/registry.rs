@@ -24,9 +24,21 @@ pub const MIN_DURATION: Duration = Duration::from_millis(1);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {
     /// Short, idempotent work; the worker's default lease; no checkpoint.
-    FireAndForget { timeout: Duration },
+    FireAndForget {
+        /// How long one attempt's handler may run before it is stopped and the run
+        /// retried by the ladder.
+        timeout: Duration,
+    },
     /// Long work with its own lease that checkpoints and resumes from `run.state`.
-    Durable { lease: Duration, timeout: Duration },
+    Durable {
+        /// How long a claim holds the run without a heartbeat or checkpoint; after a
+        /// crash the run is reclaimed once it ends. A worker heartbeats every third of
+        /// its shortest lease by default ([`crate::WorkerConfig::heartbeat_every`]).
+        lease: Duration,
+        /// How long one attempt's handler may run, checkpoints or not, before it is
+        /// stopped and the run retried by the ladder.
+        timeout: Duration,
+    },
 }
 
 /// Checks a payload at enqueue; `Err` carries a one-line reason.
@@ -35,7 +47,10 @@ pub type PayloadCheck = Arc<dyn Fn(&serde_json::Value) -> Result<(), String> + S
 /// A kind's settings.
 #[derive(Clone)]
 pub struct KindConfig {
+    /// Fire-and-forget or durable, with the kind's timeout and (durable) lease.
     pub shape: Shape,
+    /// The delays between retries when the handler answers [`Outcome::Retry`] without its
+    /// own delay; [`RetryLadder::default`] unless [`KindConfig::with_ladder`] replaced it.
     pub ladder: RetryLadder,
     /// Refuses a malformed payload at enqueue, before anything is written.
     pub payload_check: Option<PayloadCheck>,
@@ -52,6 +67,21 @@ impl std::fmt::Debug for KindConfig {
 }
 
 impl KindConfig {
+    /// A fire-and-forget kind: short, idempotent work claimed with the worker's
+    /// [`crate::WorkerConfig::default_lease`] (5 min by default), no checkpoints; its
+    /// handler is stopped after `timeout` and the run retried by the ladder. The default
+    /// [`RetryLadder`], no payload check.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fronta_engine::KindConfig;
+    ///
+    /// let config = KindConfig::fire_and_forget(Duration::from_secs(30));
+    /// assert_eq!(config.lease(), None);
+    /// assert_eq!(config.timeout(), Duration::from_secs(30));
+    /// ```
     pub fn fire_and_forget(timeout: Duration) -> Self {
         Self {
             shape: Shape::FireAndForget { timeout },
@@ -60,6 +90,23 @@ impl KindConfig {
         }
     }
 
+    /// A durable kind: long work claimed with its own `lease` (heartbeats renew it, and a
+    /// crash makes the run reclaimable once it ends) that saves checkpoints through
+    /// [`RunContext::checkpointer`] and resumes from [`Run::state`]; its handler is stopped
+    /// after `timeout` (the whole attempt, however often it checkpoints) and the run
+    /// retried by the ladder. The default [`RetryLadder`], no payload check.
+    /// [`Registry::register`] refuses a lease or timeout under 1 ms.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fronta_engine::{KindConfig, RetryLadder};
+    ///
+    /// let config = KindConfig::durable(Duration::from_secs(60), Duration::from_secs(3600))
+    ///     .with_ladder(RetryLadder::new(vec![Duration::from_secs(5)]).expect("not empty"));
+    /// assert_eq!(config.lease(), Some(Duration::from_secs(60)));
+    /// ```
     pub fn durable(lease: Duration, timeout: Duration) -> Self {
         Self {
             shape: Shape::Durable { lease, timeout },
@@ -83,6 +130,7 @@ impl KindConfig {
         self
     }
 
+    /// How long one attempt's handler may run before it is stopped and the run retried.
     pub fn timeout(&self) -> Duration {
         match self.shape {
             Shape::FireAndForget { timeout } | Shape::Durable { timeout, .. } => timeout,
@@ -123,7 +171,10 @@ pub enum Outcome {
     /// Try again: after the given delay (e.g. a Retry-After), else by the kind's ladder.
     /// Spends an attempt; over `max_retries` the run fails.
     Retry {
+        /// Wait this long before the next attempt (a Retry-After); `None`: the kind's
+        /// ladder decides.
         after: Option<Duration>,
+        /// Why this attempt did not finish, stored in [`Run::last_error`].
         reason: String,
     },
     /// Give up now.
@@ -136,6 +187,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// `Done` without a result: the usual answer of a handler that finished.
     pub fn done() -> Self {
         Outcome::Done(None)
     }
@@ -144,6 +196,10 @@ impl Outcome {
 /// A kind's code.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
+    /// Run one attempt of `ctx.run` and answer what became of it. Called outside any
+    /// transaction, in a task of its own; it should watch `ctx.signal` (cancel, lease lost,
+    /// shutdown) and return soon after it fires. A panic fails the run; running past the
+    /// kind's timeout aborts the task and retries the run.
     async fn handle(&self, ctx: RunContext) -> Outcome;
 }
 
@@ -178,10 +234,12 @@ pub struct StopSignal {
 }
 
 impl StopSignal {
+    /// A signal that has not fired.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Fire the signal for `reason`; a later call keeps the first reason.
     pub fn stop(&self, reason: StopReason) {
         let _ = self
             .reason
@@ -189,6 +247,7 @@ impl StopSignal {
         self.token.cancel();
     }
 
+    /// Why the signal fired; `None` while it has not.
     pub fn reason(&self) -> Option<StopReason> {
         match self.reason.load(Ordering::SeqCst) {
             1 => Some(StopReason::Cancel),
@@ -198,6 +257,7 @@ impl StopSignal {
         }
     }
 
+    /// Whether the signal has fired: the handler should stop.
     pub fn is_stopped(&self) -> bool {
         self.token.is_cancelled()
     }
@@ -286,6 +346,7 @@ pub struct RunContext {
     pub run: Arc<Run>,
     /// Fires on cancel, lease loss or shutdown; see [`StopSignal::reason`].
     pub signal: StopSignal,
+    /// Saves the run's progress (durable kinds) and renews its lease.
     pub checkpointer: Checkpointer,
     /// Enqueue follow-up runs.
     pub dispatcher: Dispatcher,
@@ -297,7 +358,9 @@ pub struct RunContext {
 /// A registered kind.
 #[derive(Clone)]
 pub struct Registered {
+    /// The kind's settings as registered.
     pub config: KindConfig,
+    /// The kind's code.
     pub handler: Arc<dyn Handler>,
 }
 
@@ -316,6 +379,7 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// An empty registry.
     pub fn new() -> Self {
         Self::default()
     }
@@ -346,14 +410,17 @@ impl Registry {
         Ok(())
     }
 
+    /// The kind's settings and handler, if it is registered.
     pub fn get(&self, kind: &str) -> Option<&Registered> {
         self.kinds.get(kind)
     }
 
+    /// Whether `kind` is registered.
     pub fn contains(&self, kind: &str) -> bool {
         self.kinds.contains_key(kind)
     }
 
+    /// The names of the registered kinds, in no particular order.
     pub fn kinds(&self) -> impl Iterator<Item = &str> {
         self.kinds.keys().map(String::as_str)
     }
