@@ -10,6 +10,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 /// The source of "now" for everything that is stored.
 pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
+    /// The current instant (kept to the millisecond by the stores).
     fn now(&self) -> DateTime<Utc>;
 }
 
@@ -46,11 +47,13 @@ impl ManualClock {
         Self::new(start)
     }
 
+    /// Move the clock forward by `by` (saturating; clones move too).
     pub fn advance(&self, by: Duration) {
         let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
         self.millis.fetch_add(by, Ordering::SeqCst);
     }
 
+    /// Put the clock at `to` (backwards too; clones follow).
     pub fn set(&self, to: DateTime<Utc>) {
         self.millis.store(to.timestamp_millis(), Ordering::SeqCst);
     }

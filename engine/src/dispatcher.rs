@@ -24,19 +24,52 @@ pub const MAX_KEY_LEN: usize = 512;
 /// One enqueue.
 #[derive(Debug, Clone)]
 pub struct EnqueueRequest {
+    /// The kind to run: it must be known to the dispatcher (registered), else
+    /// [`EngineError::UnknownKind`].
     pub kind: String,
+    /// The handler's input ([`crate::Run::payload`]); a kind with a payload check (a typed
+    /// kind) refuses one that does not pass with [`EngineError::Payload`], before anything
+    /// is written.
     pub payload: serde_json::Value,
     /// Retries allowed after the first attempt; negative is refused.
     pub max_retries: i64,
+    /// The tenant the run belongs to, 1 to [`MAX_KEY_LEN`] bytes; `None`:
+    /// [`crate::model::DEFAULT_TENANT`] (`"default"`).
     pub tenant: Option<String>,
+    /// What started the run; [`Trigger::Api`] unless set.
     pub trigger: Trigger,
+    /// At most one pending or running run of the tenant holds this key (1 to
+    /// [`MAX_KEY_LEN`] bytes): an enqueue while one does answers [`Enqueued::Existing`] and
+    /// inserts nothing. `None`: no deduplication.
     pub unique_key: Option<String>,
+    /// Higher is claimed first among the tenant's due runs; 0 unless set.
     pub priority: i16,
+    /// Due this long after the store's now at insert; `None`: due at once (unless `run_at`
+    /// is set).
     pub delay: Option<Duration>,
+    /// Due at this instant; wins over `delay`.
     pub run_at: Option<DateTime<Utc>>,
 }
 
 impl EnqueueRequest {
+    /// A request to run `kind` with `payload`, allowing `max_retries` retries after the
+    /// first attempt (negative is refused at enqueue): default tenant, trigger
+    /// [`Trigger::Api`], no unique key, priority 0, due at once. The other methods set the
+    /// rest.
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fronta_engine::{EnqueueRequest, Trigger};
+    ///
+    /// let request = EnqueueRequest::new("welcome:send", serde_json::json!({ "user": 42 }), 3)
+    ///     .tenant("acme")
+    ///     .unique_key("welcome:42")
+    ///     .delay(Duration::from_secs(60))
+    ///     .priority(10);
+    /// assert_eq!(request.trigger, Trigger::Api);
+    /// ```
     pub fn new(kind: impl Into<String>, payload: serde_json::Value, max_retries: i64) -> Self {
         Self {
             kind: kind.into(),
@@ -51,16 +84,22 @@ impl EnqueueRequest {
         }
     }
 
+    /// Enqueue for `tenant` (1 to [`MAX_KEY_LEN`] bytes) instead of the default tenant.
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
         self.tenant = Some(tenant.into());
         self
     }
 
+    /// Deduplicate by `key` (1 to [`MAX_KEY_LEN`] bytes): while a pending or running run of
+    /// the tenant holds it, the enqueue answers that run ([`Enqueued::Existing`]) and
+    /// inserts nothing. A finished run frees its key.
     pub fn unique_key(mut self, key: impl Into<String>) -> Self {
         self.unique_key = Some(key.into());
         self
     }
 
+    /// Due `delay` after the store's now when it is inserted (by the store's clock, not the
+    /// caller's).
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = Some(delay);
         self
@@ -73,11 +112,13 @@ impl EnqueueRequest {
         self
     }
 
+    /// Record what started the run (default [`Trigger::Api`]).
     pub fn trigger(mut self, trigger: Trigger) -> Self {
         self.trigger = trigger;
         self
     }
 
+    /// Claim it before the tenant's due runs of lower priority (default 0; higher first).
     pub fn priority(mut self, priority: i16) -> Self {
         self.priority = priority;
         self
@@ -140,6 +181,7 @@ impl Dispatcher {
         self
     }
 
+    /// The store this dispatcher writes to.
     pub fn store(&self) -> &Arc<dyn RunStore> {
         &self.store
     }

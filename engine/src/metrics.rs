@@ -35,7 +35,9 @@ pub struct HistogramSnapshot {
     /// `(upper bound in seconds, observations at or below it)`, cumulative, ending with
     /// the total at `+Inf` (`f64::INFINITY`).
     pub cumulative: Vec<(f64, u64)>,
+    /// How many times were recorded.
     pub count: u64,
+    /// The sum of the recorded times, in seconds.
     pub sum_seconds: f64,
 }
 
@@ -47,6 +49,7 @@ impl HistogramSnapshot {
 }
 
 impl Histogram {
+    /// Record one observation of `elapsed` (lock-free; callable from any thread).
     pub fn record(&self, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         if let Some(bucket) = LATENCY_BUCKETS.iter().position(|bound| seconds <= *bound) {
@@ -57,6 +60,8 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// A consistent-enough copy of the counts now, with cumulative buckets as Prometheus
+    /// wants them.
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut running = 0;
         let mut cumulative: Vec<(f64, u64)> = LATENCY_BUCKETS

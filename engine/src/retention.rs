@@ -45,7 +45,11 @@ pub const FINISHED: [RunStatus; 4] = [
 /// How long each finished status is kept (`None`: forever).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Retention {
+    /// How long completed runs are kept after they ended ([`DEFAULT_COMPLETED`]: 14 days);
+    /// `None`: forever.
     pub completed: Option<Duration>,
+    /// How long cancelled runs are kept after they ended ([`DEFAULT_CANCELLED`]: 14 days);
+    /// `None`: forever.
     pub cancelled: Option<Duration>,
     /// Failed and suppressed runs.
     pub failed: Option<Duration>,
@@ -179,12 +183,14 @@ pub struct PruneCounters {
 }
 
 impl PruneCounters {
+    /// Count `deleted` runs of `status` (a finished status; any other is ignored).
     pub fn add(&self, status: RunStatus, deleted: u64) {
         if let Some(at) = FINISHED.iter().position(|finished| *finished == status) {
             self.deleted[at].fetch_add(deleted, Ordering::Relaxed);
         }
     }
 
+    /// Count one finished retention pass.
     pub fn pass_done(&self) {
         self.passes.fetch_add(1, Ordering::Relaxed);
     }
@@ -194,6 +200,7 @@ impl PruneCounters {
         std::array::from_fn(|at| (FINISHED[at], self.deleted[at].load(Ordering::Relaxed)))
     }
 
+    /// Retention passes finished in this process.
     pub fn passes(&self) -> u64 {
         self.passes.load(Ordering::Relaxed)
     }

@@ -152,6 +152,10 @@ impl Default for WorkerConfig {
 }
 
 impl WorkerConfig {
+    /// Refuse settings that make no sense, naming the first one ([`EngineError::Config`]):
+    /// `max_in_flight` or `completer_batch` of 0, a lease, heartbeat or poll interval under
+    /// 1 ms, `claim_gather` above [`MAX_CLAIM_GATHER`], `completer_linger` above
+    /// [`MAX_COMPLETER_LINGER`], `prefetch_max` above [`crate::prefetch::MAX_PREFETCH`].
     pub fn validate(&self) -> Result<(), EngineError> {
         let problem = if self.max_in_flight == 0 {
             Some("max_in_flight must be at least 1".to_string())
@@ -195,17 +199,31 @@ impl WorkerConfig {
 /// What a worker did, counted.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct WorkerReport {
+    /// Runs claimed (hand-offs included), reclaims included.
     pub claimed: u64,
+    /// Of `claimed`, runs taken over after an earlier owner's lease expired.
     pub reclaimed: u64,
+    /// Runs written completed.
     pub completed: u64,
+    /// Runs written failed (crash loops included).
     pub failed: u64,
+    /// Runs put back for another attempt (`Retry`, an attempt spent).
     pub retried: u64,
+    /// Runs put back without spending an attempt (`Snooze`).
     pub snoozed: u64,
+    /// Runs put back because this worker has no handler for their kind (`Park`).
     pub parked: u64,
+    /// Runs written cancelled (a requested cancel observed, or winning over a put-back).
     pub cancelled: u64,
+    /// Runs written suppressed (a guard stopped them).
     pub suppressed: u64,
+    /// Runs given back unfinished (`Release`: shutdown, or a local queue's hold ran out).
     pub released: u64,
+    /// Runs whose lease was lost (another owner took them): nothing more was written about
+    /// them.
     pub abandoned: u64,
+    /// Expired runs this worker's claims failed as crash loops (over `max_reclaims`); also
+    /// counted in `failed`.
     pub crash_looped: u64,
     /// Of `claimed`, the runs this worker's dispatcher handed to it at enqueue.
     pub handed_off: u64,
@@ -319,10 +337,15 @@ pub const KEYED_ENDS_BUFFER: usize = 1024;
 /// plan the next one at once instead of at its next look.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KeyedEnd {
+    /// The run that ended.
     pub id: RunId,
+    /// Its tenant.
     pub tenant: String,
+    /// Its kind.
     pub kind: String,
+    /// The unique key it held, free again now.
     pub unique_key: String,
+    /// The terminal status written.
     pub status: RunStatus,
 }
 
