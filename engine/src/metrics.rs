@@ -60,8 +60,8 @@ impl Histogram {
         self.sum_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
-    /// A consistent-enough copy of the counts now, with cumulative buckets as Prometheus
-    /// wants them.
+    /// A copy of the counts now, buckets made cumulative as Prometheus reads them (each
+    /// counter is read on its own: a record made meanwhile may show in one and not another).
     pub fn snapshot(&self) -> HistogramSnapshot {
         let mut running = 0;
         let mut cumulative: Vec<(f64, u64)> = LATENCY_BUCKETS

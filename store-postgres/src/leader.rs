@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 /// The advisory lock key: "fronta" in ASCII.
 pub const LEADER_LOCK_KEY: i64 = 0x66_72_6f_6e_74_61;
 
+/// Settings of the leader election ([`run`]). Every limit is named here.
 #[derive(Debug, Clone)]
 pub struct LeaderConfig {
     /// The database URL (its own connection, outside the pool).
@@ -39,6 +40,9 @@ pub struct LeaderConfig {
 }
 
 impl LeaderConfig {
+    /// The settings for electing among the processes on the database at `url`, this one
+    /// called `name`: a follower retries every second, the leader checks every second,
+    /// connecting and each check may take 5 s.
     pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
         Self {
             url: url.into(),

@@ -32,11 +32,18 @@ use uuid::Uuid;
 
 use crate::map_err;
 
+/// The stored `status` of a pending run (scheduled or queued, told apart by `run_at`).
 pub const PENDING: i16 = 0;
+/// The stored `status` of a running run (it holds an owner token:
+/// `runs_owner_iff_running`).
 pub const RUNNING: i16 = 1;
+/// The stored `status` of a completed run.
 pub const COMPLETED: i16 = 2;
+/// The stored `status` of a failed run.
 pub const FAILED: i16 = 3;
+/// The stored `status` of a cancelled run.
 pub const CANCELLED: i16 = 4;
+/// The stored `status` of a suppressed run.
 pub const SUPPRESSED: i16 = 5;
 
 /// The longest delay or lease a statement adds to now: 100 years. Longer ones are clamped
@@ -518,6 +525,8 @@ pub const STATUS_OF: &str = concat!(
 /// One run by id (`$2`).
 pub const GET: &str = concat!("SELECT ", columns!(), " FROM runs WHERE runs.id = $2");
 
+/// The newest run of tenant `$2` with unique key `$3`, of any status
+/// (`RunStore::run_find_by_key`; ids are UUIDv7, so the largest is the newest).
 pub const FIND_BY_KEY: &str = concat!(
     "SELECT ",
     columns!(),

@@ -170,10 +170,6 @@ CREATE INDEX runs_finished ON runs (status, COALESCE(completed_at, failed_at, ca
     WHERE status >= 2;
 "#;
 
-/// References by id (`fronta_automation::refs`): what the names of each version, and of
-/// the current definition, are bound to. `automations.refs` is NULL for a definition
-/// saved before: it is bound by name the first time a save, a rename or a removal needs
-/// it.
 /// A run may end `suppressed` (5): a guard stopped it on purpose (the automation loop
 /// guard); a manual retry starts it like a failed one.
 pub const SUPPRESSED_V15: &str = r#"
@@ -181,6 +177,10 @@ ALTER TABLE runs DROP CONSTRAINT runs_status_check;
 ALTER TABLE runs ADD CONSTRAINT runs_status_check CHECK (status BETWEEN 0 AND 5);
 "#;
 
+/// References by id (`fronta_automation::refs`): what the names of each version, and of
+/// the current definition, are bound to. `automations.refs` is NULL for a definition
+/// saved before: it is bound by name the first time a save, a rename or a removal needs
+/// it.
 pub const REFS_V14: &str = r#"
 ALTER TABLE automations ADD COLUMN refs jsonb;
 ALTER TABLE automation_versions ADD COLUMN refs jsonb NOT NULL DEFAULT '[]';

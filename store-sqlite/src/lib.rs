@@ -85,7 +85,10 @@ impl std::str::FromStr for Synchronous {
 /// Settings of a SQLite store. Every limit is named here.
 #[derive(Debug, Clone)]
 pub struct SqliteConfig {
+    /// The database file, created (with its migrations) when missing; its `-wal` and `-shm`
+    /// files sit beside it.
     pub path: PathBuf,
+    /// How hard a commit is synced to disk ([`Synchronous::Full`] by default).
     pub synchronous: Synchronous,
     /// How long a write waits for another process's write lock before "busy".
     pub busy_timeout: Duration,
@@ -98,6 +101,8 @@ pub struct SqliteConfig {
 }
 
 impl SqliteConfig {
+    /// The settings for the database at `path`: `synchronous` FULL, `busy_timeout` 5 s, 4
+    /// read connections, groups of at most 512 jobs, the wall clock.
     pub fn new(path: impl Into<PathBuf>) -> Self {
         Self {
             path: path.into(),
@@ -222,6 +227,7 @@ impl SqliteStore {
         })
     }
 
+    /// The settings this store was opened with.
     pub fn config(&self) -> &SqliteConfig {
         &self.inner.config
     }

@@ -16,11 +16,17 @@ use uuid::Uuid;
 use crate::map_err;
 use crate::writer::WriterState;
 
+/// The stored `status` of a pending run (scheduled or queued, told apart by `run_at`).
 pub const PENDING: i64 = 0;
+/// The stored `status` of a running run (it holds an owner token).
 pub const RUNNING: i64 = 1;
+/// The stored `status` of a completed run.
 pub const COMPLETED: i64 = 2;
+/// The stored `status` of a failed run.
 pub const FAILED: i64 = 3;
+/// The stored `status` of a cancelled run.
 pub const CANCELLED: i64 = 4;
+/// The stored `status` of a suppressed run.
 pub const SUPPRESSED: i64 = 5;
 
 const COLUMNS: &str = "id, tenant, kind, payload, state, trigger, unique_key, priority, status, \
@@ -30,6 +36,8 @@ const COLUMNS: &str = "id, tenant, kind, payload, state, trigger, unique_key, pr
 
 type SqlResult<T> = Result<T, StoreError>;
 
+/// `duration` in whole milliseconds, as the columns store times (saturating far below
+/// `i64::MAX`, so adding it to now cannot overflow).
 pub fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX / 4)
 }
@@ -481,6 +489,8 @@ fn take(
     })
 }
 
+/// `RunStore::run_heartbeat_many`: renew each lease its owner still holds, answering lost
+/// or the run's `cancel_requested` for each, in order.
 pub fn heartbeat(
     conn: &Connection,
     leases: &[LeaseRenewal],
@@ -515,6 +525,8 @@ pub fn heartbeat(
     Ok(replies)
 }
 
+/// `RunStore::run_checkpoint`: store `state` and renew the lease, owner-checked;
+/// `Err(LeaseLost)` when the row is not running under `owner`.
 pub fn checkpoint(
     conn: &Connection,
     id: RunId,
@@ -545,6 +557,8 @@ pub fn checkpoint(
     }
 }
 
+/// `RunStore::run_finish_many`: write each finish, owner-checked (a requested cancel wins
+/// over a put-back), answering each in order.
 pub fn finish(
     state: &mut WriterState,
     conn: &Connection,
@@ -640,6 +654,8 @@ pub fn finish(
     Ok(replies)
 }
 
+/// `RunStore::run_request_cancel`: a pending run is cancelled, a running one flagged, a
+/// finished one left alone; `Err(NotFound)` for an unknown id.
 pub fn request_cancel(conn: &Connection, id: RunId, now: i64) -> SqlResult<CancelReply> {
     let key = id.0.as_bytes().as_slice();
     let found: Option<(i64, i64)> = conn
@@ -673,6 +689,8 @@ pub fn request_cancel(conn: &Connection, id: RunId, now: i64) -> SqlResult<Cance
     }
 }
 
+/// `RunStore::run_get`: the run `id`, its status judged against `now`; `None` when there is
+/// none.
 pub fn get(conn: &Connection, id: RunId, now: i64) -> SqlResult<Option<Run>> {
     conn.prepare_cached(&format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"))
         .and_then(|mut stmt| {
@@ -915,6 +933,9 @@ pub fn oldest_finished(conn: &Connection) -> SqlResult<Option<chrono::DateTime<c
     Ok(oldest.map(instant))
 }
 
+/// `RunStore::run_retry`: a failed or suppressed run back to pending, due now, counters
+/// reset, checkpoint kept; `Err(Conflict)` when another live run of the tenant holds its
+/// unique key.
 pub fn retry(
     state: &mut WriterState,
     conn: &Connection,
@@ -962,6 +983,8 @@ pub fn retry(
     Ok(RetryReply::Requeued)
 }
 
+/// `RunStore::run_busy`: whether any run is running or due at `now`, through the partial
+/// indexes of the live runs.
 pub fn busy(conn: &Connection, now: i64) -> SqlResult<bool> {
     conn.prepare_cached(
         "SELECT EXISTS (SELECT 1 FROM runs INDEXED BY runs_running WHERE status = 1) \

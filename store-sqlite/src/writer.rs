@@ -150,13 +150,18 @@ pub struct WriterCounters {
 /// A snapshot of [`WriterCounters`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WriterStats {
+    /// Jobs handed to the writer thread.
     pub jobs_sent: u64,
+    /// Group transactions committed.
     pub commits: u64,
+    /// Jobs carried by those commits (`jobs_committed / commits`: the mean group).
     pub jobs_committed: u64,
+    /// Jobs whose work panicked (each rolled back and answered `Internal`).
     pub jobs_panicked: u64,
 }
 
 impl WriterCounters {
+    /// The counters now.
     pub fn snapshot(&self) -> WriterStats {
         WriterStats {
             jobs_sent: self.jobs_sent.load(Ordering::SeqCst),
@@ -177,6 +182,7 @@ pub struct WriterHandle {
     commands: Sender<Command>,
     /// `false` once the writer thread has ended, however it ended.
     running: Arc<AtomicBool>,
+    /// The writer's counters, shared with its thread.
     pub counters: Arc<WriterCounters>,
 }
 
