@@ -4,7 +4,7 @@
 //! The application keeps its own pool (of the sqlx version this crate re-exports) on the
 //! database fronta migrated; it inserts its rows and the runs on the same connection and
 //! commits. The runs are written by the statement the store itself uses
-//! ([`crate::runs::insert_many`], inside a savepoint so a failed insert leaves the
+//! (`runs::insert_many`, inside a savepoint so a failed insert leaves the
 //! application's transaction usable), and the insert's `NOTIFY` is sent at the commit, so
 //! listening workers in every process hear of them then; a rollback writes and sends
 //! nothing.

@@ -7,7 +7,7 @@
 //! connection. Every statement is scoped by the caller's tenant, so another tenant's id
 //! finds nothing, exactly like an unknown one. Instants are the store's now (the injected
 //! clock, else the database's clock), truncated to the millisecond like the runs', read
-//! once per write, after its locks ([`Db::now`]).
+//! once per write, after its locks (`Db::now`).
 //!
 //! Concurrency. SQLite's single writer orders every write; here row locks do, taken in
 //! one order so that concurrent writes wait for each other instead of deadlocking:

@@ -114,7 +114,7 @@ pub struct PgConfig {
     /// then not deleted and re-listed for every run (`Duration::ZERO`: tidy whenever a
     /// round finds an empty tenant).
     pub tenant_tidy_every: Duration,
-    /// Group enqueue ([`group`]): concurrent enqueues of this process share one
+    /// Group enqueue ([`enqueue_group`]): concurrent enqueues of this process share one
     /// statement and one commit.
     pub enqueue_groups: enqueue_group::GroupConfig,
     /// Whether a worker's claim round carries the finishes waiting to be written, in one
@@ -368,7 +368,7 @@ impl PgStore {
         self.inner.round_trips.load(Ordering::Relaxed)
     }
 
-    /// What group enqueue did so far ([`group`]).
+    /// What group enqueue did so far ([`enqueue_group`]).
     pub fn enqueue_group_stats(&self) -> enqueue_group::GroupStats {
         self.inner.groups.stats()
     }
