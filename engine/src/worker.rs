@@ -60,48 +60,65 @@ use crate::store::{
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// A name for log lines.
+    /// Default `"worker"`.
     pub name: String,
     /// Runs executing at once in this worker.
+    /// Default 4; at least 1.
     pub max_in_flight: usize,
     /// The lease of fire-and-forget kinds (durable kinds bring their own).
+    /// Default 5 min; at least 1 ms. A run whose worker stops heartbeating is reclaimed
+    /// once it ends.
     pub default_lease: Duration,
     /// Time between heartbeat rounds; `None` = a third of the shortest lease.
+    /// Default `None`.
     pub heartbeat_every: Option<Duration>,
     /// How often to look for due runs when no enqueue signal arrives (other processes,
     /// delayed runs coming due).
+    /// Default 500 ms; at least 1 ms.
     pub poll_interval: Duration,
     /// A reclaim beyond this many fails the run as a crash loop.
+    /// Default 5.
     pub max_reclaims: u32,
     /// The first park's delay; each later park doubles it.
+    /// Default 30 s (then 1 min, 2 min, …, at most a day; the fifth park fails the run).
     pub park_base: Duration,
     /// On shutdown, how long running handlers may take to finish.
+    /// Default 10 s.
     pub shutdown_grace: Duration,
     /// Exit once nothing is queued, running or due.
+    /// Default `false`: run until shut down.
     pub until_idle: bool,
     /// The most finishes written in one batch.
+    /// Default 1000; at least 1.
     pub completer_batch: usize,
     /// Under load, how long the completer may hold a batch open for more finishes
     /// before writing it: when its previous batch had at least [`LINGER_AFTER`] runs,
     /// the next waits up to this long (or until `completer_batch` is reached), so one
     /// statement and one commit carry more runs. A lone finish on a quiet worker is
     /// written at once. `Duration::ZERO`: never wait.
+    /// Default [`DEFAULT_COMPLETER_LINGER`] (5 ms); at most [`MAX_COMPLETER_LINGER`]
+    /// (1 s).
     pub completer_linger: Duration,
     /// After a claim round that came back full (the queue may hold more), how long the
     /// next round may wait for half the slots to be free: one round then claims many
     /// runs instead of one per finished run. Claimed runs still start at once, and a
     /// worker whose last claim came back short (a quiet queue) never waits.
     /// `Duration::ZERO`: claim as soon as one slot frees.
+    /// Default [`DEFAULT_CLAIM_GATHER`] (2 ms); at most [`MAX_CLAIM_GATHER`] (1 s).
     pub claim_gather: Duration,
     /// While the worker waits idle after a short claim, its own dispatcher's single
     /// enqueues are handed to it already claimed: one commit from enqueue to start
     /// instead of two ([`crate::handoff`]). `false`: every enqueue is an ordinary one and
     /// every run starts by a claim (to measure the difference, or to keep every start on
     /// the claim path).
+    /// Default `true`.
     pub hand_off: bool,
     /// The most runs the worker claims ahead of its free slots into its local queue
     /// ([`crate::prefetch`]): the queue holds about what the slots finish in one or two
     /// claim rounds, measured, and nothing when handlers are slow. 0: no local queue,
     /// each round claims the free slots only.
+    /// Default [`crate::prefetch::DEFAULT_PREFETCH_MAX`] (256); at most
+    /// [`crate::prefetch::MAX_PREFETCH`] (10,000).
     pub prefetch_max: usize,
     /// This process in the registry ([`crate::liveness`]): the holder its claims and
     /// hand-offs write, so the runs can be taken over when it dies. `None`: no holder.
