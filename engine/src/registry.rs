@@ -164,9 +164,15 @@ impl KindConfig {
 }
 
 /// What a handler answers.
+///
+/// The worker turns it into what is written ([`crate::machine::decide`]). When the
+/// handler was stopped by a requested cancel, anything but `Done` is written
+/// `cancelled`; and a cancel flag the row holds when the finish is written turns `Retry`
+/// and `Snooze` into `cancelled` as well.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
     /// Finished; the optional result is stored on the run.
+    /// The run becomes `completed` ([`Run::result`]); an earlier attempt's error is cleared.
     Done(Option<serde_json::Value>),
     /// Try again: after the given delay (e.g. a Retry-After), else by the kind's ladder.
     /// Spends an attempt; over `max_retries` the run fails.
@@ -178,8 +184,12 @@ pub enum Outcome {
         reason: String,
     },
     /// Give up now.
+    /// The run becomes `failed` with this reason in [`Run::last_error`], whatever retries
+    /// are left: for errors that a retry will not mend. A person may retry it by hand.
     Fail(String),
     /// Come back later without spending an attempt (long waits, full caps).
+    /// The run is pending again, due after the duration (by the store's clock), its
+    /// checkpoint kept; no counter moves, so a run may snooze without end.
     Snooze(Duration),
     /// Not run, on purpose, for this reason (a guard stopped it before it did
     /// anything): terminal `suppressed`; a retry by hand starts it.
