@@ -79,7 +79,7 @@ pub enum Trigger {
     Poll,
     /// A schedule's fire instant (a timed automation).
     Schedule,
-    /// A person started it by hand (the dashboard's or the API's "run now").
+    /// A person started it by hand (an automation's "run now" in the dashboard or the API).
     Manual,
     /// An application or API call with no other trigger: the default of
     /// [`crate::EnqueueRequest::new`].
@@ -238,8 +238,8 @@ pub struct Run {
     /// Where it is in its life, judged against the store's now when read (scheduled vs
     /// queued).
     pub status: RunStatus,
-    /// When it is (or was last) due: set at enqueue, and again by each retry, snooze, park
-    /// or release.
+    /// When it is (or was last) due: set at enqueue, and again by each put-back (retry,
+    /// snooze, park, release) and by a manual retry.
     pub run_at: DateTime<Utc>,
     /// Logical retries spent (bumped only by a retry outcome).
     pub attempts: u32,

@@ -247,7 +247,7 @@ pub enum RetryReply {
 }
 
 /// Which runs [`RunStore::run_list`] answers, newest first: every given condition must
-/// hold. The default lists the newest page of every run.
+/// hold. The default lists the newest [`RunFilter::DEFAULT_PAGE`] runs of every tenant.
 #[derive(Debug, Clone, Default)]
 pub struct RunFilter {
     /// Only runs in this status (`Scheduled` and `Queued` are told apart by `run_at`
@@ -586,7 +586,7 @@ impl RunStats {
 pub trait RunStore: Send + Sync + 'static {
     /// Insert `runs` in one transaction, all or nothing, and answer each in input order:
     /// `Inserted`, or `Existing` when a live run of its tenant holds its unique key (see
-    /// Enqueue in the contract). An empty batch writes nothing.
+    /// Enqueue in the contract).
     async fn run_enqueue_many(&self, runs: Vec<NewRun>) -> StoreResult<Vec<Enqueued>>;
 
     /// Enqueue one run and, when it would overtake nothing, hand it straight to the
