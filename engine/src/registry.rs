@@ -395,6 +395,27 @@ impl Registry {
     }
 
     /// Register `kind`. Refuses an empty name, a duplicate, or a lease/timeout under 1 ms.
+    ///
+    /// A handler is any `Fn(RunContext) -> impl Future<Output = Outcome>` (or a type
+    /// implementing [`Handler`]).
+    ///
+    /// # Example
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use fronta_engine::{KindConfig, Outcome, Registry, RunContext};
+    ///
+    /// let mut registry = Registry::new();
+    /// let config = KindConfig::fire_and_forget(Duration::from_secs(30));
+    /// registry.register("welcome:send", config, |ctx: RunContext| async move {
+    ///     match ctx.run.payload.get("user") {
+    ///         Some(_user) => Outcome::done(),
+    ///         None => Outcome::Fail("the payload names no user".into()),
+    ///     }
+    /// })?;
+    /// assert!(registry.contains("welcome:send"));
+    /// # Ok::<(), fronta_engine::EngineError>(())
+    /// ```
     pub fn register(
         &mut self,
         kind: &str,
