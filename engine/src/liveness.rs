@@ -40,6 +40,7 @@ use crate::store::{RunStore, StoreResult};
 pub struct ProcessId(pub Uuid);
 
 impl ProcessId {
+    /// A new random id (UUIDv4), as a process takes one when it starts.
     pub fn fresh() -> Self {
         ProcessId(Uuid::new_v4())
     }
@@ -63,6 +64,7 @@ pub struct ProcessFacts {
     /// The host name, boot id and pid namespace (`name/boot/pidns`): two processes with
     /// the same `host` see the same pids.
     pub host: String,
+    /// Its process id on that host.
     pub pid: u32,
     /// The process's start time as its host tells it (Linux: clock ticks since boot,
     /// from `/proc/<pid>/stat`); empty where the host tells none (then only the beat
@@ -85,7 +87,9 @@ impl ProcessFacts {
 /// One row of the registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessRecord {
+    /// The process's id, fresh at each start.
     pub id: ProcessId,
+    /// Its host, pid and start time as it registered them.
     pub facts: ProcessFacts,
     /// The last beat, by the store's clock.
     pub beat_at: DateTime<Utc>,
@@ -94,7 +98,9 @@ pub struct ProcessRecord {
 /// The registry as read at one instant of the store's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessList {
+    /// The store's now when the registry was read: beats are judged against it.
     pub now: DateTime<Utc>,
+    /// Every process in the registry at that instant (the reader's own row too).
     pub processes: Vec<ProcessRecord>,
 }
 
@@ -103,8 +109,11 @@ pub struct ProcessList {
 /// (no `/proc`), only beats count.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostView {
+    /// The judging process's own host (`name/boot/pidns`, as in [`ProcessFacts::host`]).
     pub host: String,
+    /// Whether the host answered pid lookups; `false`: only beats count.
     pub probed: bool,
+    /// The start time of each pid looked up on this host; `None`: no such process now.
     pub pids: HashMap<u32, Option<String>>,
 }
 
@@ -134,7 +143,10 @@ pub enum DeadBecause {
     /// On this host, its pid belongs to a process started at another time.
     PidReused,
     /// Its last beat is older than the timeout.
-    Silent { since: Duration },
+    Silent {
+        /// How long ago its last beat was, by the store's clock.
+        since: Duration,
+    },
 }
 
 impl fmt::Display for DeadBecause {
@@ -150,8 +162,11 @@ impl fmt::Display for DeadBecause {
 /// One process to take over.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Takeover {
+    /// The dead process.
     pub id: ProcessId,
+    /// Its pid, for the log.
     pub pid: u32,
+    /// Why it is judged dead.
     pub because: DeadBecause,
 }
 
@@ -251,6 +266,7 @@ impl Liveness {
         Ok(liveness)
     }
 
+    /// This process's id in the registry.
     pub fn id(&self) -> ProcessId {
         self.id
     }

@@ -636,7 +636,6 @@ CREATE TRIGGER desk_member_open_delete AFTER DELETE ON desk_tickets
     EXECUTE FUNCTION desk_member_open_count();
 "#;
 
-/// Apply the migrations this database lacks. Returns the versions applied now.
 /// The process registry ([`fronta_engine::liveness`]): one row per process that executes
 /// runs, beating by the database clock; each running run names the process that holds
 /// it, so a dead process's runs are found and released at once (the partial index covers
@@ -654,6 +653,7 @@ ALTER TABLE runs ADD COLUMN locked_proc uuid;
 CREATE INDEX runs_held ON runs (locked_proc) WHERE status = 1;
 "#;
 
+/// Apply the migrations this database lacks. Returns the versions applied now.
 pub async fn migrate(pool: &PgPool) -> Result<Vec<i64>, sqlx::Error> {
     let mut applied = Vec::new();
     for (version, name, sql) in MIGRATIONS {

@@ -43,6 +43,7 @@ pub fn beat(conn: &Connection, id: ProcessId, now: i64) -> SqlResult<bool> {
     Ok(changed == 1)
 }
 
+/// `RunStore::process_deregister`: delete this process's row (a clean exit).
 pub fn deregister(conn: &Connection, id: ProcessId) -> SqlResult<()> {
     conn.prepare_cached("DELETE FROM processes WHERE id = ?1")
         .and_then(|mut stmt| stmt.execute([id_bytes(id)]))
@@ -50,6 +51,7 @@ pub fn deregister(conn: &Connection, id: ProcessId) -> SqlResult<()> {
     Ok(())
 }
 
+/// `RunStore::process_list`: every registered process, oldest registration first.
 pub fn list(conn: &Connection) -> SqlResult<Vec<ProcessRecord>> {
     let mut stmt = conn
         .prepare_cached(
