@@ -28,22 +28,18 @@
 
 mod support;
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use fronta_engine::RunStatus;
 use fronta_store_sqlite::{SqliteConfig, SqliteStore};
-use serde_json::json;
-use support::all_runs;
+use support::webhooks::{self, Load, quantile_ms};
 
 /// `FRONTA_CHAOS_FULL=1` selects the full tier (as for the other process harnesses).
 const FULL_ENV: &str = "FRONTA_CHAOS_FULL";
-const ADMIN_TOKEN: &str = "fa_disk_full_admin_token";
 /// The size of the test's own filesystem.
 const TMPFS_SIZE: &str = "24m";
 
@@ -153,203 +149,6 @@ fn fill(path: &Path) -> u64 {
     written
 }
 
-struct Server {
-    child: Child,
-    address: SocketAddr,
-    stderr: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// `fronta serve` on `database` with its worker; stderr is copied to a file in `dir`.
-fn serve(database: &Path, dir: &Path) -> Server {
-    let stderr_path = dir.join("serve.stderr");
-    let mut child = support::fronta(database)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--concurrency",
-            "16",
-            "--poll",
-            "200ms",
-            "--webhook-rate",
-            "off",
-            "--tenant-webhook-rate",
-            "off",
-            "--api-rate",
-            "off",
-        ])
-        .env("FRONTA_ADMIN_TOKEN", ADMIN_TOKEN)
-        .env("FRONTA_WEBHOOK_STORE_DEADLINE", "3s")
-        .env("FRONTA_UNAVAILABLE_RETRY_AFTER", "2s")
-        .env("FRONTA_STORAGE_WAIT", "1s")
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start fronta serve");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut lines = BufReader::new(stderr).lines();
-    let mut file = std::fs::File::create(&stderr_path).expect("the stderr file");
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("fronta serve printed its address before it ended")
-            .expect("a line");
-        let _ = writeln!(file, "{line}");
-        if let Some(rest) = line.split("listening on http://").nth(1) {
-            break rest
-                .split_whitespace()
-                .next()
-                .unwrap_or_default()
-                .parse::<SocketAddr>()
-                .expect("an address");
-        }
-    };
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            let _ = writeln!(file, "{line}");
-        }
-    });
-    Server {
-        child,
-        address,
-        stderr: stderr_path,
-    }
-}
-
-/// A tenant and an automation that only logs; the webhook's path.
-fn setup(address: SocketAddr) -> String {
-    let address = address.to_string();
-    let (status, tenant) = support::call(
-        &address,
-        "POST",
-        "/api/admin/tenants",
-        Some(ADMIN_TOKEN),
-        Some(&json!({"name": "Full Disk Ltd"})),
-    );
-    assert_eq!(status, 201, "tenant: {tenant}");
-    let token = tenant["token"].as_str().expect("a tenant token").to_owned();
-    let (status, automation) = support::call(
-        &address,
-        "POST",
-        "/api/automations",
-        Some(&token),
-        Some(&json!({
-            "name": "Orders",
-            "trigger": {"type": "webhook", "params": [
-                {"name": "orderId", "path": "order.id", "type": "string", "required": true}]},
-            "steps": [{"name": "note", "op": "flow/log", "input": {"message": "order {{orderId}}"}}]
-        })),
-    );
-    assert_eq!(status, 201, "automation: {automation}");
-    let url = automation["webhookUrl"]
-        .as_str()
-        .expect("a webhook URL")
-        .to_owned();
-    url[url.find("/webhook/").expect("a webhook path")..].to_owned()
-}
-
-/// One answer (or failure) seen by the load.
-#[derive(Debug, Clone)]
-struct Seen {
-    /// When the request was sent, from the start of the load.
-    sent: Duration,
-    elapsed: Duration,
-    /// 0 when the request got no answer (connection error).
-    status: u16,
-    run_id: Option<String>,
-    retry_after: Option<String>,
-    code: Option<String>,
-    body_retry_after: Option<u64>,
-    error: Option<String>,
-}
-
-/// One connection's share of the load until `stop`: open-loop slots at `per_second`; a
-/// slot missed while a request was out is skipped.
-async fn load(
-    address: SocketAddr,
-    path: Arc<String>,
-    per_second: f64,
-    offset: Duration,
-    started: Instant,
-    stop: Duration,
-) -> Vec<Seen> {
-    let period = Duration::from_secs_f64(1.0 / per_second);
-    let mut seen = Vec::new();
-    let client = support::http_client(1, Duration::from_secs(60));
-    let url = format!("http://{address}{path}");
-    let mut slot = offset;
-    let mut number = 0u64;
-    while slot < stop {
-        let now = started.elapsed();
-        if slot > now {
-            tokio::time::sleep(slot - now).await;
-        } else if now - slot > period {
-            let missed = ((now - slot).as_secs_f64() / period.as_secs_f64()) as u32;
-            slot += period * missed;
-            continue;
-        }
-        slot += period;
-        number += 1;
-        let sent = started.elapsed();
-        let body = json!({"order": {"id": format!("{offset:?}-{number}")}}).to_string();
-        let answer = client
-            .post(&url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await;
-        let failure = |error: String| Seen {
-            sent,
-            elapsed: Duration::ZERO,
-            status: 0,
-            run_id: None,
-            retry_after: None,
-            code: None,
-            body_retry_after: None,
-            error: Some(error),
-        };
-        let response = match answer {
-            Ok(response) => response,
-            Err(err) => {
-                seen.push(failure(format!("{err:?}")));
-                continue;
-            }
-        };
-        let status = response.status().as_u16();
-        let retry_after = response
-            .headers()
-            .get(reqwest::header::RETRY_AFTER)
-            .and_then(|value| value.to_str().ok())
-            .map(str::to_owned);
-        match response.bytes().await {
-            Ok(bytes) => {
-                let json: serde_json::Value =
-                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                seen.push(Seen {
-                    sent,
-                    elapsed: started.elapsed() - sent,
-                    status,
-                    run_id: json["runId"].as_str().map(str::to_owned),
-                    retry_after,
-                    code: json["error"]["code"].as_str().map(str::to_owned),
-                    body_retry_after: json["error"]["retryAfter"].as_u64(),
-                    error: None,
-                });
-            }
-            Err(err) => seen.push(failure(format!("the body: {err:?}"))),
-        }
-    }
-    seen
-}
-
 /// `GET /readyz` every 100 ms until `stop`: (when sent, status; 0 = no answer).
 async fn readiness(address: SocketAddr, started: Instant, stop: Duration) -> Vec<(Duration, u16)> {
     let client = support::http_client(1, Duration::from_secs(30));
@@ -367,12 +166,6 @@ async fn readiness(address: SocketAddr, started: Instant, stop: Duration) -> Vec
     probes
 }
 
-fn quantile_ms(sorted: &[Duration], q: f64) -> f64 {
-    sorted
-        .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_nothing() {
     if !root() {
@@ -387,109 +180,54 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     let disk = Tmpfs::mount(TMPFS_SIZE);
     let database = disk.path().join("fronta.db");
     let filler = disk.path().join("filler");
-    let mut server = serve(&database, logs.path());
-    let path = Arc::new(setup(server.address));
+    let mut server = webhooks::serve(support::fronta(&database), "127.0.0.1:0", "5m", logs.path());
+    let path = webhooks::setup(server.address);
 
-    let started = Instant::now();
     let stop = plan.warm + plan.full + plan.after;
-    let per_connection = plan.rate as f64 / plan.connections as f64;
-    let mut loads = tokio::task::JoinSet::new();
-    for index in 0..plan.connections {
-        let offset = Duration::from_secs_f64(index as f64 / plan.rate as f64);
-        loads.spawn(load(
-            server.address,
-            path.clone(),
-            per_connection,
-            offset,
-            started,
-            stop,
-        ));
-    }
+    let load = Load::start(server.address, &path, plan.rate, plan.connections, stop);
+    let started = Instant::now() - load.elapsed();
     let probes = tokio::spawn(readiness(server.address, started, stop));
 
-    tokio::time::sleep(plan.warm.saturating_sub(started.elapsed())).await;
-    let fill_started = started.elapsed();
+    load.until(plan.warm).await;
+    let fill_started = load.elapsed();
     let filled = tokio::task::spawn_blocking({
         let filler = filler.clone();
         move || fill(&filler)
     })
     .await
     .expect("the filler task");
-    let full_at = started.elapsed();
+    let full_at = load.elapsed();
     eprintln!(
         "disk_full: {filled} filler bytes written from {:.1} s to {:.1} s: the disk is full",
         fill_started.as_secs_f64(),
         full_at.as_secs_f64()
     );
-    tokio::time::sleep((plan.warm + plan.full).saturating_sub(started.elapsed())).await;
+    load.until(plan.warm + plan.full).await;
     std::fs::remove_file(&filler).expect("delete the filler");
-    let freed_at = started.elapsed();
+    let freed_at = load.elapsed();
     eprintln!(
         "disk_full: filler deleted at {:.1} s",
         freed_at.as_secs_f64()
     );
-
-    let mut seen: Vec<Seen> = Vec::new();
-    while let Some(done) = loads.join_next().await {
-        seen.extend(done.expect("a load task"));
-    }
+    let (seen, _skipped, _end) = load.finish().await;
     let probes = probes.await.expect("the readiness task");
 
-    // The answers.
-    let mut statuses: HashMap<u16, u64> = HashMap::new();
-    for answer in &seen {
-        *statuses.entry(answer.status).or_default() += 1;
-    }
-    let others: Vec<&Seen> = seen
-        .iter()
-        .filter(|answer| answer.status != 202 && answer.status != 503)
-        .collect();
+    // Every run completes; the answers agree with the rows (only 202 and 503; every
+    // 202's run a row, none answered twice; every 503 with its Retry-After).
+    let store = SqliteStore::open(SqliteConfig::new(&database)).expect("open the database");
+    let (runs, _) = webhooks::drain(&store, plan.drain_timeout, &server.stderr).await;
+    let answers = webhooks::check_answers(&seen, &runs, &server.stderr);
+    let statuses = &answers.statuses;
     assert!(
-        others.is_empty(),
-        "only 202 and 503 are expected; {} others, e.g. {:?} (errors {:?}; server log: {})",
-        others.len(),
-        others.iter().take(5).collect::<Vec<_>>(),
-        others
-            .iter()
-            .filter_map(|answer| answer.error.as_deref())
-            .take(5)
-            .collect::<Vec<_>>(),
-        server.stderr.display()
-    );
-    let unavailable: Vec<&Seen> = seen.iter().filter(|answer| answer.status == 503).collect();
-    assert!(
-        !unavailable.is_empty(),
+        !answers.unavailable_at.is_empty(),
         "the full disk made some webhook answer 503 (else this test proved nothing); answers: {statuses:?}"
     );
-    for answer in &unavailable {
-        let header = answer
-            .retry_after
-            .as_deref()
-            .unwrap_or_else(|| panic!("a 503 without Retry-After: {answer:?}"));
-        let seconds: u64 = header
-            .parse()
-            .unwrap_or_else(|_| panic!("Retry-After is not whole seconds: {answer:?}"));
-        assert!(seconds >= 1, "Retry-After ≥ 1 s: {answer:?}");
-        assert_eq!(
-            answer.code.as_deref(),
-            Some("unavailable"),
-            "the 503's body: {answer:?}"
-        );
-        assert_eq!(
-            answer.body_retry_after,
-            Some(seconds),
-            "retryAfter in the body matches the header: {answer:?}"
-        );
-    }
-    let first_503 = unavailable
+    let first_503 = answers.unavailable_at.iter().copied().min().expect("a 503");
+    let recovered = answers
+        .accepted_at
         .iter()
-        .map(|answer| answer.sent)
-        .min()
-        .expect("a 503");
-    let recovered = seen
-        .iter()
-        .filter(|answer| answer.status == 202 && answer.sent >= freed_at)
-        .map(|answer| answer.sent)
+        .copied()
+        .filter(|sent| *sent >= freed_at)
         .min();
     assert!(
         recovered.is_some(),
@@ -540,35 +278,6 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
         .find(|(sent, status)| *sent >= freed_at && *status == 200)
         .map(|(sent, _)| *sent);
 
-    // Every run completes; every 202 has its row.
-    let store = SqliteStore::open(SqliteConfig::new(&database)).expect("open the database");
-    let drain_started = Instant::now();
-    let runs = loop {
-        let runs = all_runs(&store).await;
-        let open = runs.iter().filter(|run| !run.status.is_terminal()).count();
-        if open == 0 {
-            break runs;
-        }
-        assert!(
-            drain_started.elapsed() < plan.drain_timeout,
-            "{open} runs still open {:?} after the load; server log: {}",
-            plan.drain_timeout,
-            server.stderr.display()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
-    let by_id: HashMap<String, &fronta_engine::Run> =
-        runs.iter().map(|run| (run.id.to_string(), run)).collect();
-    let mut accepted = HashSet::new();
-    for answer in seen.iter().filter(|answer| answer.status == 202) {
-        let id = answer.run_id.clone().expect("a 202 carries a runId");
-        assert!(
-            by_id.contains_key(&id),
-            "a 202 answered run {id} (sent at {:?}) that has no row",
-            answer.sent
-        );
-        assert!(accepted.insert(id.clone()), "run {id} answered twice");
-    }
     let not_completed: Vec<_> = runs
         .iter()
         .filter(|run| run.status != RunStatus::Completed)
@@ -617,8 +326,7 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
         "PRAGMA integrity_check after the full disk"
     );
 
-    let mut latencies: Vec<Duration> = unavailable.iter().map(|answer| answer.elapsed).collect();
-    latencies.sort();
+    let latencies = &answers.unavailable_latencies;
     let paths: Vec<String> = [
         ("commit failed", "group commits failed"),
         ("cannot begin", "begins failed"),
@@ -646,9 +354,9 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
         statuses.get(&503).copied().unwrap_or(0),
         first_503.as_secs_f64(),
         full_at.as_secs_f64(),
-        quantile_ms(&latencies, 0.5),
-        quantile_ms(&latencies, 0.99),
-        quantile_ms(&latencies, 1.0),
+        quantile_ms(latencies, 0.5),
+        quantile_ms(latencies, 0.99),
+        quantile_ms(latencies, 1.0),
         recovered.map_or("never".into(), |at| format!(
             "{:.2} s",
             (at - freed_at).as_secs_f64()
@@ -661,7 +369,7 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
             (at - freed_at).as_secs_f64()
         )),
         runs.len(),
-        runs.len() - accepted.len(),
+        answers.rows_without_202,
         spent,
         paths.join(", "),
     );
