@@ -1,6 +1,6 @@
-//! Webhook load against a real `fronta serve` on Postgres, and its checker, shared by the
-//! harnesses that take the database away under load (`outage.rs`: a fault proxy;
-//! `partition.rs`: a network partition): starting the server with its stderr kept in a
+//! Webhook load against a real `fronta serve`, and its checker, shared by the harnesses
+//! that take the database away under load (`outage.rs`: a fault proxy; `partition.rs`: a
+//! network partition — both on Postgres; `disk_full.rs`: a full disk under SQLite): starting the server with its stderr kept in a
 //! file, a tenant with an automation that only logs, an open-loop load on kept-alive
 //! connections that records every answer, and the checks every such harness makes of
 //! those answers, of the rows, and of the server's end. What is cut, when, and which
