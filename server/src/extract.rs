@@ -89,23 +89,58 @@ pub async fn read_json_body<T: DeserializeOwned + JsonSchema>(
         return Err(ApiError::UnsupportedMediaType);
     }
     let bytes = read_body(request, limit).await?;
-    require_object(&bytes)?;
-    let value: Value = parse_json(&bytes)?;
-    no_array_for_object::<T>(&value)?;
-    serde_json::from_value(value).map_err(|err| ApiError::BadRequest {
+    object_body(&bytes, |err| ApiError::BadRequest {
         code: "invalid_json",
         message: format!("the body is not valid JSON for this route: {err}"),
     })
+}
+
+/// A body that must be a JSON object, read as `T`: not an object, not JSON, or an array
+/// where `T`'s schema has only objects → 400 `invalid_json`; what then does not decode
+/// as `T` is `decode_error`'s. A body without a `[` has no array to look for.
+pub fn object_body<T: DeserializeOwned + JsonSchema>(
+    bytes: &[u8],
+    decode_error: impl FnOnce(serde_json::Error) -> ApiError,
+) -> Result<T, ApiError> {
+    require_object(bytes)?;
+    let value: Value = parse_json(bytes)?;
+    if bytes.contains(&b'[') {
+        no_array_for_object::<T>(&value)?;
+    }
+    serde_json::from_value(value).map_err(decode_error)
+}
+
+/// `T`'s schema as the OpenAPI document has it, made once per type (by its schema id)
+/// and kept for the process's life: bodies are checked against it on every request.
+fn schema_of<T: JsonSchema>() -> std::sync::Arc<Value> {
+    type Schemas = std::sync::Mutex<
+        std::collections::HashMap<std::borrow::Cow<'static, str>, std::sync::Arc<Value>>,
+    >;
+    static SCHEMAS: std::sync::OnceLock<Schemas> = std::sync::OnceLock::new();
+    let schemas = SCHEMAS.get_or_init(Default::default);
+    let id = T::schema_id();
+    if let Some(schema) = schemas
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&id)
+    {
+        return schema.clone();
+    }
+    let mut generator = SchemaSettings::draft2020_12().into_generator();
+    let schema = std::sync::Arc::new(generator.root_schema_for::<T>().to_value());
+    schemas
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id, schema.clone());
+    schema
 }
 
 /// Refuse, 400 `invalid_json`, an array where `T`'s schema (the OpenAPI document's) has
 /// an object: serde reads a struct from an array (`"filter": [null]` as an empty
 /// filter), which the document does not allow.
 pub fn no_array_for_object<T: JsonSchema>(value: &Value) -> Result<(), ApiError> {
-    let mut generator = SchemaSettings::draft2020_12().into_generator();
-    let schema = generator.root_schema_for::<T>();
-    let schema = schema.as_value();
-    match array_for_object(schema, schema, value, "") {
+    let schema = schema_of::<T>();
+    match array_for_object(&schema, &schema, value, "") {
         None => Ok(()),
         Some(at) => Err(ApiError::BadRequest {
             code: "invalid_json",

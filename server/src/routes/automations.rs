@@ -423,12 +423,10 @@ pub(crate) async fn optional_body<T: serde::de::DeserializeOwned + schemars::Jso
     if !json_declared {
         return Err(ApiError::UnsupportedMediaType);
     }
-    crate::extract::require_object(&bytes)?;
-    let value = parse_json(&bytes)?;
-    crate::extract::no_array_for_object::<T>(&value)?;
-    serde_json::from_value(value)
-        .map(Some)
-        .map_err(|err| ApiError::bad_request(format!("the body does not fit: {err}")))
+    crate::extract::object_body(&bytes, |err| {
+        ApiError::bad_request(format!("the body does not fit: {err}"))
+    })
+    .map(Some)
 }
 
 /// A version number in a path: 1 or more.
