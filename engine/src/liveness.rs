@@ -118,10 +118,12 @@ pub struct HostView {
 }
 
 impl HostView {
-    /// Looks up, on this host, every pid of `processes` registered on this host.
-    pub fn probe(processes: &[ProcessRecord]) -> Self {
-        let host = this_host();
-        let probed = start_time_of(std::process::id()).is_some();
+    /// Looks up, on this host (`me`: this process's facts, read once at its start),
+    /// every pid of `processes` registered on this host. Pid lookups work here when
+    /// this process's own start time could be read.
+    pub fn probe(me: &ProcessFacts, processes: &[ProcessRecord]) -> Self {
+        let host = me.host.clone();
+        let probed = !me.started.is_empty();
         let pids = if probed {
             processes
                 .iter()
@@ -275,7 +277,7 @@ impl Liveness {
     /// took over, with the runs released for each.
     pub async fn pass(&self) -> StoreResult<Vec<(Takeover, u64)>> {
         let list = self.store.process_list().await?;
-        let local = HostView::probe(&list.processes);
+        let local = HostView::probe(&self.facts, &list.processes);
         let mut done = Vec::new();
         for takeover in plan_takeover(&list, self.id, self.config.timeout, &local) {
             let released = self.store.process_takeover(takeover.id).await?;

@@ -1002,15 +1002,11 @@ impl Worker {
             tracing::warn!(run = %run.id, kind = %run.kind,
                 "claimed back a run this worker was still executing (its lease expired unnoticed): the earlier execution is stopped");
         }
-        let metrics = self.metrics.clone();
-        let run_id = run.id;
-        let kind = run.kind.clone();
         let abort = tasks.spawn(supervise(
-            crate::guard::in_handler(run_id, async move { handler.handle(ctx).await }),
+            crate::guard::in_handler(run.id, async move { handler.handle(ctx).await }),
             timeout,
-            metrics,
-            run_id,
-            kind,
+            self.metrics.clone(),
+            run.clone(),
         ));
         task_runs.insert(abort.id(), run.id);
         map.insert(
@@ -1124,8 +1120,7 @@ async fn supervise(
     handler: impl std::future::Future<Output = Outcome> + Send + 'static,
     timeout: Duration,
     metrics: Arc<WorkerMetrics>,
-    run: RunId,
-    kind: String,
+    run: Arc<Run>,
 ) -> Ended {
     let mut handle = tokio::spawn(handler);
     let _abort_on_drop = AbortGuard(handle.abort_handle());
@@ -1137,7 +1132,7 @@ async fn supervise(
         Err(_) => {
             metrics.timed_out.fetch_add(1, Ordering::Relaxed);
             handle.abort();
-            tokio::spawn(watch_aborted(handle, metrics, run, kind, timeout));
+            tokio::spawn(watch_aborted(handle, metrics, run, timeout));
             Ended::TimedOut(timeout)
         }
     }
@@ -1158,18 +1153,17 @@ impl Drop for AbortGuard {
 async fn watch_aborted(
     mut handle: tokio::task::JoinHandle<Outcome>,
     metrics: Arc<WorkerMetrics>,
-    run: RunId,
-    kind: String,
+    run: Arc<Run>,
     timeout: Duration,
 ) {
     if tokio::time::timeout(STUCK_GRACE, &mut handle).await.is_ok() {
         return;
     }
     metrics.stuck.fetch_add(1, Ordering::Relaxed);
-    tracing::error!(%run, %kind, ?timeout, grace = ?STUCK_GRACE,
+    tracing::error!(run = %run.id, kind = %run.kind, ?timeout, grace = ?STUCK_GRACE,
         "handler stuck: still running after its timeout and its abort; it blocks its thread (a blocking call in an async handler?). Its slot is free and the run went back to its ladder; the thread stays taken until it returns");
     let _ = handle.await;
-    tracing::warn!(%run, %kind, "a stuck handler returned at last; its answer is ignored");
+    tracing::warn!(run = %run.id, kind = %run.kind, "a stuck handler returned at last; its answer is ignored");
 }
 
 /// A spawned task that is aborted when its owner is dropped.

@@ -237,7 +237,7 @@ pub fn hand_off(
                     run.max_retries,
                     owner.0.as_bytes().as_slice(),
                     at(now, lease),
-                    holder_bytes(holder),
+                    holder_bytes(&holder),
                 ],
                 |row| run_of(row, now),
             )
@@ -255,9 +255,9 @@ pub fn hand_off(
     }
 }
 
-/// A holder as the bytes `locked_proc` keeps.
-fn holder_bytes(holder: Option<ProcessId>) -> Option<Vec<u8>> {
-    holder.map(|id| id.0.as_bytes().to_vec())
+/// A holder as the bytes `locked_proc` keeps (borrowed: no allocation per run).
+fn holder_bytes(holder: &Option<ProcessId>) -> Option<&[u8]> {
+    holder.as_ref().map(|id| id.0.as_bytes().as_slice())
 }
 
 /// One claim round: expired leases first, then due runs, fair between tenants.
@@ -319,7 +319,7 @@ pub fn claim(
         return Ok(batch);
     }
     let take_sql = take_due_sql(params);
-    let holder = holder_bytes(params.holder);
+    let holder = holder_bytes(&params.holder);
     let tenants = tenants_in_turn(conn, state.tenant_cursor.as_deref())?;
     let mut active: Vec<String> = Vec::new();
     let mut last_served: Option<String> = None;
@@ -328,7 +328,7 @@ pub fn claim(
         if remaining == 0 {
             break;
         }
-        let taken = take_due(conn, &take_sql, &tenant, holder.as_deref(), now, 1)?;
+        let taken = take_due(conn, &take_sql, &tenant, holder, now, 1)?;
         if taken.is_empty() {
             forget_tenant_if_empty(conn, &tenant)?;
         } else {
@@ -347,7 +347,7 @@ pub fn claim(
                 break;
             }
             let want = each.min(remaining);
-            let taken = take_due(conn, &take_sql, &tenant, holder.as_deref(), now, want)?;
+            let taken = take_due(conn, &take_sql, &tenant, holder, now, want)?;
             remaining -= taken.len();
             let exhausted = taken.len() < want;
             batch.claimed.extend(taken);
@@ -476,7 +476,7 @@ fn take(
                     now,
                     i64::from(reclaim),
                     seq,
-                    holder_bytes(params.holder),
+                    holder_bytes(&params.holder),
                 ],
                 |row| run_of(row, now),
             )
