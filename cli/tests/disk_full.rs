@@ -293,30 +293,8 @@ async fn a_full_disk_under_webhook_load_answers_503_with_retry_after_and_loses_n
     drop(store);
 
     // The process survived and stops cleanly; the file is whole.
-    assert!(
-        server.child.try_wait().expect("wait").is_none(),
-        "fronta serve is still running after the full disk (log: {})",
-        server.stderr.display()
-    );
-    support::signal(server.child.id(), "TERM");
-    let exit_deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = server.child.try_wait().expect("wait") {
-            break status;
-        }
-        assert!(
-            Instant::now() < exit_deadline,
-            "fronta serve stops within 30 s of SIGTERM (log: {})",
-            server.stderr.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let log = std::fs::read_to_string(&server.stderr).unwrap_or_default();
-    assert!(
-        status.success(),
-        "fronta serve exits 0 on SIGTERM: {status:?}\n{log}"
-    );
-    assert!(!log.contains("panicked"), "no panic in the server:\n{log}");
+    server.assert_running("the full disk");
+    let log = server.stop().await;
     let conn = rusqlite::Connection::open(&database).expect("open the file");
     let integrity: String = conn
         .query_row("PRAGMA integrity_check", [], |row| row.get(0))

@@ -12,7 +12,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fronta_store_sqlite::{SqliteConfig, SqliteStore};
-use support::{all_runs, check_steps, checkpoint_of, enqueue, read_log, signal, worker};
+use support::{
+    TakenOver, all_runs, check_taken_over, checkpoint_of, enqueue, read_log, signal, worker,
+};
 
 const STEPS: u64 = 8;
 
@@ -129,43 +131,14 @@ async fn a_frozen_worker_s_writes_are_all_refused_after_another_took_over() {
     assert_eq!(after_a, after_b, "A's writes changed nothing");
 
     let runs = all_runs(&store).await;
-    let (steps_log, probes) = read_log(&log);
-    let mut refused = 0;
-    for run in &runs {
-        assert_eq!(run.reclaims, 1, "run {}: one takeover, one reclaim", run.id);
-        assert_eq!(run.attempts, 0, "run {}: no attempt spent", run.id);
-        let key = run.id.to_string();
-        if run.kind == "steps" {
-            let lines = &steps_log[&key];
-            let figures = check_steps(run, lines, STEPS);
-            assert_eq!(figures.owners, 2, "A then B: {lines:?}");
-            refused += figures.refused;
-            let done: Vec<u32> = lines
-                .iter()
-                .filter(|line| line.event == "done")
-                .map(|line| line.pid)
-                .collect();
-            assert_eq!(done, vec![b_pid], "exactly one completion, by B: {lines:?}");
-            let first_b = lines
-                .iter()
-                .position(|line| line.pid == b_pid)
-                .expect("B ran");
-            assert!(
-                lines[first_b..]
-                    .iter()
-                    .filter(|line| line.pid == a_pid)
-                    .all(|line| line.event == "refused" || line.event == "stopped"),
-                "after B took over A only stopped or was refused: {lines:?}"
-            );
-            assert_eq!(
-                run.result.as_ref().expect("result")["resumedFrom"].as_u64(),
-                Some(frozen_at),
-                "B resumed from A's last checkpoint"
-            );
-        } else {
-            assert_eq!(probes[&key], vec![a_pid, b_pid], "A started it, then B");
-        }
-    }
+    let TakenOver { refused, .. } = check_taken_over(
+        &runs,
+        &log,
+        STEPS,
+        (a_pid, b_pid),
+        |_| frozen_at,
+        "B resumed from A's last checkpoint",
+    );
     eprintln!(
         "fencing: A (pid {a_pid}) frozen at step {frozen_at} of {STEPS}; B (pid {b_pid}) took \
          both runs over and completed them; on SIGCONT A's writes were refused \

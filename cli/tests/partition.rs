@@ -44,7 +44,7 @@ use fronta_sim::faults::{Cut, FaultProxy};
 use fronta_store_postgres::{PgConfig, PgStore};
 use support::netns::{Cluster, Namespace};
 use support::webhooks::{self, Load, quantile_ms, rate_before, recovery};
-use support::{all_runs, check_steps, checkpoint_of, pg, read_log};
+use support::{TakenOver, all_runs, check_taken_over, checkpoint_of, pg, read_log};
 
 const FULL_ENV: &str = "FRONTA_PARTITION_FULL";
 const PROXY_ENV: &str = "FRONTA_PARTITION_PROXY";
@@ -413,45 +413,17 @@ async fn a_worker_cut_off_past_its_lease_is_refused_every_write_after_the_partit
 
     let runs = all_runs(&store).await;
     assert_eq!(runs.len() as u64, total, "no run lost, none added");
-    let (steps_log, probes) = read_log(&log);
-    let mut refused = 0;
-    let mut first_b_line = u128::MAX;
-    for run in &runs {
-        assert_eq!(run.reclaims, 1, "run {}: one takeover, one reclaim", run.id);
-        assert_eq!(run.attempts, 0, "run {}: no attempt spent", run.id);
-        let key = run.id.to_string();
-        if run.kind == "steps" {
-            let lines = &steps_log[&key];
-            let figures = check_steps(run, lines, plan.steps);
-            assert_eq!(figures.owners, 2, "A then B: {lines:?}");
-            refused += figures.refused;
-            let done: Vec<u32> = lines
-                .iter()
-                .filter(|line| line.event == "done")
-                .map(|line| line.pid)
-                .collect();
-            assert_eq!(done, vec![b_pid], "exactly one completion, by B: {lines:?}");
-            let first_b = lines
-                .iter()
-                .position(|line| line.pid == b_pid)
-                .expect("B ran");
-            first_b_line = first_b_line.min(lines[first_b].at);
-            assert!(
-                lines[first_b..]
-                    .iter()
-                    .filter(|line| line.pid == a_pid)
-                    .all(|line| line.event == "refused" || line.event == "stopped"),
-                "after B took over A only stopped or was refused: {lines:?}"
-            );
-            assert_eq!(
-                run.result.as_ref().expect("result")["resumedFrom"].as_u64(),
-                Some(at_cut[&key]),
-                "B resumed from the checkpoint A committed before the cut"
-            );
-        } else {
-            assert_eq!(probes[&key], vec![a_pid, b_pid], "A started it, then B");
-        }
-    }
+    let TakenOver {
+        refused,
+        first_b_line,
+    } = check_taken_over(
+        &runs,
+        &log,
+        plan.steps,
+        (a_pid, b_pid),
+        |key| at_cut[key],
+        "B resumed from the checkpoint A committed before the cut",
+    );
     let (overlapped, longest_overlap) = probe_overlaps(&log, a_pid, b_pid);
     let takeover = (first_b_line.saturating_sub(cut_nanos)) as f64 / 1e9;
     eprintln!(

@@ -360,6 +360,69 @@ pub struct StepsFigures {
     pub refused: usize,
 }
 
+/// What [`check_taken_over`] found: checkpoints refused to A, and B's first line (ns).
+pub struct TakenOver {
+    pub refused: usize,
+    pub first_b_line: u128,
+}
+
+/// The runs of worker A after worker B took them all over (the fencing and partition
+/// harnesses): each reclaimed once with no attempt spent; each `steps` run under A then
+/// B ([`check_steps`] over `total` steps), completed once and by B, A only stopped or
+/// refused after B's first line, and B resumed from `resumed_from(run id)` (`resumed`
+/// says which checkpoint that is); each `probe` started by A, then by B.
+pub fn check_taken_over(
+    runs: &[Run],
+    log: &Path,
+    total: u64,
+    (a_pid, b_pid): (u32, u32),
+    resumed_from: impl Fn(&str) -> u64,
+    resumed: &str,
+) -> TakenOver {
+    let (steps_log, probes) = read_log(log);
+    let mut found = TakenOver {
+        refused: 0,
+        first_b_line: u128::MAX,
+    };
+    for run in runs {
+        assert_eq!(run.reclaims, 1, "run {}: one takeover, one reclaim", run.id);
+        assert_eq!(run.attempts, 0, "run {}: no attempt spent", run.id);
+        let key = run.id.to_string();
+        if run.kind == "steps" {
+            let lines = &steps_log[&key];
+            let figures = check_steps(run, lines, total);
+            assert_eq!(figures.owners, 2, "A then B: {lines:?}");
+            found.refused += figures.refused;
+            let done: Vec<u32> = lines
+                .iter()
+                .filter(|line| line.event == "done")
+                .map(|line| line.pid)
+                .collect();
+            assert_eq!(done, vec![b_pid], "exactly one completion, by B: {lines:?}");
+            let first_b = lines
+                .iter()
+                .position(|line| line.pid == b_pid)
+                .expect("B ran");
+            found.first_b_line = found.first_b_line.min(lines[first_b].at);
+            assert!(
+                lines[first_b..]
+                    .iter()
+                    .filter(|line| line.pid == a_pid)
+                    .all(|line| line.event == "refused" || line.event == "stopped"),
+                "after B took over A only stopped or was refused: {lines:?}"
+            );
+            assert_eq!(
+                run.result.as_ref().expect("result")["resumedFrom"].as_u64(),
+                Some(resumed_from(&key)),
+                "{resumed}"
+            );
+        } else {
+            assert_eq!(probes[&key], vec![a_pid, b_pid], "A started it, then B");
+        }
+    }
+    found
+}
+
 /// The `steps` checker for one run whose final row is `run` (`total` steps):
 /// - no step starts again once its checkpoint was committed (`saved`);
 /// - committed steps come in strictly increasing order, each at most once;

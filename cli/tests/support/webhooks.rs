@@ -51,6 +51,43 @@ impl Drop for Server {
     }
 }
 
+impl Server {
+    /// Fails unless the process still runs after `what` (the harness's fault).
+    pub fn assert_running(&mut self, what: &str) {
+        assert!(
+            self.child.try_wait().expect("wait").is_none(),
+            "fronta serve is still running after {what} (log: {})",
+            self.stderr.display()
+        );
+    }
+
+    /// SIGTERM: the process exits 0 within 30 s with no panic in its log; answers the log.
+    pub async fn stop(&mut self) -> String {
+        super::signal(self.child.id(), "TERM");
+        let exit_deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                break status;
+            }
+            if Instant::now() > exit_deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "fronta serve did not stop within 30 s of SIGTERM (log: {})",
+                    self.stderr.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        let log = std::fs::read_to_string(&self.stderr).unwrap_or_default();
+        assert!(
+            status.success(),
+            "fronta serve exits 0 on SIGTERM: {status:?}\n{log}"
+        );
+        assert!(!log.contains("panicked"), "no panic in the server:\n{log}");
+        log
+    }
+}
+
 /// `fronta serve` from `command` (the binary with `--database` given, perhaps behind a
 /// wrapper such as `ip netns exec`), listening on `listen` (`host:0`), with its worker
 /// (`lease`), the webhook deadline at 3 s, no rate limits; stderr goes to
@@ -451,11 +488,7 @@ pub async fn check_runs(runs: &[Run], store: &dyn RunStore) -> u64 {
 /// SIGTERM with no panic in its log. Answers the leader's name and which of the
 /// process's paths met the outage (its warnings, counted).
 pub async fn check_server_end(server: &mut Server, pool: &sqlx::PgPool) -> (String, String) {
-    assert!(
-        server.child.try_wait().expect("wait").is_none(),
-        "fronta serve is still running after the outage (log: {})",
-        server.stderr.display()
-    );
+    server.assert_running("the outage");
     let leader_deadline = Instant::now() + Duration::from_secs(30);
     let leader = loop {
         let leader = fronta_store_postgres::leader::current_leader(pool)
@@ -472,27 +505,7 @@ pub async fn check_server_end(server: &mut Server, pool: &sqlx::PgPool) -> (Stri
             .is_some_and(|name| name.starts_with("fronta-serve-")),
         "the server leads its database again after the outage: {leader:?}"
     );
-    super::signal(server.child.id(), "TERM");
-    let exit_deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = server.child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > exit_deadline {
-            let _ = server.child.kill();
-            panic!(
-                "fronta serve did not stop within 30 s of SIGTERM (log: {})",
-                server.stderr.display()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    let log = std::fs::read_to_string(&server.stderr).unwrap_or_default();
-    assert!(
-        status.success(),
-        "fronta serve exits 0 on SIGTERM: {status:?}\n{log}"
-    );
-    assert!(!log.contains("panicked"), "no panic in the server:\n{log}");
+    let log = server.stop().await;
     let paths: Vec<String> = [
         ("claim failed", "claims failed"),
         ("heartbeat failed", "heartbeat rounds failed"),

@@ -533,23 +533,33 @@ unsafe extern "C" fn shim_write(
     // SAFETY: `buf` holds `amount` bytes; forwarding to the platform file.
     unsafe {
         let shim = shim(file);
-        if shim.session != 0 {
-            let mut registry = registry();
-            match gate(shim.session, &mut registry, true) {
-                Gate::Off => return ffi::SQLITE_IOERR_WRITE,
-                Gate::Full => return ffi::SQLITE_FULL,
-                Gate::Go => {}
-            }
-            let data = std::slice::from_raw_parts(buf as *const u8, amount as usize).to_vec();
-            if let Some(image) = image(&mut registry, shim) {
-                image.pending.push(Op::Write {
-                    offset: offset as usize,
-                    data,
-                });
-            }
+        if let Some(code) = record(shim, ffi::SQLITE_IOERR_WRITE, || Op::Write {
+            offset: offset as usize,
+            data: std::slice::from_raw_parts(buf as *const u8, amount as usize).to_vec(),
+        }) {
+            return code;
         }
         (inner_methods(shim).xWrite.expect("invariant: xWrite"))(shim.inner, buf, amount, offset)
     }
+}
+
+/// Passes a write or a truncate of a tracked file through the gate and records its `op`
+/// among the file's unsynced changes; `Some(code)` when the cut (`off`) or a full disk
+/// answers instead of the platform file.
+fn record(shim: &ShimFile, off: c_int, op: impl FnOnce() -> Op) -> Option<c_int> {
+    if shim.session == 0 {
+        return None;
+    }
+    let mut registry = registry();
+    match gate(shim.session, &mut registry, true) {
+        Gate::Off => return Some(off),
+        Gate::Full => return Some(ffi::SQLITE_FULL),
+        Gate::Go => {}
+    }
+    if let Some(image) = image(&mut registry, shim) {
+        image.pending.push(op());
+    }
+    None
 }
 
 /// The tracked image of `shim`'s file.
@@ -570,16 +580,10 @@ unsafe extern "C" fn shim_truncate(
     // SAFETY: forwarding to the platform file.
     unsafe {
         let shim = shim(file);
-        if shim.session != 0 {
-            let mut registry = registry();
-            match gate(shim.session, &mut registry, true) {
-                Gate::Off => return ffi::SQLITE_IOERR_TRUNCATE,
-                Gate::Full => return ffi::SQLITE_FULL,
-                Gate::Go => {}
-            }
-            if let Some(image) = image(&mut registry, shim) {
-                image.pending.push(Op::Truncate(size as usize));
-            }
+        if let Some(code) = record(shim, ffi::SQLITE_IOERR_TRUNCATE, || {
+            Op::Truncate(size as usize)
+        }) {
+            return code;
         }
         (inner_methods(shim).xTruncate.expect("invariant: xTruncate"))(shim.inner, size)
     }
