@@ -448,6 +448,14 @@ impl Store {
         }
     }
 
+    /// Tokens, admin tokens and the audit log on this database.
+    pub(crate) fn access(&self) -> Arc<dyn fronta_desk::access::AccessStore> {
+        match self {
+            Store::Sqlite(store) => Arc::new(store.clone()),
+            Store::Postgres(store) => Arc::new(store.clone()),
+        }
+    }
+
     /// The secrets port on this database.
     pub(crate) fn secrets(&self) -> Arc<dyn fronta_automation::secrets::SecretStore> {
         match self {

@@ -335,6 +335,7 @@ pub(crate) fn server_parts(
         Ports {
             runs: runs.clone(),
             desk,
+            access: store.access(),
             automations,
             secrets: store.secrets(),
             secret_cipher: outside.cipher.clone(),

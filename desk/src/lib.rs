@@ -6,6 +6,7 @@
 //! ticket numbers, token hashing) and the [`DeskStore`] port. It knows no SQL, no HTTP
 //! and nothing of how runs are executed; stores implement the port.
 
+pub mod access;
 pub mod changes;
 pub mod model;
 pub mod overlay;

@@ -5,18 +5,17 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
         #[serde(transparent)]
-        pub struct $name(pub Uuid);
+        pub struct $name(pub uuid::Uuid);
 
         impl $name {
             pub fn new() -> Self {
-                Self(Uuid::now_v7())
+                Self(uuid::Uuid::now_v7())
             }
         }
 
@@ -35,11 +34,13 @@ macro_rules! id_type {
         impl std::str::FromStr for $name {
             type Err = uuid::Error;
             fn from_str(text: &str) -> Result<Self, Self::Err> {
-                Uuid::parse_str(text).map(Self)
+                uuid::Uuid::parse_str(text).map(Self)
             }
         }
     };
 }
+
+pub(crate) use id_type;
 
 id_type!(
     /// A firm using fronta.

@@ -42,7 +42,6 @@ use crate::store::{
     TicketUpsert, TicketWrite, WhenFull,
 };
 use crate::store::{FieldChange, OnExisting};
-use crate::token;
 
 /// `what` must not be empty or only white space (`Invalid`, naming `what`).
 pub fn check_text(what: &str, text: &str) -> DeskResult<()> {
@@ -75,16 +74,20 @@ fn invalid(message: String) -> DeskError {
 // Tenants, groups, members
 // ---------------------------------------------------------------------------------------
 
-/// A new tenant called `name` and its API token (shown once; the store keeps only
-/// [`crate::token::hash`] of it).
-pub fn tenant_new(name: &str, now: DateTime<Utc>) -> DeskResult<(Tenant, String)> {
+/// A new tenant called `name` and its first token, an admin token called `admin` (the row
+/// and the secret, shown once; the store keeps only [`crate::token::hash`] of it).
+pub fn tenant_new(
+    name: &str,
+    now: DateTime<Utc>,
+) -> DeskResult<(Tenant, crate::access::ApiToken, String)> {
     check_name(TENANT, name)?;
     let tenant = Tenant {
         id: TenantId::new(),
         name: name.to_owned(),
         created_at: now,
     };
-    Ok((tenant, token::generate(token::TENANT_TOKEN_PREFIX)))
+    let (first, raw) = crate::access::plan_first_token(tenant.id, now);
+    Ok((tenant, first, raw))
 }
 
 /// A new group of `tenant` called `name`, checked; the store checks the name is free.

@@ -103,6 +103,7 @@
 //! [`FinishAction`] → the completer writes it, owner-checked (`run_finish_many`).
 #![warn(missing_docs)]
 
+pub mod audit;
 pub mod clock;
 pub mod dispatcher;
 pub mod error;

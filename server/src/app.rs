@@ -19,6 +19,7 @@ use fronta_automation::service_limits::ServiceLimits;
 use fronta_automation::store::AutomationStore;
 use fronta_automation::widget::{WidgetService, WidgetStore};
 use fronta_desk::DeskStore;
+use fronta_desk::access::AccessStore;
 use fronta_engine::{Clock, Dispatcher, RunStore, SystemClock, WorkerMetrics};
 
 use crate::config::ServerConfig;
@@ -31,6 +32,8 @@ use crate::stream::Hub;
 pub struct Ports {
     pub runs: Arc<dyn RunStore>,
     pub desk: Arc<dyn DeskStore>,
+    /// Named tokens with roles, the operator's admin tokens, the audit log.
+    pub access: Arc<dyn AccessStore>,
     pub automations: Arc<dyn AutomationStore>,
     /// Per-tenant sealed secrets (`/api/secrets`).
     pub secrets: Arc<dyn SecretStore>,
@@ -75,6 +78,8 @@ pub(crate) struct Inner {
     pub webhook_per_token: Option<Limiter>,
     pub webhook_per_tenant: Option<Limiter>,
     pub api_per_tenant: Option<Limiter>,
+    /// Failed authentications per client address.
+    pub auth_failures: Option<Limiter>,
     /// The broadcast channels of `GET /api/stream`.
     pub hub: Hub,
     /// What `GET /metrics` tells of webhook requests.
@@ -124,6 +129,7 @@ impl App {
             webhook_per_token: limiter(config.webhook_rate_per_token),
             webhook_per_tenant: limiter(config.webhook_rate_per_tenant),
             api_per_tenant: limiter(config.api_rate_per_tenant),
+            auth_failures: limiter(config.auth_failure_rate),
             hub: Hub::default(),
             webhook_metrics: WebhookMetrics::default(),
             worker_metrics: OnceLock::new(),
@@ -229,6 +235,10 @@ impl App {
 
     pub(crate) fn runs(&self) -> &dyn RunStore {
         self.inner.ports.runs.as_ref()
+    }
+
+    pub(crate) fn access(&self) -> &dyn AccessStore {
+        self.inner.ports.access.as_ref()
     }
 
     pub(crate) fn desk(&self) -> &dyn DeskStore {

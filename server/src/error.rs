@@ -29,6 +29,11 @@ use serde_json::{Map, Value, json};
 pub enum ApiError {
     /// 401: no token, or not one we know (`code`: `unauthorized` or `invalid_signature`).
     Unauthorized { code: &'static str, message: String },
+    /// 403 `forbidden`: the token's role does not allow the route; says the role needed.
+    Forbidden {
+        needed: fronta_desk::access::Role,
+        role: fronta_desk::access::Role,
+    },
     /// 404 for an unknown id — and for an id of another tenant, with the same body.
     NotFound(&'static str),
     /// 409 `automation_paused`.
@@ -108,6 +113,7 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::AutomationPaused | ApiError::Conflict { .. } | ApiError::InUse { .. } => {
                 StatusCode::CONFLICT
@@ -131,6 +137,16 @@ impl ApiError {
         let mut error = Map::new();
         let (code, message): (&str, String) = match self {
             ApiError::Unauthorized { code, message } => (code, message.clone()),
+            ApiError::Forbidden { needed, role } => {
+                error.insert("needed".into(), json!(needed));
+                error.insert("role".into(), json!(role));
+                (
+                    "forbidden",
+                    format!(
+                        "this needs a token with the {needed} role; this token is a {role} token"
+                    ),
+                )
+            }
             ApiError::NotFound(what) => ("not_found", format!("{what} not found")),
             ApiError::AutomationPaused => (
                 "automation_paused",

@@ -58,6 +58,9 @@ pub struct Op {
     pub summary: &'static str,
     /// `None`: decided by the path (`/api/admin/…` admin, other `/api/…` tenant, else anyone).
     pub caller: Option<Caller>,
+    /// The least role of a tenant token that may call it (tenant routes). A tenant route
+    /// without one is refused to every role but `admin` (and fails the role matrix).
+    pub role: Option<fronta_desk::access::Role>,
     /// The schema of the JSON body, if it takes one.
     pub body: Option<SchemaOf>,
     /// Whether the body may be left out (`None`: required when there is a body).
@@ -85,6 +88,7 @@ pub fn op(method: &'static str, summary: &'static str) -> Op {
         method,
         summary,
         caller: None,
+        role: None,
         body: None,
         body_optional: false,
         answer: (200, None),
@@ -104,6 +108,24 @@ impl Op {
             caller: Some(Caller::Anyone),
             ..op(method, summary)
         }
+    }
+
+    /// Tenant tokens of every role may call it (reads).
+    pub fn viewer(mut self) -> Self {
+        self.role = Some(fronta_desk::access::Role::Viewer);
+        self
+    }
+
+    /// Tenant tokens of the `editor` and `admin` roles may call it.
+    pub fn editor(mut self) -> Self {
+        self.role = Some(fronta_desk::access::Role::Editor);
+        self
+    }
+
+    /// Only the tenant's `admin` tokens may call it (tokens, the audit log).
+    pub fn tenant_admin(mut self) -> Self {
+        self.role = Some(fronta_desk::access::Role::Admin);
+        self
     }
 
     /// The JSON body is a `T` (required).
@@ -166,7 +188,8 @@ impl Op {
         self
     }
 
-    fn caller(&self, path: &str) -> Caller {
+    /// Who may call it: [`Op::caller`]'s field, or what its path says.
+    pub fn caller(&self, path: &str) -> Caller {
         self.caller.unwrap_or(if path.starts_with("/api/admin/") {
             Caller::Admin
         } else if path.starts_with("/api/") {
@@ -333,6 +356,11 @@ fn operation(routes: &[RouteDoc], path: &str, op: &Op, generators: &mut Generato
         Caller::Admin => json!([{"adminToken": []}]),
     };
     operation.insert("security".into(), security);
+    if op.caller(path) == Caller::Tenant {
+        // The least role of a tenant token that may call it (403 `forbidden` below it).
+        let role = op.role.unwrap_or(fronta_desk::access::Role::Admin);
+        operation.insert("x-fronta-role".into(), json!(role));
+    }
     Value::Object(operation)
 }
 

@@ -69,6 +69,24 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// How long until `key` has a token, without taking one: `None` when it has one now.
+    /// (The failed-authentication limit looks before it authenticates, and takes a token
+    /// only for a failure.)
+    pub fn wait(&self, key: &str) -> Option<Duration> {
+        let now = Instant::now();
+        let burst = f64::from(self.limit.burst);
+        let buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let tokens = buckets.get(key).map_or(burst, |bucket| {
+            refilled(bucket, now, self.limit.per_second, burst)
+        });
+        (tokens < 1.0).then(|| Duration::from_secs_f64((1.0 - tokens) / self.limit.per_second))
+    }
+}
+
 fn refilled(bucket: &Bucket, now: Instant, rate: f64, burst: f64) -> f64 {
     let elapsed = now.saturating_duration_since(bucket.updated).as_secs_f64();
     (bucket.tokens + elapsed * rate).min(burst)
@@ -94,6 +112,22 @@ mod tests {
         assert_eq!(limiter.check("b"), Ok(()), "another key has its own bucket");
         tokio::time::advance(Duration::from_millis(500)).await;
         assert_eq!(limiter.check("a"), Ok(()), "refilled after the wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn wait_looks_without_taking() {
+        let limiter = Limiter::new(RateLimit::new(1.0, 2), 100);
+        assert_eq!(limiter.wait("a"), None, "a new key has its burst");
+        assert_eq!(limiter.wait("a"), None, "looking takes nothing");
+        limiter.check("a").unwrap();
+        limiter.check("a").unwrap();
+        let wait = limiter.wait("a").expect("empty after the burst");
+        assert!(
+            wait > Duration::from_millis(900) && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(limiter.wait("a"), None, "refilled");
     }
 
     #[tokio::test(start_paused = true)]

@@ -83,6 +83,7 @@ async fn health_answers_200_and_readiness_follows_the_run_store() {
         fronta_server::Ports {
             runs: broken.clone(),
             desk: Arc::new(harness.store.clone()),
+            access: Arc::new(harness.store.clone()),
             automations: Arc::new(harness.store.clone()),
             secrets: Arc::new(harness.store.clone()),
             secret_cipher: None,
@@ -127,6 +128,7 @@ fn with_broken_runs(
         fronta_server::Ports {
             runs: broken.clone(),
             desk: Arc::new(harness.store.clone()),
+            access: Arc::new(harness.store.clone()),
             automations: Arc::new(harness.store.clone()),
             secrets: Arc::new(harness.store.clone()),
             secret_cipher: None,

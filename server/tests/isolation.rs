@@ -390,6 +390,27 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
             "/api/automations/{id}/runs",
             vec![ids(&[("id", "automation")], Some(json!({"orderId": "9"})))],
         ),
+        (
+            "GET",
+            "/api/admin/audit",
+            vec![NoIds(
+                "the operator's view of every tenant: an admin token only (tenant tokens get \
+                 401, see the role matrix below)",
+            )],
+        ),
+        ("GET", "/api/me", vec![NoIds("the calling token itself")]),
+        ("GET", "/api/tokens", vec![List]),
+        (
+            "POST",
+            "/api/tokens",
+            vec![NoIds("makes a token in the caller's tenant, by name")],
+        ),
+        (
+            "DELETE",
+            "/api/tokens/{id}",
+            vec![ids(&[("id", "token")], None)],
+        ),
+        ("GET", "/api/audit", vec![List]),
         ("GET", "/api/tickets", vec![List]),
         (
             "GET",
@@ -691,8 +712,17 @@ async fn objects(harness: &Harness, name: &str) -> (String, BTreeMap<&'static st
         )
         .await;
     assert_eq!(bulk.status, StatusCode::ACCEPTED, "{}", bulk.json);
+    let spare = harness
+        .post(
+            "/api/tokens",
+            &token,
+            json!({"name": "spare", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(spare.status, StatusCode::CREATED, "{}", spare.json);
     let objects = BTreeMap::from([
         ("bulk", bulk.text("id")),
+        ("token", spare.text("id")),
         ("group", group),
         ("member", member),
         ("type", ticket_type),
@@ -731,6 +761,7 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
             "/api/services",
             "/api/mcp-servers",
             "/api/mail-servers",
+            "/api/audit",
         ]
         .map(String::from)
         .to_vec();
@@ -753,6 +784,14 @@ async fn snapshot(harness: &Harness, tenants: &[(&str, &BTreeMap<&str, String>)]
                 seen.push(format!(
                     "widget {:?} {:?} {}",
                     view.widget, view.cache, view.refreshing
+                ));
+            }
+            // Tokens through the port without their last use (written by any request).
+            use fronta_desk::access::AccessStore;
+            for token in harness.store.token_list(tenant).await.expect("tokens") {
+                seen.push(format!(
+                    "token {} {} {} {:?}",
+                    token.id, token.name, token.role, token.expires_at
                 ));
             }
         }

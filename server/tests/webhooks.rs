@@ -618,6 +618,7 @@ fn harness_ports(harness: &Harness) -> fronta_server::Ports {
     fronta_server::Ports {
         runs: Arc::new(harness.store.clone()),
         desk: Arc::new(harness.store.clone()),
+        access: Arc::new(harness.store.clone()),
         automations: Arc::new(harness.store.clone()),
         secrets: Arc::new(harness.store.clone()),
         secret_cipher: None,

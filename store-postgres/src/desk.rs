@@ -326,15 +326,15 @@ impl DeskStore for PgStore {
         let mut tx = self.desk_begin().await?;
         let mut db = Db::new(&mut tx, self);
         let now = db.now().await?;
-        let (tenant, raw) = plan::tenant_new(name, now)?;
+        let (tenant, first, raw) = plan::tenant_new(name, now)?;
         sqlx::query(
             "WITH tenant AS (
                 INSERT INTO desk_tenants (id, name, created_at) VALUES ($1, $2, $4)
                 RETURNING id
             ),
             token AS (
-                INSERT INTO desk_tenant_tokens (hash, tenant, created_at)
-                SELECT $3, id, $4 FROM tenant
+                INSERT INTO desk_tenant_tokens (hash, tenant, created_at, id, name, role)
+                SELECT $3, id, $4, $5, $6, $7 FROM tenant
             )
             INSERT INTO desk_ticket_counters (tenant, last_number) SELECT id, 0 FROM tenant",
         )
@@ -342,9 +342,16 @@ impl DeskStore for PgStore {
         .bind(&tenant.name)
         .bind(token::hash(&raw))
         .bind(now)
+        .bind(first.id.0)
+        .bind(&first.name)
+        .bind(first.role.as_str())
         .execute(db.c())
         .await
         .map_err(sql_err)?;
+        fronta_engine::audit::created(&tenant.id);
+        if let Some(scope) = fronta_engine::audit::current() {
+            scope.set_tenant(tenant.id.0);
+        }
         self.desk_commit(tx).await?;
         Ok((tenant, raw))
     }
@@ -355,9 +362,11 @@ impl DeskStore for PgStore {
         let mut db = Db::new(&mut conn, self);
         let row = sqlx::query(
             "SELECT t.id, t.name, t.created_at FROM desk_tenant_tokens k \
-             JOIN desk_tenants t ON t.id = k.tenant WHERE k.hash = $1",
+             JOIN desk_tenants t ON t.id = k.tenant WHERE k.hash = $1 \
+               AND (k.expires_at IS NULL OR k.expires_at > coalesce($2::timestamptz, now()))",
         )
         .bind(hash)
+        .bind(self.now())
         .fetch_optional(db.c())
         .await
         .map_err(sql_err)?;

@@ -26,6 +26,7 @@
 //! the scheduler's leader election (a later port).
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod app_tx;
 pub mod automations;
 pub mod desk;
@@ -480,12 +481,29 @@ impl PgStore {
         self.inner.pool.begin().await.map_err(map_err)
     }
 
+    /// Commit a write, with the audit entry of the caller's scope
+    /// (`fronta_engine::audit`) inserted just before, when it has one still unwritten.
     pub(crate) async fn commit_tx(
         &self,
-        tx: sqlx::Transaction<'static, Postgres>,
+        mut tx: sqlx::Transaction<'static, Postgres>,
     ) -> Result<(), StoreError> {
+        let scope = fronta_engine::audit::current();
+        let entry = scope
+            .as_ref()
+            .and_then(|scope| scope.take_entry(self.now().unwrap_or_else(Utc::now)));
+        if let Some(entry) = &entry {
+            self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+            if let Err(err) = access::audit_insert(&mut tx, entry).await {
+                scope.iter().for_each(|scope| scope.untake());
+                return Err(map_err(err));
+            }
+        }
         self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
-        tx.commit().await.map_err(map_err)
+        let committed = tx.commit().await.map_err(map_err);
+        if committed.is_err() && entry.is_some() {
+            scope.iter().for_each(|scope| scope.untake());
+        }
+        committed
     }
 
     /// Begin a transaction for the caller's own statements and runs enqueued with

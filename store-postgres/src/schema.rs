@@ -48,7 +48,50 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "the process registry, runs name their holder",
         PROCESSES_V22,
     ),
+    (
+        23,
+        "named tokens with roles, admin tokens, the audit log",
+        ACCESS_V23,
+    ),
 ];
+
+/// Named tenant tokens with roles, the operator's admin tokens and the audit log, like
+/// SQLite's migration 20.
+const ACCESS_V23: &str = r#"
+ALTER TABLE desk_tenant_tokens ADD COLUMN id uuid;
+ALTER TABLE desk_tenant_tokens ADD COLUMN name text NOT NULL DEFAULT 'admin';
+ALTER TABLE desk_tenant_tokens ADD COLUMN role text NOT NULL DEFAULT 'admin';
+ALTER TABLE desk_tenant_tokens ADD COLUMN expires_at timestamptz;
+ALTER TABLE desk_tenant_tokens ADD COLUMN last_used_at timestamptz;
+UPDATE desk_tenant_tokens SET id = gen_random_uuid();
+ALTER TABLE desk_tenant_tokens ALTER COLUMN id SET NOT NULL;
+CREATE UNIQUE INDEX desk_tenant_tokens_id ON desk_tenant_tokens (id);
+CREATE UNIQUE INDEX desk_tenant_tokens_name ON desk_tenant_tokens (tenant, name);
+CREATE TABLE admin_tokens (
+    id           uuid        PRIMARY KEY,
+    name         text        NOT NULL UNIQUE,
+    hash         text        NOT NULL UNIQUE,
+    created_at   timestamptz NOT NULL,
+    last_used_at timestamptz
+);
+CREATE TABLE audit_log (
+    id          uuid        PRIMARY KEY,
+    at          timestamptz NOT NULL,
+    tenant      uuid,
+    actor_kind  text        NOT NULL,
+    actor_id    uuid,
+    actor_name  text        NOT NULL,
+    actor_role  text,
+    client      text,
+    method      text        NOT NULL,
+    route       text        NOT NULL,
+    object_kind text        NOT NULL,
+    object_id   text,
+    summary     text        NOT NULL
+);
+CREATE INDEX audit_log_tenant ON audit_log (tenant, at, id);
+CREATE INDEX audit_log_at ON audit_log (at, id);
+"#;
 
 /// Capacity as a cap, like SQLite's migration 18: a member's `available`, and the runs
 /// waiting for room in a group (one row per waiting run; a ticket write that moves an

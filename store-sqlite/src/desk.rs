@@ -166,17 +166,31 @@ impl DeskStore for SqliteStore {
     async fn tenant_create(&self, name: &str) -> DeskResult<(Tenant, String)> {
         let name = name.to_owned();
         self.desk_write(move |conn, now| {
-            let (tenant, raw) = plan::tenant_new(&name, instant(now))?;
+            let (tenant, first, raw) = plan::tenant_new(&name, instant(now))?;
             conn.prepare_cached(
                 "INSERT INTO desk_tenants (id, name, created_at) VALUES (?1, ?2, ?3)",
             )
             .and_then(|mut stmt| stmt.execute(params![key(&tenant.id.0), tenant.name, now]))
             .map_err(sql_err)?;
             conn.prepare_cached(
-                "INSERT INTO desk_tenant_tokens (hash, tenant, created_at) VALUES (?1, ?2, ?3)",
+                "INSERT INTO desk_tenant_tokens (hash, tenant, created_at, id, name, role) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )
-            .and_then(|mut stmt| stmt.execute(params![token::hash(&raw), key(&tenant.id.0), now]))
+            .and_then(|mut stmt| {
+                stmt.execute(params![
+                    token::hash(&raw),
+                    key(&tenant.id.0),
+                    now,
+                    key(&first.id.0),
+                    first.name,
+                    first.role.as_str()
+                ])
+            })
             .map_err(sql_err)?;
+            fronta_engine::audit::created(&tenant.id);
+            if let Some(scope) = fronta_engine::audit::current() {
+                scope.set_tenant(tenant.id.0);
+            }
             Ok((tenant, raw))
         })
         .await
@@ -184,14 +198,10 @@ impl DeskStore for SqliteStore {
 
     async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>> {
         let hash = token::hash(token);
-        self.desk_read(move |conn| {
-            conn.prepare_cached(
-                "SELECT t.id, t.name, t.created_at FROM desk_tenant_tokens k \
-                 JOIN desk_tenants t ON t.id = k.tenant WHERE k.hash = ?1",
-            )
-            .and_then(|mut stmt| stmt.query_row([hash], tenant_of).optional())
-            .map_err(sql_err)
-        })
+        self.read_with(
+            move |conn, now| crate::access::tenant_by_hash(conn, &hash, now),
+            from_store,
+        )
         .await
     }
 

@@ -22,6 +22,7 @@
 //! `ARCHITECTURE.md`), cross-process wake-ups (other processes' workers poll).
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod app_tx;
 pub mod automations;
 pub mod desk;
@@ -214,7 +215,7 @@ impl SqliteStore {
             tracing::info!(path = %config.path.display(), ?applied, "sqlite: migrations applied");
         }
         let signal = Arc::new(Notify::new());
-        let writer = writer::spawn(conn, config.max_group, signal.clone())?;
+        let writer = writer::spawn(conn, config.max_group, signal.clone(), config.clock.clone())?;
         Ok(Self {
             inner: Arc::new(Inner {
                 config,

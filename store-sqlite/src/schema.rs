@@ -30,6 +30,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "the process registry, runs name their holder",
         PROCESSES_V19,
     ),
+    (
+        20,
+        "named tokens with roles, admin tokens, the audit log",
+        ACCESS_V20,
+    ),
 ];
 
 /// Capacity as a cap (`fronta_desk::plan::assign_least_busy`): a member's `available`
@@ -504,6 +509,44 @@ CREATE TABLE processes (
 );
 ALTER TABLE runs ADD COLUMN locked_proc BLOB;
 CREATE INDEX runs_held ON runs (locked_proc) WHERE status = 1;
+"#;
+
+/// Named tenant tokens with roles (`fronta_desk::access`): the token made with each tenant
+/// so far becomes its first admin token, called `admin`; the operator's admin tokens; and
+/// the audit log (`fronta_engine::audit`), read newest first per tenant or for all.
+const ACCESS_V20: &str = r#"
+ALTER TABLE desk_tenant_tokens ADD COLUMN id BLOB;
+ALTER TABLE desk_tenant_tokens ADD COLUMN name TEXT NOT NULL DEFAULT 'admin';
+ALTER TABLE desk_tenant_tokens ADD COLUMN role TEXT NOT NULL DEFAULT 'admin';
+ALTER TABLE desk_tenant_tokens ADD COLUMN expires_at INTEGER;
+ALTER TABLE desk_tenant_tokens ADD COLUMN last_used_at INTEGER;
+UPDATE desk_tenant_tokens SET id = randomblob(16);
+CREATE UNIQUE INDEX desk_tenant_tokens_id ON desk_tenant_tokens (id);
+CREATE UNIQUE INDEX desk_tenant_tokens_name ON desk_tenant_tokens (tenant, name);
+CREATE TABLE admin_tokens (
+    id           BLOB    PRIMARY KEY,
+    name         TEXT    NOT NULL UNIQUE,
+    hash         TEXT    NOT NULL UNIQUE,
+    created_at   INTEGER NOT NULL,
+    last_used_at INTEGER
+);
+CREATE TABLE audit_log (
+    id          BLOB    PRIMARY KEY,
+    at          INTEGER NOT NULL,
+    tenant      BLOB,
+    actor_kind  TEXT    NOT NULL,
+    actor_id    BLOB,
+    actor_name  TEXT    NOT NULL,
+    actor_role  TEXT,
+    client      TEXT,
+    method      TEXT    NOT NULL,
+    route       TEXT    NOT NULL,
+    object_kind TEXT    NOT NULL,
+    object_id   TEXT,
+    summary     TEXT    NOT NULL
+);
+CREATE INDEX audit_log_tenant ON audit_log (tenant, at, id);
+CREATE INDEX audit_log_at ON audit_log (at, id);
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
-use fronta_engine::StoreError;
+use fronta_engine::{Clock, StoreError, audit};
 use rusqlite::Connection;
 use tokio::sync::{Notify, oneshot};
 
@@ -95,6 +95,9 @@ struct Pending<T, E, F> {
     result: Option<Result<T, E>>,
     reply: oneshot::Sender<Result<T, E>>,
     from_store: fn(StoreError) -> E,
+    /// The caller's audit scope (`fronta_engine::audit`), current on this thread while the
+    /// job runs; its entry, if still unwritten, is inserted in the job's savepoint.
+    audit: Option<(Arc<audit::Scope>, Arc<dyn Clock>)>,
 }
 
 impl<T, E, F> Job for Pending<T, E, F>
@@ -107,13 +110,28 @@ where
         let Some(op) = self.op.take() else {
             return false;
         };
-        let result = op(state, conn);
+        let _scope = audit::on_thread(self.audit.as_ref().map(|(scope, _)| scope.clone()));
+        let mut result = op(state, conn);
+        if result.is_ok()
+            && let Some((scope, clock)) = &self.audit
+            && let Some(entry) = scope.take_entry(clock.now())
+            && let Err(err) = crate::access::audit_insert(conn, &entry)
+        {
+            scope.untake();
+            result = Err((self.from_store)(map_err(err)));
+        }
         let keep = result.is_ok();
         self.result = Some(result);
         keep
     }
 
     fn answer(self: Box<Self>, failure: Option<StoreError>) {
+        if failure.is_some()
+            && let Some((scope, _)) = &self.audit
+        {
+            // The group rolled back: the entry it held was not written.
+            scope.untake();
+        }
         let answer = match (failure, self.result) {
             (None, Some(result)) => result,
             (Some(err), _) => Err((self.from_store)(err)),
@@ -184,6 +202,8 @@ pub struct WriterHandle {
     running: Arc<AtomicBool>,
     /// The writer's counters, shared with its thread.
     pub counters: Arc<WriterCounters>,
+    /// The store's clock: the time of the audit entries written with jobs.
+    clock: Arc<dyn Clock>,
 }
 
 impl WriterHandle {
@@ -214,6 +234,7 @@ impl WriterHandle {
             result: None,
             reply,
             from_store,
+            audit: audit::current().map(|scope| (scope, self.clock.clone())),
         };
         self.commands
             .send(Command::Job(Box::new(job)))
@@ -264,6 +285,7 @@ pub fn spawn(
     conn: Connection,
     max_group: usize,
     signal: Arc<Notify>,
+    clock: Arc<dyn Clock>,
 ) -> Result<WriterHandle, StoreError> {
     let (commands, rx) = std::sync::mpsc::channel::<Command>();
     let counters = Arc::new(WriterCounters::default());
@@ -288,6 +310,7 @@ pub fn spawn(
         commands,
         running,
         counters,
+        clock,
     })
 }
 
@@ -482,7 +505,13 @@ mod tests {
         let conn = Connection::open_in_memory().expect("an in-memory database");
         conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
             .expect("the table");
-        spawn(conn, 64, Arc::new(Notify::new())).expect("the writer thread starts")
+        spawn(
+            conn,
+            64,
+            Arc::new(Notify::new()),
+            Arc::new(fronta_engine::SystemClock),
+        )
+        .expect("the writer thread starts")
     }
 
     fn insert(x: i64) -> impl FnOnce(&mut WriterState, &Connection) -> Result<(), StoreError> {

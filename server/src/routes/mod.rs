@@ -18,6 +18,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod audit;
 pub mod automations;
 pub mod bulk;
 pub mod desk;
@@ -28,6 +29,7 @@ pub mod mcp_servers;
 pub mod runs;
 pub mod secrets;
 pub mod services;
+pub mod tokens;
 pub mod webhook;
 pub mod widgets;
 
@@ -133,11 +135,52 @@ fn table() -> Routes {
             [op(get_, "An incident with its detail").answers::<AdminIncidentView>(200)],
         )
         .add(
+            "/api/admin/audit",
+            get(audit::admin_audit),
+            [op(get_, "The audit log of every tenant and the operator, newest first (?from=&to=&actor=&object=&tenant=)")
+                .answers::<PageOf<audit::AuditView>>(200)],
+        )
+        .add(
+            "/api/me",
+            get(tokens::me),
+            [op(get_, "The calling token: its tenant, name, role and what the role may do")
+                .viewer()
+                .answers::<tokens::Me>(200)],
+        )
+        .add(
+            "/api/tokens",
+            get(tokens::list).post(tokens::create),
+            [
+                op(get_, "The tenant's API tokens (never their secrets)")
+                    .tenant_admin()
+                    .answers::<PageOf<tokens::TokenView>>(200),
+                op(post_, "Make a named API token with a role (its secret is shown once)")
+                    .tenant_admin()
+                    .body::<tokens::NewTokenBody>()
+                    .answers::<tokens::TokenCreated>(201)
+                    .creates("id"),
+            ],
+        )
+        .add(
+            "/api/tokens/{id}",
+            axum::routing::delete(tokens::revoke),
+            [op(delete_, "Revoke a token at once (the tenant's last admin token is kept)")
+                .tenant_admin()
+                .empty(204)],
+        )
+        .add(
+            "/api/audit",
+            get(audit::tenant_audit),
+            [op(get_, "The tenant's audit log, newest first (?from=&to=&actor=&object=)")
+                .tenant_admin()
+                .answers::<PageOf<audit::AuditView>>(200)],
+        )
+        .add(
             "/api/groups",
             get(desk::groups).post(desk::group_create),
             [
-                op(get_, "List groups").answers::<PageOf<GroupView>>(200),
-                op(post_, "Create a group")
+                op(get_, "List groups").viewer().answers::<PageOf<GroupView>>(200),
+                op(post_, "Create a group").editor()
                     .body::<desk::GroupBody>()
                     .answers::<GroupView>(201)
                     .creates("id"),
@@ -149,19 +192,19 @@ fn table() -> Routes {
                 .patch(desk::group_rename)
                 .delete(desk::group_delete),
             [
-                op(get_, "A group").answers::<GroupView>(200),
-                op(patch_, "Rename a group")
+                op(get_, "A group").viewer().answers::<GroupView>(200),
+                op(patch_, "Rename a group").editor()
                     .body::<desk::GroupBody>()
                     .answers::<GroupView>(200),
-                op(delete_, "Delete a group").empty(204),
+                op(delete_, "Delete a group").editor().empty(204),
             ],
         )
         .add(
             "/api/groups/{id}/members",
             get(desk::members).post(desk::member_add),
             [
-                op(get_, "A group's members").answers::<PageOf<MemberView>>(200),
-                op(post_, "Add a member")
+                op(get_, "A group's members").viewer().answers::<PageOf<MemberView>>(200),
+                op(post_, "Add a member").editor()
                     .body::<desk::NewMember>()
                     .answers::<MemberView>(201)
                     .creates("id"),
@@ -171,18 +214,18 @@ fn table() -> Routes {
             "/api/groups/{id}/members/{member_id}",
             axum::routing::patch(desk::member_update).delete(desk::member_delete),
             [
-                op(patch_, "Change a member")
+                op(patch_, "Change a member").editor()
                     .body::<desk::MemberPatch>()
                     .answers::<MemberView>(200),
-                op(delete_, "Remove a member").empty(204),
+                op(delete_, "Remove a member").editor().empty(204),
             ],
         )
         .add(
             "/api/ticket-types",
             get(desk::ticket_types).post(desk::ticket_type_create),
             [
-                op(get_, "List ticket types").answers::<PageOf<TicketTypeView>>(200),
-                op(post_, "Create a ticket type")
+                op(get_, "List ticket types").viewer().answers::<PageOf<TicketTypeView>>(200),
+                op(post_, "Create a ticket type").editor()
                     .body::<desk::NewTicketType>()
                     .answers::<TicketTypeView>(201)
                     .creates("id"),
@@ -194,17 +237,17 @@ fn table() -> Routes {
                 .patch(desk::ticket_type_update)
                 .delete(desk::ticket_type_delete),
             [
-                op(get_, "A ticket type").answers::<TicketTypeView>(200),
+                op(get_, "A ticket type").viewer().answers::<TicketTypeView>(200),
                 op(
                     patch_,
                     "Rename a ticket type or replace its statuses or fields",
-                )
+                ).editor()
                 .body::<desk::TicketTypePatch>()
                 .answers::<TicketTypeView>(200),
                 op(
                     delete_,
                     "Delete a ticket type no automation or open ticket uses",
-                )
+                ).editor()
                 .empty(204),
             ],
         )
@@ -212,8 +255,8 @@ fn table() -> Routes {
             "/api/automations",
             get(automations::list).post(automations::create),
             [
-                op(get_, "List automations").answers::<PageOf<AnyObject>>(200),
-                op(post_, "Create an automation")
+                op(get_, "List automations").viewer().answers::<PageOf<AnyObject>>(200),
+                op(post_, "Create an automation").editor()
                     .body::<AnyObject>()
                     .answers::<AnyObject>(201)
                     .creates("id"),
@@ -222,20 +265,20 @@ fn table() -> Routes {
         .add(
             "/api/catalogue",
             get(automations::catalogue),
-            [op(get_, "The step ops with their inputs and outputs, and the trigger and condition vocabulary")
+            [op(get_, "The step ops with their inputs and outputs, and the trigger and condition vocabulary").viewer()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/test",
             post(dry_runs::test_unsaved),
-            [op(post_, "Dry-run an unsaved definition on a sample input: the step log a run would write, writing nothing")
+            [op(post_, "Dry-run an unsaved definition on a sample input: the step log a run would write, writing nothing").editor()
                 .body::<dry_runs::TestBody>()
                 .answers::<DryRunAnswer>(200)],
         )
         .add(
             "/api/automations/validate",
             post(automations::validate_only),
-            [op(post_, "Check an automation without saving it: every problem at its path, and the warnings")
+            [op(post_, "Check an automation without saving it: every problem at its path, and the warnings").editor()
                 .body::<AnyObject>()
                 .answers::<AnyObject>(200)],
         )
@@ -245,59 +288,59 @@ fn table() -> Routes {
                 .put(automations::replace)
                 .delete(automations::delete),
             [
-                op(get_, "An automation").answers::<AnyObject>(200),
-                op(put_, "Replace an automation")
+                op(get_, "An automation").viewer().answers::<AnyObject>(200),
+                op(put_, "Replace an automation").editor()
                     .body::<AnyObject>()
                     .answers::<AnyObject>(200),
-                op(delete_, "Delete an automation").empty(204),
+                op(delete_, "Delete an automation").editor().empty(204),
             ],
         )
         .add(
             "/api/automations/{id}/test",
             post(dry_runs::test_saved),
-            [op(post_, "Dry-run a saved automation (current version, or \"version\") on a sample input, writing nothing")
+            [op(post_, "Dry-run a saved automation (current version, or \"version\") on a sample input, writing nothing").editor()
                 .body::<dry_runs::TestBody>()
                 .answers::<DryRunAnswer>(200)],
         )
         .add(
             "/api/automations/{id}/pause",
             post(automations::pause),
-            [op(post_, "Pause an automation (runs in flight finish, or are held)")
+            [op(post_, "Pause an automation (runs in flight finish, or are held)").editor()
                 .optional_body::<automations::PauseBody>()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/versions",
             get(automations::versions_list),
-            [op(get_, "An automation's versions, newest first").answers::<PageOf<AnyObject>>(200)],
+            [op(get_, "An automation's versions, newest first").viewer().answers::<PageOf<AnyObject>>(200)],
         )
         .add(
             "/api/automations/{id}/versions/{version}",
             get(automations::version_get),
-            [op(get_, "One version with its definition").answers::<AnyObject>(200)],
+            [op(get_, "One version with its definition").viewer().answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/versions/{version}/diff",
             get(automations::version_diff),
-            [op(get_, "What changed from ?against= (default: the version before)")
+            [op(get_, "What changed from ?against= (default: the version before)").viewer()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/rollback",
             post(automations::rollback),
-            [op(post_, "A new version with an earlier version's definition")
+            [op(post_, "A new version with an earlier version's definition").editor()
                 .body::<automations::RollbackBody>()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/resume",
             post(automations::resume),
-            [op(post_, "Resume an automation").answers::<AnyObject>(200)],
+            [op(post_, "Resume an automation").editor().answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/runs",
             post(automations::start_run),
-            [op(post_, "Start a manual run (the body is `_body`)")
+            [op(post_, "Start a manual run (the body is `_body`)").editor()
                 .optional_body::<Value>()
                 .answers::<RunAccepted>(202)
                 .creates_under("runId", "/api/runs")],
@@ -305,14 +348,14 @@ fn table() -> Routes {
         .add(
             "/api/tickets",
             get(desk::tickets),
-            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").answers::<PageOf<TicketView>>(200)],
+            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").viewer().answers::<PageOf<TicketView>>(200)],
         )
         .add(
             "/api/tickets/{id}",
             get(desk::ticket).patch(desk::ticket_change),
             [
-                op(get_, "A ticket with its log").answers::<TicketView>(200),
-                op(patch_, "A person's change to a ticket")
+                op(get_, "A ticket with its log").viewer().answers::<TicketView>(200),
+                op(patch_, "A person's change to a ticket").editor()
                     .body::<desk::TicketPatch>()
                     .answers::<TicketView>(200),
             ],
@@ -323,18 +366,18 @@ fn table() -> Routes {
             [op(
                 get_,
                 "List runs, newest first (?status=&automation=&trigger=)",
-            )
+            ).viewer()
             .answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/dashboard/runs",
             get(runs::list),
-            [op(get_, "List runs (the dashboard's name)").answers::<PageOf<RunView>>(200)],
+            [op(get_, "List runs (the dashboard's name)").viewer().answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/runs/bulk",
             post(bulk::start),
-            [op(post_, "Retry or cancel every run matching a filter, as a bulk action of its own (\"preview\": true counts the matches)")
+            [op(post_, "Retry or cancel every run matching a filter, as a bulk action of its own (\"preview\": true counts the matches)").editor()
                 .body::<bulk::BulkBody>()
                 .answers::<bulk::BulkStarted>(202)
                 .also_answers::<bulk::BulkPreview>(200)
@@ -343,27 +386,27 @@ fn table() -> Routes {
         .add(
             "/api/runs/bulk/{id}",
             get(bulk::get),
-            [op(get_, "A bulk action's progress").answers::<bulk::BulkView>(200)],
+            [op(get_, "A bulk action's progress").viewer().answers::<bulk::BulkView>(200)],
         )
         .add(
             "/api/runs/bulk/{id}/cancel",
             post(bulk::cancel),
-            [op(post_, "Stop a bulk action between two runs").answers::<bulk::BulkCancelAnswer>(200)],
+            [op(post_, "Stop a bulk action between two runs").editor().answers::<bulk::BulkCancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}",
             get(runs::get),
-            [op(get_, "A run with its step log").answers::<RunView>(200)],
+            [op(get_, "A run with its step log").viewer().answers::<RunView>(200)],
         )
         .add(
             "/api/runs/{id}/cancel",
             post(runs::cancel),
-            [op(post_, "Cancel a run (two-phase)").answers::<runs::CancelAnswer>(200)],
+            [op(post_, "Cancel a run (two-phase)").editor().answers::<runs::CancelAnswer>(200)],
         )
         .add(
             "/api/runs/{id}/retry",
             post(runs::retry),
-            [op(post_, "Retry a failed run from its checkpoint, on its own version; {\"version\": \"current\"} starts its input anew on the current version")
+            [op(post_, "Retry a failed run from its checkpoint, on its own version; {\"version\": \"current\"} starts its input anew on the current version").editor()
                 .optional_body::<runs::RetryBody>()
                 .answers::<RunAccepted>(202)
                 .creates_under("runId", "/api/runs")],
@@ -371,17 +414,17 @@ fn table() -> Routes {
         .add(
             "/api/incidents",
             get(desk::incidents),
-            [op(get_, "List the tenant's incidents").answers::<PageOf<IncidentView>>(200)],
+            [op(get_, "List the tenant's incidents").viewer().answers::<PageOf<IncidentView>>(200)],
         )
         .add(
             "/api/incidents/{id}",
             get(desk::incident),
-            [op(get_, "An incident").answers::<IncidentView>(200)],
+            [op(get_, "An incident").viewer().answers::<IncidentView>(200)],
         )
         .add(
             "/api/incidents/{id}/resolve",
             post(desk::incident_resolve),
-            [op(post_, "Resolve an incident").answers::<IncidentView>(200)],
+            [op(post_, "Resolve an incident").editor().answers::<IncidentView>(200)],
         )
         .add(
             "/api/secrets",
@@ -389,7 +432,7 @@ fn table() -> Routes {
             [op(
                 get_,
                 "List the tenant's secrets: names, keyVersion, updatedAt; never values",
-            )
+            ).viewer()
             .answers::<PageOf<secrets::SecretView>>(200)],
         )
         .add(
@@ -398,7 +441,7 @@ fn table() -> Routes {
             [op(
                 get_,
                 "List the tenant's services: breaker state, failures, calls in flight, retryAt",
-            )
+            ).viewer()
             .answers::<AnyObject>(200)],
         )
         .add(
@@ -408,18 +451,18 @@ fn table() -> Routes {
                 op(
                     put_,
                     "Store or replace a secret (sealed at rest; never answered)",
-                )
+                ).editor()
                 .body::<secrets::SecretBody>()
                 .empty(204),
-                op(delete_, "Delete a secret").empty(204),
+                op(delete_, "Delete a secret").editor().empty(204),
             ],
         )
         .add(
             "/api/mcp-servers",
             get(mcp_servers::mcp_server_list).post(mcp_servers::mcp_server_create),
             [
-                op(get_, "List the tenant's MCP servers").answers::<PageOf<McpServer>>(200),
-                op(post_, "Add an MCP server (409 when the name is taken)")
+                op(get_, "List the tenant's MCP servers").viewer().answers::<PageOf<McpServer>>(200),
+                op(post_, "Add an MCP server (409 when the name is taken)").editor()
                     .body::<mcp_servers::McpServerBody>()
                     .answers::<McpServer>(201)
                     .creates("name"),
@@ -431,22 +474,22 @@ fn table() -> Routes {
                 .put(mcp_servers::mcp_server_put)
                 .delete(mcp_servers::mcp_server_delete),
             [
-                op(get_, "Read an MCP server").answers::<McpServer>(200),
-                op(put_, "Create or replace an MCP server whole")
+                op(get_, "Read an MCP server").viewer().answers::<McpServer>(200),
+                op(put_, "Create or replace an MCP server whole").editor()
                     .body::<mcp_servers::McpServerBody>()
                     .answers::<McpServer>(200),
-                op(delete_, "Delete an MCP server").empty(204),
+                op(delete_, "Delete an MCP server").editor().empty(204),
             ],
         )
         .add(
             "/api/mail-servers",
             get(mail_servers::mail_server_list).post(mail_servers::mail_server_create),
             [
-                op(get_, "List the tenant's mail servers").answers::<PageOf<MailServer>>(200),
+                op(get_, "List the tenant's mail servers").viewer().answers::<PageOf<MailServer>>(200),
                 op(
                     post_,
                     "Add a mail server for mail/send (409 when the name is taken; 400 for a host the address guard refuses)",
-                )
+                ).editor()
                 .body::<mail_servers::MailServerBody>()
                 .answers::<MailServer>(201)
                 .creates("name"),
@@ -458,11 +501,11 @@ fn table() -> Routes {
                 .put(mail_servers::mail_server_put)
                 .delete(mail_servers::mail_server_delete),
             [
-                op(get_, "Read a mail server").answers::<MailServer>(200),
-                op(put_, "Create or replace a mail server whole")
+                op(get_, "Read a mail server").viewer().answers::<MailServer>(200),
+                op(put_, "Create or replace a mail server whole").editor()
                     .body::<mail_servers::MailServerBody>()
                     .answers::<MailServer>(200),
-                op(delete_, "Delete a mail server").empty(204),
+                op(delete_, "Delete a mail server").editor().empty(204),
             ],
         )
         .add(
@@ -472,9 +515,9 @@ fn table() -> Routes {
                 op(
                     get_,
                     "List the dashboard widgets with their data (stale ones are refreshed first)",
-                )
+                ).viewer()
                 .answers::<PageOf<AnyObject>>(200),
-                op(post_, "Add a widget: a connector call whose data is cached ttlSec")
+                op(post_, "Add a widget: a connector call whose data is cached ttlSec").editor()
                     .body::<AnyObject>()
                     .answers::<AnyObject>(201)
                     .creates("id"),
@@ -486,12 +529,12 @@ fn table() -> Routes {
                 .patch(widgets::widget_patch)
                 .delete(widgets::widget_delete),
             [
-                op(get_, "A widget with its data (refreshed first when stale)")
+                op(get_, "A widget with its data (refreshed first when stale)").viewer()
                     .answers::<AnyObject>(200),
-                op(patch_, "Change some fields of a widget (a new call empties its cache)")
+                op(patch_, "Change some fields of a widget (a new call empties its cache)").editor()
                     .body::<AnyObject>()
                     .answers::<AnyObject>(200),
-                op(delete_, "Delete a widget and its cached data").empty(204),
+                op(delete_, "Delete a widget and its cached data").editor().empty(204),
             ],
         )
         .add(
@@ -500,20 +543,20 @@ fn table() -> Routes {
             [op(
                 post_,
                 "Call the widget's connector now, whatever the cache's age (503 service_waiting when its cap or breaker refuses)",
-            )
+            ).editor()
             .answers::<AnyObject>(200)],
         )
         .add(
             "/api/apply",
             post(apply::apply),
-            [op(post_, "Apply a whole setup, idempotent by names")
+            [op(post_, "Apply a whole setup, idempotent by names").editor()
                 .body::<apply::Setup>()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/stream",
             get(crate::stream::stream),
-            [op(get_, "Server-Sent Events: run.*, ticket.*, incident.*").events().empty(200)],
+            [op(get_, "Server-Sent Events: run.*, ticket.*, incident.*").viewer().events().empty(200)],
         )
         .add(
             "/api/openapi.json",
@@ -555,6 +598,10 @@ pub fn router(app: App) -> Router {
     let body_limit = app.config().body_limit;
     table()
         .router
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            crate::auth::guard,
+        ))
         .merge(crate::dashboard::routes())
         .fallback(no_route)
         .method_not_allowed_fallback(wrong_method)

@@ -212,6 +212,7 @@ impl Harness {
             Ports {
                 runs,
                 desk,
+                access: Arc::new(store.clone()),
                 automations,
                 secrets: Arc::new(store.clone()),
                 secret_cipher: Some(cipher),
