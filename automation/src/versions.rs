@@ -40,9 +40,15 @@ pub fn first_version() -> u32 {
     FIRST_VERSION
 }
 
-/// Who saved a version: the tenant's token (`"tenant"`) or the platform admin
-/// (`"admin"`). Named tokens will carry their names here.
+/// Who saved a version when no audit scope names the actor: `"tenant"` (versions saved
+/// before tokens had names read so too).
 pub const BY_TENANT: &str = "tenant";
+
+/// Who saves a version now: the name of the token (or `fronta <command>`) the current
+/// audit scope names (`fronta_engine::audit`), else [`BY_TENANT`].
+pub fn author() -> String {
+    fronta_engine::audit::actor_name().unwrap_or_else(|| BY_TENANT.to_owned())
+}
 
 /// One saved version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

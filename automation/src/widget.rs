@@ -488,6 +488,7 @@ pub fn plan_create(
             "the tenant has {count} widgets, the most allowed is {max}"
         )));
     }
+    fronta_engine::audit::created(&id);
     Ok(Widget {
         id,
         def,

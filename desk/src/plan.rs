@@ -93,8 +93,10 @@ pub fn tenant_new(
 /// A new group of `tenant` called `name`, checked; the store checks the name is free.
 pub fn group_new(tenant: TenantId, name: &str) -> DeskResult<Group> {
     check_name(GROUP, name)?;
+    let id = GroupId::new();
+    fronta_engine::audit::created(&id);
     Ok(Group {
-        id: GroupId::new(),
+        id,
         tenant,
         name: name.to_owned(),
     })
@@ -135,8 +137,10 @@ pub fn member_add(
 ) -> DeskResult<Member> {
     check_name(MEMBER, name)?;
     check_email(email)?;
+    let id = MemberId::new();
+    fronta_engine::audit::created(&id);
     Ok(Member {
-        id: MemberId::new(),
+        id,
         group,
         name: name.to_owned(),
         email: email.map(str::to_owned),
@@ -180,8 +184,10 @@ pub fn type_new(
     fields: &[FieldDef],
 ) -> DeskResult<TicketType> {
     check_type_definition(name, statuses, fields)?;
+    let id = TicketTypeId::new();
+    fronta_engine::audit::created(&id);
     Ok(TicketType {
-        id: TicketTypeId::new(),
+        id,
         tenant,
         name: name.to_owned(),
         statuses: statuses.to_vec(),

@@ -253,6 +253,14 @@ impl Scope {
         self.lock().written
     }
 
+    /// Whether the scope has an entry still to write (an actor, not written yet): a store
+    /// that would write outside a transaction of its own (a lone statement, a batch
+    /// written by another task) writes in one of the caller's instead.
+    pub fn pending(&self) -> bool {
+        let state = self.lock();
+        state.actor.is_some() && !state.written
+    }
+
     /// Give the entry back after the transaction that took it rolled back, so the next
     /// write of the scope carries it.
     pub fn untake(&self) {
@@ -294,6 +302,11 @@ pub fn created(id: &dyn std::fmt::Display) {
     if let Some(scope) = current() {
         scope.set_created(id);
     }
+}
+
+/// Whether the current scope has an entry still to write ([`Scope::pending`]).
+pub fn pending() -> bool {
+    current().is_some_and(|scope| scope.pending())
 }
 
 /// The current actor's name, if a scope with an actor is current.

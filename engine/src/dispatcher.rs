@@ -217,8 +217,11 @@ impl Dispatcher {
                 "a unique key must be 1 to {MAX_KEY_LEN} bytes"
             )));
         }
+        let id = RunId::new_v7();
+        // A person's enqueue (a manual run, a bulk action) names the run it made.
+        crate::audit::created(&id);
         Ok(NewRun {
-            id: RunId::new_v7(),
+            id,
             tenant,
             kind: request.kind,
             payload: request.payload,

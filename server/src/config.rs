@@ -65,6 +65,9 @@ pub struct ServerConfig {
     /// How often `GET /api/stream` looks at a streamed tenant's newest runs, tickets and
     /// incidents for changes made elsewhere (the worker, other processes).
     pub stream_poll_interval: Duration,
+    /// How often an open `GET /api/stream` looks whether its token is still live: a
+    /// revoked or expired token's stream ends within this long.
+    pub stream_token_check: Duration,
     /// A keep-alive comment on an idle stream this often.
     pub stream_keep_alive: Duration,
     /// Dashboard widgets: `ttlSec` bounds, how many per tenant, the largest cached data,
@@ -112,6 +115,7 @@ impl Default for ServerConfig {
             bulk_preview_max: 100_000,
             ready_timeout: Duration::from_secs(2),
             stream_poll_interval: Duration::from_millis(500),
+            stream_token_check: Duration::from_millis(500),
             stream_keep_alive: Duration::from_secs(15),
             widgets: fronta_automation::widget::WidgetLimits::default(),
             unavailable_retry_after: Duration::from_secs(5),
@@ -156,8 +160,13 @@ impl ServerConfig {
                 ));
             }
         }
-        if self.stream_poll_interval.is_zero() || self.stream_keep_alive.is_zero() {
-            return Err("the stream's poll interval and keep-alive must be above 0".into());
+        if self.stream_poll_interval.is_zero()
+            || self.stream_keep_alive.is_zero()
+            || self.stream_token_check.is_zero()
+        {
+            return Err(
+                "the stream's poll interval, token check and keep-alive must be above 0".into(),
+            );
         }
         self.widgets.check()?;
         if self.unavailable_retry_after.is_zero() {

@@ -41,8 +41,9 @@ use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::app::App;
-use crate::auth::TenantAuth;
+use crate::auth::TokenAuth;
 use crate::wire::{RunView, incident_view, ticket_view};
+use fronta_desk::access::TokenId;
 
 /// Events buffered per tenant for slow readers.
 const CHANNEL_CAPACITY: usize = 1024;
@@ -319,23 +320,67 @@ async fn look(app: &App, tenant: TenantId, channel: &Channel, emit: bool) {
 
 /// `GET /api/stream`.
 pub async fn stream(
-    TenantAuth(tenant): TenantAuth,
+    TokenAuth(principal): TokenAuth,
     State(app): State<App>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let receiver = app.inner().hub.subscribe(&app, tenant.id).await;
-    let events = futures_util::stream::unfold(receiver, |mut receiver| async move {
-        let event = match receiver.recv().await {
-            Ok(event) => Event::default()
-                .event(event.name)
-                .data(event.data.to_string()),
-            Err(broadcast::error::RecvError::Lagged(missed)) => {
-                Event::default().comment(format!("lagged: {missed} events missed"))
+    let tenant = principal.tenant.id;
+    let receiver = app.inner().hub.subscribe(&app, tenant).await;
+    let mut check = tokio::time::interval(app.config().stream_token_check);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let open = Open {
+        receiver,
+        check,
+        app: app.clone(),
+        token: principal.token.id,
+        tenant,
+    };
+    let events = futures_util::stream::unfold(open, |mut open| async move {
+        loop {
+            tokio::select! {
+                received = open.receiver.recv() => {
+                    let event = match received {
+                        Ok(event) => Event::default()
+                            .event(event.name)
+                            .data(event.data.to_string()),
+                        Err(broadcast::error::RecvError::Lagged(missed)) => {
+                            Event::default().comment(format!("lagged: {missed} events missed"))
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    };
+                    return Some((Ok(event), open));
+                }
+                _ = open.check.tick() => {
+                    if !open.token_is_live().await {
+                        tracing::info!(tenant = %open.tenant, token = %open.token, "stream closed: its token was revoked or expired");
+                        return None;
+                    }
+                }
             }
-            Err(broadcast::error::RecvError::Closed) => return None,
-        };
-        Some((Ok(event), receiver))
+        }
     });
     Sse::new(events).keep_alive(KeepAlive::new().interval(app.config().stream_keep_alive))
+}
+
+/// An open stream: its events, and the look at its token that ends it once the token is
+/// revoked or expired (the next request with it would be 401; the stream ends as soon).
+struct Open {
+    receiver: broadcast::Receiver<StreamEvent>,
+    check: tokio::time::Interval,
+    app: App,
+    token: TokenId,
+    tenant: TenantId,
+}
+
+impl Open {
+    /// `false` once the token is gone or expired; a store that does not answer keeps the
+    /// stream open (a revocation is not missed: the next look asks again).
+    async fn token_is_live(&self) -> bool {
+        match self.app.access().token_get(self.tenant, self.token).await {
+            Ok(token) => token.is_live(self.app.inner().clock.now()),
+            Err(fronta_desk::DeskError::NotFound(_)) => false,
+            Err(_) => true,
+        }
+    }
 }
 
 #[cfg(test)]

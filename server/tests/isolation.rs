@@ -992,3 +992,172 @@ async fn every_route_keeps_tenants_apart() {
         table.len()
     );
 }
+
+/// The role axis: every method of every route of the table, called with a token of each
+/// role of the owner tenant (and the admin token), answers as the table's entry says — a
+/// role below the route's least role gets 403 `forbidden` naming the role needed and
+/// changes nothing; that role and those above it are let through (their answer is the
+/// handler's, never 401 or 403); tenant routes refuse the admin token and admin routes
+/// every tenant token (401). A tenant route without a role entry fails the test. The
+/// tenant axis is the matrix above (the intruder calls with its `admin` token).
+#[tokio::test]
+async fn every_route_answers_each_role_as_the_table_says() {
+    use fronta_desk::access::Role;
+    use fronta_server::openapi::Caller;
+
+    let harness = Harness::new();
+    let (admin_token, objects) = objects(&harness, "Owner").await;
+    let mut tokens = BTreeMap::new();
+    for role in Role::ALL {
+        let reply = harness
+            .post(
+                "/api/tokens",
+                &admin_token,
+                json!({"name": format!("{role} token"), "role": role}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.json);
+        tokens.insert(role, reply.text("token"));
+    }
+    let matrix = matrix();
+    let pick = |object: &str| objects[object.trim_start_matches("own:")].clone();
+    // Each method with its path filled with the owner's objects and a body that parses.
+    let mut calls = Vec::new();
+    let mut without_role = Vec::new();
+    for route in fronta_server::routes::route_docs() {
+        for op in &route.ops {
+            let entry = matrix
+                .iter()
+                .find(|(m, p, _)| *m == op.method && *p == route.path)
+                .and_then(|(_, _, entries)| {
+                    entries.iter().find_map(|entry| match entry {
+                        Ids { fill: f, body, .. } => Some((*f, body.clone())),
+                        _ => None,
+                    })
+                });
+            let (f, body) = entry.unwrap_or((&[], None));
+            let path = fill(route.path, f, &pick);
+            let method: Method = op.method.parse().expect("a method");
+            let body = body
+                .map(|body| fill_body(&body, &pick))
+                .or_else(|| (method != Method::GET && method != Method::DELETE).then(|| json!({})));
+            let caller = op.caller(route.path);
+            if caller == Caller::Tenant && op.role.is_none() {
+                without_role.push(format!("{} {}", op.method, route.path));
+            }
+            calls.push((method, route.path, path, body, caller, op.role));
+        }
+    }
+    assert!(
+        without_role.is_empty(),
+        "tenant routes without a role in the route table (.viewer(), .editor(), \
+         .tenant_admin()): {without_role:?}"
+    );
+
+    // Pass 1: every refusal, with what both tenants see unchanged across it.
+    let before = snapshot(&harness, &[(&admin_token, &objects)]).await;
+    let mut refused = 0;
+    for (method, template, path, body, caller, role) in &calls {
+        match caller {
+            Caller::Anyone => {}
+            Caller::Admin => {
+                for (role, token) in &tokens {
+                    let reply = harness
+                        .call(method.clone(), path, Some(token), body.clone())
+                        .await;
+                    refused += 1;
+                    assert_eq!(
+                        reply.status,
+                        StatusCode::UNAUTHORIZED,
+                        "{method} {template} with a {role} tenant token: {}",
+                        reply.json
+                    );
+                }
+            }
+            Caller::Tenant => {
+                let needed = role.expect("checked above");
+                let reply = harness
+                    .call(method.clone(), path, Some(ADMIN), body.clone())
+                    .await;
+                refused += 1;
+                assert_eq!(
+                    reply.status,
+                    StatusCode::UNAUTHORIZED,
+                    "{method} {template} with the admin token: {}",
+                    reply.json
+                );
+                for role in Role::ALL.into_iter().filter(|role| !role.allows(needed)) {
+                    let reply = harness
+                        .call(method.clone(), path, Some(&tokens[&role]), body.clone())
+                        .await;
+                    refused += 1;
+                    assert_eq!(
+                        (reply.status, reply.code()),
+                        (StatusCode::FORBIDDEN, "forbidden"),
+                        "{method} {template} with a {role} token: {}",
+                        reply.json
+                    );
+                    assert_eq!(
+                        reply.json["error"]["needed"],
+                        json!(needed),
+                        "{method} {template}: the 403 names the role needed"
+                    );
+                }
+            }
+        }
+    }
+    let after = snapshot(&harness, &[(&admin_token, &objects)]).await;
+    assert_eq!(before, after, "a refused call changed what the tenant sees");
+
+    // Pass 2: the least role each route names, and every role above it for reads, are
+    // let through (writes run once, with the least role: they change the objects).
+    let mut let_through = 0;
+    for (method, template, path, body, caller, role) in &calls {
+        if *caller != Caller::Tenant {
+            continue;
+        }
+        let needed = role.expect("checked above");
+        let roles: Vec<Role> = if *method == Method::GET {
+            Role::ALL.into_iter().filter(|r| r.allows(needed)).collect()
+        } else {
+            vec![needed]
+        };
+        for role in roles {
+            let (status, json) = if *template == "/api/stream" {
+                // An open stream never ends: its status only.
+                (stream_status(&harness, &tokens[&role]).await, Value::Null)
+            } else {
+                let reply = harness
+                    .call(method.clone(), path, Some(&tokens[&role]), body.clone())
+                    .await;
+                (reply.status, reply.json)
+            };
+            let_through += 1;
+            assert!(
+                status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
+                "{method} {template} with a {role} token (the table says {needed}): {status} {json}"
+            );
+        }
+    }
+    println!(
+        "role matrix: {} methods, {refused} refusals (403/401), {let_through} calls let through",
+        calls.len()
+    );
+}
+
+/// The status `GET /api/stream` answers `token`, without reading the endless body.
+async fn stream_status(harness: &Harness, token: &str) -> StatusCode {
+    use tower::ServiceExt;
+    let request = axum::http::Request::builder()
+        .uri("/api/stream")
+        .header("authorization", format!("Bearer {token}"))
+        .body(axum::body::Body::empty())
+        .expect("a request");
+    harness
+        .router
+        .clone()
+        .oneshot(request)
+        .await
+        .expect("the router never fails")
+        .status()
+}

@@ -181,3 +181,40 @@ async fn closing_the_hub_ends_open_streams() {
         .expect("the stream ends within 5 s after the hub closed");
     assert!(ended.is_none(), "no more data after close: {ended:?}");
 }
+
+#[tokio::test]
+async fn a_revoked_token_s_open_stream_ends_and_the_next_request_is_401() {
+    let harness = fast_poll();
+    let (_, admin) = harness.tenant("Acme").await;
+    let wall = harness
+        .post(
+            "/api/tokens",
+            &admin,
+            serde_json::json!({"name": "wall", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(wall.status, StatusCode::CREATED, "{}", wall.json);
+    let mut events = Events::open(&harness, &wall.text("token")).await;
+    let revoked = harness
+        .call(
+            Method::DELETE,
+            &format!("/api/tokens/{}", wall.text("id")),
+            Some(&admin),
+            None,
+        )
+        .await;
+    assert_eq!(revoked.status, StatusCode::NO_CONTENT, "{}", revoked.json);
+    let start = tokio::time::Instant::now();
+    // Read until the stream ends (keep-alive comments may come first).
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        while events.body.next().await.is_some() {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the revoked token's stream ended");
+    println!(
+        "stream of a revoked token ended {:?} after the revocation",
+        start.elapsed()
+    );
+    let next = harness.get("/api/me", &wall.text("token")).await;
+    assert_eq!(next.status, StatusCode::UNAUTHORIZED, "{}", next.json);
+}

@@ -451,6 +451,7 @@ async fn insert(
     let row = save.create(holder, mint_webhook_token)?;
     let now = db.now().await?;
     let id = AutomationId::new();
+    fronta_engine::audit::created(&id);
     // The name check answers the usual case; a concurrent create of the same name is
     // caught by the unique index.
     let inserted = sqlx::query(concat!(

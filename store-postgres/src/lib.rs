@@ -379,7 +379,11 @@ impl PgStore {
         // Without unique keys the insert is one statement: atomic on its own. With keys,
         // a holder may have to be looked up (and a freed key retried) in the same
         // transaction.
-        let (answers, inserted) = if new_runs.iter().any(|run| run.unique_key.is_some()) {
+        // A person's enqueue commits with its audit entry (`commit_tx`), so it takes a
+        // transaction like a keyed one.
+        let (answers, inserted) = if fronta_engine::audit::pending()
+            || new_runs.iter().any(|run| run.unique_key.is_some())
+        {
             let mut tx = self.begin_tx().await?;
             let written = runs::insert_many(&mut tx, self.ctx(), new_runs).await?;
             self.commit_tx(tx).await?;
@@ -618,7 +622,9 @@ impl RunStore for PgStore {
         if new_runs.is_empty() {
             return Ok(Vec::new());
         }
-        if self.inner.groups.takes(new_runs.len()) {
+        // A person's enqueue is written on the caller's task, in its own transaction with
+        // its audit entry; a group is written by another task.
+        if self.inner.groups.takes(new_runs.len()) && !fronta_engine::audit::pending() {
             let groups = Arc::clone(&self.inner.groups);
             groups.enqueue(new_runs, self.clone()).await
         } else {
@@ -632,7 +638,7 @@ impl RunStore for PgStore {
         lease: Duration,
         holder: Option<ProcessId>,
     ) -> StoreResult<HandOff> {
-        if run.due_at_once() {
+        if run.due_at_once() && !fronta_engine::audit::pending() {
             let mut conn = self.connection().await?;
             if let Some(claimed) =
                 runs::hand_off(&mut conn, self.ctx(), &run, lease, holder).await?

@@ -407,6 +407,7 @@ fn insert(
     let row = save.create(holder, mint_webhook_token)?;
     let definition = to_json(&row.automation)?;
     let id = AutomationId::new();
+    fronta_engine::audit::created(&id);
     write_version(conn, tenant, id, &row, by, now)?;
     conn.prepare_cached(&format!(
         "INSERT INTO automations (id, tenant, name, definition, enabled, trigger_kind, \

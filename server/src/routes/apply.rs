@@ -47,7 +47,7 @@ use crate::routes::automations::{
     SecretRequest, check, keep_enabled, secret_change_problem, secret_for_create, split_body,
 };
 use crate::routes::desk::{DEFAULT_MEMBER_CAPACITY, NewTicketType};
-use fronta_automation::versions::BY_TENANT;
+use fronta_automation::versions;
 
 #[derive(schemars::JsonSchema, Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -95,6 +95,8 @@ pub async fn apply(
     headers: HeaderMap,
     JsonBody(setup): JsonBody<Setup>,
 ) -> Result<Json<Value>, ApiError> {
+    // A setup is the tenant's: its entry names the tenant (before the groups it makes).
+    fronta_engine::audit::created(&tenant.id);
     let desk = app.desk();
     let mut problems = Vec::new();
     duplicates(
@@ -206,7 +208,7 @@ pub async fn apply(
     // Every write in one transaction: a refusal anywhere leaves the tenant as it was.
     let applied = app
         .automations()
-        .setup_apply(tenant.id, plan, BY_TENANT)
+        .setup_apply(tenant.id, plan, &versions::author())
         .await
         .map_err(refusal)?;
 

@@ -53,7 +53,7 @@ use crate::routes::parse_id;
 use crate::signature::{generate_secret, secret_key};
 use crate::wire::{AUTOMATION_READ_ONLY, automation_view, version_view};
 use fronta_automation::store::InFlight;
-use fronta_automation::versions::{self, BY_TENANT};
+use fronta_automation::versions;
 use serde::Deserialize;
 
 /// What a body asked about the signing secret.
@@ -205,7 +205,12 @@ pub async fn create(
     let secret_value = secret_for_create(&secret);
     let stored = app
         .automations()
-        .automation_create(tenant.id, automation, secret_value.clone(), BY_TENANT)
+        .automation_create(
+            tenant.id,
+            automation,
+            secret_value.clone(),
+            &versions::author(),
+        )
         .await?;
     app.schedule_now(&stored.automation);
     let mut view = automation_view(&stored, &base_url(app.config(), &headers));
@@ -345,7 +350,7 @@ pub async fn replace(
     keep_enabled(&value, &mut automation, &existing);
     let stored = app
         .automations()
-        .automation_update(tenant.id, existing.id, automation, BY_TENANT)
+        .automation_update(tenant.id, existing.id, automation, &versions::author())
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
     app.schedule_now(&stored.automation);
@@ -585,7 +590,7 @@ pub async fn rollback(
     }
     let saved = app
         .automations()
-        .automation_update(tenant.id, stored.id, automation, BY_TENANT)
+        .automation_update(tenant.id, stored.id, automation, &versions::author())
         .await
         .map_err(|err| ApiError::desk(err, "automation"))?;
     app.schedule_now(&saved.automation);

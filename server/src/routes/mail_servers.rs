@@ -71,6 +71,7 @@ pub async fn mail_server_create(
             message: "\"name\" is required".to_owned(),
         });
     };
+    fronta_engine::audit::created(&name);
     let server = checked(&app, name, body)?;
     let existing = app
         .mail_servers()

@@ -59,6 +59,7 @@ pub async fn mcp_server_create(
             message: "\"name\" is required".to_owned(),
         });
     };
+    fronta_engine::audit::created(&name);
     let server = checked(name, body)?;
     let existing = app
         .mcp_servers()

@@ -76,6 +76,7 @@ pub fn test_config() -> ServerConfig {
         webhook_rate_per_token: None,
         webhook_rate_per_tenant: None,
         api_rate_per_tenant: None,
+        auth_failure_rate: None,
         ..ServerConfig::default()
     }
 }
