@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use fronta_desk::access::{AUDIT_PURGE_BATCH, AccessStore};
 use fronta_desk::{DeskStore, Keep, TenantRetention};
 use fronta_engine::retention::{PruneCounters, Retention};
 use fronta_engine::{Clock, RunId, RunStore};
@@ -68,6 +69,9 @@ pub struct RetentionService {
     pub policy: Retention,
     pub config: RetentionConfig,
     pub counters: Arc<PruneCounters>,
+    /// The audit log and how long its entries are kept (`--audit-retention`); `None`:
+    /// audit entries are not deleted by this service.
+    pub audit: Option<(Arc<dyn AccessStore>, Duration)>,
 }
 
 impl RetentionService {
@@ -94,6 +98,7 @@ impl RetentionService {
     /// One pass: every status's batches until a batch comes back short. Answers the runs
     /// it deleted.
     pub async fn pass(&self, stop: &CancellationToken) -> Result<u64, String> {
+        self.audit_pass(stop).await?;
         let keep = self.kept_by_incidents().await?;
         let prefixes: Vec<String> = TIMED_KEY_PREFIXES.iter().map(|p| (*p).to_owned()).collect();
         let own = self
@@ -145,6 +150,34 @@ impl RetentionService {
             .await
             .map_err(|err| format!("folding the run counts: {err}"))?;
         self.counters.pass_done();
+        Ok(total)
+    }
+
+    /// Deletes audit entries older than their retention, a batch at a time; how many.
+    pub async fn audit_pass(&self, stop: &CancellationToken) -> Result<u64, String> {
+        let Some((access, kept)) = &self.audit else {
+            return Ok(0);
+        };
+        let before =
+            self.clock.now() - chrono::Duration::from_std(*kept).unwrap_or(chrono::Duration::MAX);
+        let mut total = 0;
+        while !stop.is_cancelled() {
+            let deleted = access
+                .audit_purge(before, AUDIT_PURGE_BATCH)
+                .await
+                .map_err(|err| format!("deleting old audit entries: {err}"))?;
+            total += deleted;
+            if (deleted as usize) < AUDIT_PURGE_BATCH {
+                break;
+            }
+            tokio::time::sleep(self.config.pause).await;
+        }
+        if total > 0 {
+            tracing::info!(
+                deleted = total,
+                "retention: audit entries past their retention deleted"
+            );
+        }
         Ok(total)
     }
 

@@ -55,6 +55,9 @@ pub(crate) struct LeadArgs {
     /// Pause between two deletes of a pass.
     #[arg(long, env = "FRONTA_RETENTION_PAUSE", default_value = "50ms", value_parser = duration::parse, help_heading = RETENTION)]
     pub retention_pause: Duration,
+    /// Audit entries are deleted this long after they were written.
+    #[arg(long, env = "FRONTA_AUDIT_RETENTION", default_value = "365d", value_parser = duration::parse, help_heading = RETENTION)]
+    pub audit_retention: Duration,
 }
 
 const RETENTION: &str = "Retention of finished runs";
@@ -89,6 +92,7 @@ impl Default for LeadArgs {
             retention_every: RetentionConfig::default().every,
             retention_batch: RetentionConfig::default().batch,
             retention_pause: RetentionConfig::default().pause,
+            audit_retention: fronta_desk::access::DEFAULT_AUDIT_RETENTION,
         }
     }
 }
@@ -159,6 +163,7 @@ impl Leadership {
                 pause: args.retention_pause,
             },
             counters: pruned.clone(),
+            audit: Some((store.access(), args.audit_retention)),
         };
         tracing::info!(policy = ?retention.policy, config = ?retention.config, "retention of finished runs");
         tasks.push(tokio::spawn(

@@ -5,6 +5,7 @@
 //! `bench`.
 //! Errors are one line on stderr and a non-zero exit.
 
+mod access;
 mod api_client;
 mod apply;
 mod bench;
@@ -147,6 +148,9 @@ enum Command {
     /// Look at and act on runs.
     #[command(subcommand)]
     Runs(RunsCommand),
+    /// The operator's named admin tokens on the database: new, list, revoke.
+    #[command(subcommand)]
+    AdminToken(access::AdminTokenCommand),
     /// Send a whole setup (groups, ticket types, automations) to a running server.
     Apply(apply::ApplyArgs),
     /// Show the engine's promises on a fresh database, check by check.
@@ -678,7 +682,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(args) => enqueue(&cli.db, args).await,
         Command::Worker(args) => worker(&cli.db, *args).await,
         Command::Serve(args) => serve::run(&cli.db, *args).await,
-        Command::Runs(command) => runs(&cli.db, command).await,
+        Command::Runs(command) => match runs_scope(&command) {
+            Some(scope) => fronta_engine::audit::scoped(scope, runs(&cli.db, command)).await,
+            None => runs(&cli.db, command).await,
+        },
+        Command::AdminToken(command) => access::admin_token(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Apply(args) => apply::run(args).await,
@@ -831,9 +839,38 @@ fn parse_id(text: &str) -> anyhow::Result<fronta_engine::RunId> {
     text.parse().map_err(|err: String| anyhow::anyhow!(err))
 }
 
-fn when(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+pub(crate) fn when(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
     at.map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
         .unwrap_or_else(|| "-".into())
+}
+
+/// The audit scope of a `fronta runs` command that changes a run (cancel, retry).
+fn runs_scope(command: &RunsCommand) -> Option<std::sync::Arc<fronta_engine::audit::Scope>> {
+    match command {
+        RunsCommand::Cancel { id } => Some(access::cli_scope(
+            "runs cancel",
+            "run",
+            Some(id.clone()),
+            "Cancel a run (two-phase)",
+        )),
+        RunsCommand::Retry { id, .. } => Some(access::cli_scope(
+            "runs retry",
+            "run",
+            Some(id.clone()),
+            "Retry a run",
+        )),
+        _ => None,
+    }
+}
+
+/// Say the run's tenant to the current audit scope (a CLI command on a run).
+fn audit_tenant_of(run: &fronta_engine::Run) {
+    if let (Some(scope), Ok(tenant)) = (
+        fronta_engine::audit::current(),
+        uuid::Uuid::parse_str(&run.tenant),
+    ) {
+        scope.set_tenant(tenant);
+    }
 }
 
 async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
@@ -970,6 +1007,7 @@ async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
             let Some(run) = store.run_get(id).await? else {
                 bail!("no run with id {id}");
             };
+            audit_tenant_of(&run);
             if from_step.is_none() && !from_start {
                 match store.run_retry(id).await {
                     Ok(fronta_engine::RetryReply::Requeued) => {
@@ -1020,6 +1058,9 @@ async fn runs(db: &DbArgs, command: RunsCommand) -> anyhow::Result<()> {
         }
         RunsCommand::Cancel { id } => {
             let id = parse_id(&id)?;
+            if let Some(run) = store.run_get(id).await? {
+                audit_tenant_of(&run);
+            }
             match store.run_request_cancel(id).await {
                 Ok(CancelReply::Cancelled) => println!("cancelled {id}"),
                 Ok(CancelReply::Requested) => {

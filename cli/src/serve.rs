@@ -78,6 +78,10 @@ pub struct ServeArgs {
     /// REST calls per tenant: RATE/BURST, or `off`. Default 50/100.
     #[arg(long, value_parser = parse_rate)]
     api_rate: Option<Limit>,
+    /// Failed authentications per client address: RATE/BURST, or `off`. Past the burst
+    /// the address gets 429 until the bucket refills. Default 0.5/20.
+    #[arg(long, env = "FRONTA_AUTH_FAILURE_RATE", value_parser = parse_rate)]
+    auth_failure_rate: Option<Limit>,
     /// The admin token (only its hash is kept in memory); unset: one is generated on the
     /// first start and its hash kept in --admin-token-file. Prefer the variable: a flag
     /// shows in `ps`.
@@ -169,6 +173,7 @@ pub async fn run(db: &DbArgs, args: ServeArgs) -> anyhow::Result<()> {
         webhook_rate_per_token: limit(args.webhook_rate, defaults.webhook_rate_per_token),
         webhook_rate_per_tenant: limit(args.tenant_webhook_rate, defaults.webhook_rate_per_tenant),
         api_rate_per_tenant: limit(args.api_rate, defaults.api_rate_per_tenant),
+        auth_failure_rate: limit(args.auth_failure_rate, defaults.auth_failure_rate),
         widgets: fronta_automation::widget::WidgetLimits {
             min_ttl: args.widget_min_ttl,
             max_ttl: args.widget_max_ttl,

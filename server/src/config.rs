@@ -45,8 +45,6 @@ pub struct ServerConfig {
     /// address: past the burst, every request from that address answers 429 with
     /// `Retry-After` until the bucket refills, whatever token it carries.
     pub auth_failure_rate: Option<RateLimit>,
-    /// How long audit entries are kept (`--audit-retention`, default 365 days).
-    pub audit_retention: Duration,
     /// Buckets kept per limiter before idle (full) ones are dropped.
     pub rate_limit_max_keys: usize,
     /// Standard Webhooks: how far `webhook-timestamp` may be from now, either way.
@@ -106,7 +104,6 @@ impl Default for ServerConfig {
             webhook_rate_per_tenant: Some(RateLimit::new(200.0, 400)),
             api_rate_per_tenant: Some(RateLimit::new(50.0, 100)),
             auth_failure_rate: Some(RateLimit::new(0.5, 20)),
-            audit_retention: fronta_desk::access::DEFAULT_AUDIT_RETENTION,
             rate_limit_max_keys: 10_000,
             signature_tolerance: Duration::from_secs(5 * 60),
             page_default: 50,

@@ -80,7 +80,12 @@ pub async fn serve(
         shutdown.await;
         hub_owner.hub().close();
     };
-    axum::serve(listener.0, router(app))
-        .with_graceful_shutdown(shutdown)
-        .await
+    // The peer's address reaches the handlers (the audit log's client, the failed-auth
+    // limit's key).
+    axum::serve(
+        listener.0,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
 }

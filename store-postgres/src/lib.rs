@@ -723,6 +723,21 @@ impl RunStore for PgStore {
     }
 
     async fn run_request_cancel(&self, id: RunId) -> StoreResult<CancelReply> {
+        if fronta_engine::audit::pending() {
+            // A person's cancel commits with its audit entry.
+            let mut tx = self.begin_tx().await?;
+            let reply = runs::request_cancel(&mut tx, self.ctx(), id).await?;
+            if reply == CancelReply::Requested {
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(CANCEL_CHANNEL)
+                    .bind(id.0.to_string())
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(map_err)?;
+            }
+            self.commit_tx(tx).await?;
+            return Ok(reply);
+        }
         let mut conn = self.connection().await?;
         let reply = runs::request_cancel(&mut conn, self.ctx(), id).await?;
         if reply == CancelReply::Requested {
@@ -796,6 +811,16 @@ impl RunStore for PgStore {
     }
 
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
+        if fronta_engine::audit::pending() {
+            // A person's retry commits with its audit entry.
+            let mut tx = self.begin_tx().await?;
+            let reply = manual_retry::retry(&mut tx, self.ctx(), id).await?;
+            self.commit_tx(tx).await?;
+            if reply == RetryReply::Requeued {
+                self.inner.signal.notify_waiters();
+            }
+            return Ok(reply);
+        }
         let mut conn = self.connection().await?;
         let reply = manual_retry::retry(&mut conn, self.ctx(), id).await?;
         if reply == RetryReply::Requeued {
