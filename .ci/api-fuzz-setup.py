@@ -102,7 +102,9 @@ call("PUT", "/api/mail-servers/doomed", token, {
 doomed_widget = call("POST", "/api/widgets", token, {
     "name": "Doomed", "op": "http/request", "input": {"url": "https://api.example.com/x"},
     "ttlSec": 60})
+doomed_token = call("POST", "/api/tokens", token, {"name": "doomed", "role": "viewer"})
 doomed = {
+    "/api/tokens/{id}": {"id": doomed_token["id"]},
     "/api/groups/{id}": {"id": doomed_group["id"]},
     "/api/groups/{id}/members/{member_id}": {"id": group["id"], "member_id": doomed_member["id"]},
     "/api/ticket-types/{id}": {"id": doomed_type["id"]},
@@ -118,6 +120,7 @@ spare_tenant = next(t for t in admin_tenants if t["name"] == "Fuzz admin")
 
 ids = {
     "/webhook/{token}": {"token": webhook_token},
+    "/api/tokens/{id}": {"id": doomed_token["id"]},
     "/api/admin/tenants/{id}/retention": {"id": spare_tenant["id"]},
     "/api/admin/incidents/{id}": {"id": incidents[0]["id"]},
     "/api/groups/{id}": {"id": spare_group["id"]},

@@ -191,7 +191,16 @@ fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
             stderr(&output)
         );
     }
-    assert_eq!(stats(&db)["scheduled"], 6, "every delayed run is scheduled");
+    // Every delayed run is written (the shortest may have come due already on a busy
+    // machine: scheduled and queued are counted together).
+    let before = stats(&db);
+    let written =
+        before["scheduled"].as_u64().unwrap_or(0) + before["queued"].as_u64().unwrap_or(0);
+    assert_eq!(written, 6, "every delayed run is written: {before}");
+    assert!(
+        before["scheduled"].as_u64().unwrap_or(0) >= 4,
+        "the runs delayed by minutes or more are scheduled: {before}"
+    );
     for args in [
         &["enqueue", "noop", "--delay", "99999999999999999999d"][..],
         &["worker", "--until-idle", "--lease", "99999999999999999999d"],
@@ -209,12 +218,11 @@ fn durations_take_units_and_an_out_of_range_one_is_an_error_not_a_panic() {
             "{args:?}: the message says what is wrong: {message}"
         );
     }
+    // The 500 ms run may have come due meanwhile (scheduled → queued): the six runs
+    // are counted together, whatever the clock did while the refused commands ran.
     let after = stats(&db);
-    assert_eq!(
-        (after["scheduled"].as_u64(), after["queued"].as_u64()),
-        (Some(6), Some(0)),
-        "nothing more was written: {after}"
-    );
+    let written = after["scheduled"].as_u64().unwrap_or(0) + after["queued"].as_u64().unwrap_or(0);
+    assert_eq!(written, 6, "nothing more was written: {after}");
 }
 
 /// Every setting of a working process, by its variable.

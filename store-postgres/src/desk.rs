@@ -390,8 +390,9 @@ impl DeskStore for PgStore {
         retention: TenantRetention,
     ) -> DeskResult<()> {
         let value = plan::retention_stored(&retention)?;
-        let mut conn = self.desk_connection().await?;
-        let mut db = Db::new(&mut conn, self);
+        // A transaction of its own: the change commits with its audit entry.
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
         let done = sqlx::query("UPDATE desk_tenants SET retention = $1 WHERE id = $2")
             .bind(value.map(Json))
             .bind(tenant.0)
@@ -401,7 +402,7 @@ impl DeskStore for PgStore {
         if done.rows_affected() == 0 {
             return Err(DeskError::NotFound(TENANT));
         }
-        Ok(())
+        self.desk_commit(tx).await
     }
 
     async fn tenant_retentions(&self) -> DeskResult<Vec<(TenantId, TenantRetention)>> {
