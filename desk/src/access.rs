@@ -327,7 +327,9 @@ mod tests {
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0).unwrap()
+        Utc.with_ymd_and_hms(2026, 12, 6, 12, 0, 0)
+            .single()
+            .expect("a time")
     }
 
     fn new(name: &str, role: Role) -> NewToken {
@@ -345,23 +347,23 @@ mod tests {
         for role in Role::ALL {
             assert_eq!(Role::parse(role.as_str()), Ok(role));
         }
-        let err = Role::parse("owner").unwrap_err().to_string();
+        let err = Role::parse("owner").expect_err("refused").to_string();
         assert!(err.contains("role:") && err.contains("owner"), "{err}");
     }
 
     #[test]
     fn a_token_needs_a_name_and_a_future_expiry() {
         let tenant = TenantId::new();
-        let (row, secret) = plan_token(tenant, new("wall", Role::Viewer), now()).unwrap();
+        let (row, secret) = plan_token(tenant, new("wall", Role::Viewer), now()).expect("a token");
         assert_eq!((row.name.as_str(), row.role), ("wall", Role::Viewer));
         assert!(secret.starts_with(token::TENANT_TOKEN_PREFIX));
-        let empty = plan_token(tenant, new(" ", Role::Viewer), now()).unwrap_err();
+        let empty = plan_token(tenant, new(" ", Role::Viewer), now()).expect_err("refused");
         assert!(empty.to_string().contains("name:"), "{empty}");
         let past = NewToken {
             expires_at: Some(now() - chrono::Duration::seconds(1)),
             ..new("old", Role::Editor)
         };
-        let err = plan_token(tenant, past, now()).unwrap_err().to_string();
+        let err = plan_token(tenant, past, now()).expect_err("refused").to_string();
         assert!(err.contains("expiresAt:"), "{err}");
     }
 
@@ -369,7 +371,7 @@ mod tests {
     fn the_last_live_admin_token_cannot_be_revoked() {
         let tenant = TenantId::new();
         let (first, _) = plan_first_token(tenant, now());
-        let (viewer, _) = plan_token(tenant, new("wall", Role::Viewer), now()).unwrap();
+        let (viewer, _) = plan_token(tenant, new("wall", Role::Viewer), now()).expect("a token");
         let tokens = vec![first.clone(), viewer.clone()];
         assert!(matches!(
             plan_revoke(&tokens, first.id, now()),
@@ -388,14 +390,14 @@ mod tests {
                 new("old admin", Role::Admin),
                 now() - chrono::Duration::days(1),
             )
-            .unwrap()
+            .expect("a token")
             .0
         };
         let mut with_expired = tokens.clone();
         with_expired.push(expired.clone());
         assert!(plan_revoke(&with_expired, first.id, now()).is_err());
         assert_eq!(plan_revoke(&with_expired, expired.id, now()), Ok(()));
-        let (second, _) = plan_token(tenant, new("ops", Role::Admin), now()).unwrap();
+        let (second, _) = plan_token(tenant, new("ops", Role::Admin), now()).expect("a token");
         with_expired.push(second);
         assert_eq!(plan_revoke(&with_expired, first.id, now()), Ok(()));
     }

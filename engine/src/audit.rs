@@ -383,9 +383,12 @@ mod tests {
         let _outer = on_thread(Some(outer.clone()));
         {
             let _inner = on_thread(Some(inner.clone()));
-            assert!(Arc::ptr_eq(&current().unwrap(), &inner));
+            assert!(Arc::ptr_eq(&current().expect("the inner scope"), &inner));
         }
-        assert!(Arc::ptr_eq(&current().unwrap(), &outer));
+        assert!(Arc::ptr_eq(
+            &current().expect("the outer scope again"),
+            &outer
+        ));
     }
 
     #[test]
@@ -397,7 +400,7 @@ mod tests {
             },
             None,
         );
-        let entry = scope.take_entry(Utc::now()).unwrap();
+        let entry = scope.take_entry(Utc::now()).expect("an entry");
         assert_eq!(entry.summary.chars().count(), MAX_SUMMARY_CHARS);
         assert!(entry.summary.ends_with('…'));
         assert_eq!(entry.actor_name, "fronta apply");

@@ -119,8 +119,8 @@ mod tests {
         let limiter = Limiter::new(RateLimit::new(1.0, 2), 100);
         assert_eq!(limiter.wait("a"), None, "a new key has its burst");
         assert_eq!(limiter.wait("a"), None, "looking takes nothing");
-        limiter.check("a").unwrap();
-        limiter.check("a").unwrap();
+        limiter.check("a").expect("a token of the burst");
+        limiter.check("a").expect("a token of the burst");
         let wait = limiter.wait("a").expect("empty after the burst");
         assert!(
             wait > Duration::from_millis(900) && wait <= Duration::from_secs(1),
