@@ -4,7 +4,7 @@
 //!
 //! Audit entries are not written by the port's methods: every write transaction commits
 //! through `PgStore::commit_tx`, which inserts the entry of the caller's scope
-//! (`fronta_engine::audit`) just before `COMMIT` ([`audit_insert`]). A revocation locks
+//! (`fronta_engine::audit`) just before `COMMIT` (`audit_insert`). A revocation locks
 //! the tenant's tokens (`FOR UPDATE`), so two revocations at once cannot both pass the
 //! last-admin check.
 

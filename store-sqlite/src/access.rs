@@ -3,7 +3,7 @@
 //! admin tokens in `admin_tokens`, and the audit log in `audit_log`.
 //!
 //! Audit entries are not written by the port's methods: every job of the writer inserts
-//! the entry of the caller's scope in its own savepoint ([`audit_insert`], called by
+//! the entry of the caller's scope in its own savepoint (`audit_insert`, called by
 //! `crate::writer`), so an entry commits with its change or not at all. The rules (names,
 //! expiry, the last admin token) are the plans of `fronta_desk::access`; this file reads
 //! what they need and writes what they say.
