@@ -363,7 +363,9 @@ mod tests {
             expires_at: Some(now() - chrono::Duration::seconds(1)),
             ..new("old", Role::Editor)
         };
-        let err = plan_token(tenant, past, now()).expect_err("refused").to_string();
+        let err = plan_token(tenant, past, now())
+            .expect_err("refused")
+            .to_string();
         assert!(err.contains("expiresAt:"), "{err}");
     }
 

@@ -7,6 +7,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use fronta_desk::DeskStore;
+use fronta_desk::access::AccessStore;
 use fronta_store_tests::DeskStoreFactory;
 
 use crate::support::TestDb;
@@ -22,18 +23,27 @@ impl PgDeskFactory {
             databases: Mutex::new(Vec::new()),
         }
     }
-}
 
-#[fronta_store_tests::async_trait]
-impl DeskStoreFactory for PgDeskFactory {
-    async fn open_desk(&self) -> Arc<dyn DeskStore> {
+    async fn open(&self) -> fronta_store_postgres::PgStore {
         let database = TestDb::create().await;
         let store = database.store(None).await;
         self.databases
             .lock()
             .expect("databases lock")
             .push(database);
-        Arc::new(store)
+        store
+    }
+}
+
+#[fronta_store_tests::async_trait]
+impl DeskStoreFactory for PgDeskFactory {
+    async fn open_desk(&self) -> Arc<dyn DeskStore> {
+        Arc::new(self.open().await)
+    }
+
+    async fn open_access(&self) -> (Arc<dyn DeskStore>, Arc<dyn AccessStore>) {
+        let store = self.open().await;
+        (Arc::new(store.clone()), Arc::new(store))
     }
 }
 

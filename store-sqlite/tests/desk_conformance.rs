@@ -5,6 +5,7 @@
 use std::sync::{Arc, Mutex};
 
 use fronta_desk::DeskStore;
+use fronta_desk::access::AccessStore;
 use fronta_store_sqlite::{SqliteConfig, SqliteStore};
 use fronta_store_tests::DeskStoreFactory;
 use tempfile::TempDir;
@@ -21,16 +22,25 @@ impl SqliteDeskFactory {
             dirs: Mutex::new(Vec::new()),
         }
     }
+
+    fn open(&self) -> SqliteStore {
+        let dir = TempDir::new().expect("a temporary directory");
+        let config = SqliteConfig::new(dir.path().join("fronta.db"));
+        let store = SqliteStore::open(config).expect("a fresh SQLite store opens");
+        self.dirs.lock().expect("dirs lock").push(dir);
+        store
+    }
 }
 
 #[fronta_store_tests::async_trait]
 impl DeskStoreFactory for SqliteDeskFactory {
     async fn open_desk(&self) -> Arc<dyn DeskStore> {
-        let dir = TempDir::new().expect("a temporary directory");
-        let config = SqliteConfig::new(dir.path().join("fronta.db"));
-        let store = SqliteStore::open(config).expect("a fresh SQLite store opens");
-        self.dirs.lock().expect("dirs lock").push(dir);
-        Arc::new(store)
+        Arc::new(self.open())
+    }
+
+    async fn open_access(&self) -> (Arc<dyn DeskStore>, Arc<dyn AccessStore>) {
+        let store = self.open();
+        (Arc::new(store.clone()), Arc::new(store))
     }
 }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use fronta_automation::store::{AutomationStore, TicketEventSink};
 use fronta_engine::{ManualClock, RunStore};
 
+pub mod access_cases;
 pub mod automation_cases;
 pub mod bulk_cases;
 pub mod desk_cases;
@@ -65,6 +66,13 @@ pub trait StoreFactory: Send + Sync {
 pub trait DeskStoreFactory: Send + Sync {
     /// A fresh, empty desk store: no tenants. Each call is a separate database.
     async fn open_desk(&self) -> Arc<dyn fronta_desk::DeskStore>;
+    /// A fresh, empty store's desk and access ports (one database).
+    async fn open_access(
+        &self,
+    ) -> (
+        Arc<dyn fronta_desk::DeskStore>,
+        Arc<dyn fronta_desk::access::AccessStore>,
+    );
 }
 
 /// Opens fresh stores for the automation suite ([`automation_conformance_suite!`]).
@@ -339,6 +347,13 @@ macro_rules! desk_conformance_suite {
             ticket_list_filters_by_status_tag_closed_assignee_and_type,
             ticket_list_is_newest_first_and_pages_by_number,
         );
+        $crate::desk_conformance_suite!(@access $factory;
+            // Tokens and the audit log.
+            named_tokens_have_roles_and_revocation_is_at_once,
+            an_expired_token_finds_nothing,
+            admin_tokens_are_made_found_and_revoked,
+            an_audit_entry_commits_with_its_change_only,
+        );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
         $(
@@ -346,6 +361,16 @@ macro_rules! desk_conformance_suite {
             fn $case() {
                 $crate::__private::run_case(async {
                     $crate::desk_cases::$case(&$factory).await;
+                });
+            }
+        )+
+    };
+    (@access $factory:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::__private::run_case(async {
+                    $crate::access_cases::$case(&$factory).await;
                 });
             }
         )+
