@@ -2300,11 +2300,13 @@ async fn the_page_shows_what_the_role_may_do_and_the_admin_manages_tokens_and_re
         if ["overview", "run", "automations", "automation", "groups"].contains(&name.as_str()) {
             browser.shot(&format!("01-viewer-{name}")).await;
         }
+        if name == "automation" {
+            let note = browser
+                .text_of("the read-only note", "#read-only-note")
+                .await;
+            assert!(note.contains("viewer"), "the reader says why: {note}");
+        }
     }
-    let note = browser
-        .text_of("the read-only note", "#read-only-note")
-        .await;
-    assert!(note.contains("viewer"), "the reader says why: {note}");
     // A page of an admin, reached by its address: what it needs, no call made.
     browser
         .driver
@@ -2524,6 +2526,21 @@ async fn the_page_shows_what_the_role_may_do_and_the_admin_manages_tokens_and_re
         "the token made and revoked is in the filtered log: {rows}"
     );
     browser.shot("09-admin-audit-filtered").await;
+    // An entry's object is a link: only the entries of that one token.
+    browser
+        .click("#audit tbody tr a[data-object^='token:']")
+        .await;
+    let one = browser
+        .until(
+            "the entries of one token",
+            "const rows = [...document.querySelectorAll('#audit tbody tr')]; return location.hash.includes('object=token%3A') && rows.length === 2 ? document.querySelector('#audit tbody').innerText : null",
+        )
+        .await;
+    let one = one.as_str().unwrap_or_default();
+    assert!(
+        one.contains("DELETE") && one.contains("night shift"),
+        "its making and its revocation: {one}"
+    );
     // A day filter keeps today's entries; one of tomorrow none.
     let tomorrow = browser
         .driver
@@ -2571,6 +2588,42 @@ async fn the_page_shows_what_the_role_may_do_and_the_admin_manages_tokens_and_re
         .await;
     assert!(browser.fits_width().await, "the tokens page fits a phone");
     browser.shot("11-phone-tokens").await;
+    browser
+        .driver
+        .set_window_rect(0, 0, 1280, 900)
+        .await
+        .expect("a desktop window");
+
+    // 5. An editor: every write control, but neither Tokens nor Audit.
+    let (status, editor) = call(
+        &address,
+        "POST",
+        "/api/tokens",
+        Some(&admin),
+        Some(json!({"name": "dispatcher", "role": "editor"})),
+    );
+    assert_eq!(status, 201, "an editor token: {editor}");
+    let editor = editor["token"].as_str().expect("its secret").to_owned();
+    browser.click("#signout").await;
+    sign_in(&browser, &editor, "editor").await;
+    let sections = browser.text_of("the sections", "#nav").await;
+    assert!(
+        !sections.contains("Tokens") && !sections.contains("Audit"),
+        "no admin sections for an editor: {sections}"
+    );
+    browser.click("#nav a[href='#/automations']").await;
+    browser
+        .text_of(
+            "the editor's pause button",
+            "#automations button[data-toggle]",
+        )
+        .await;
+    browser
+        .text_of("the new automation link", "#new-automation")
+        .await;
+    browser.click("#nav a[href='#/groups']").await;
+    browser.text_of("the new group form", "#new-group").await;
+    browser.shot("12-editor-groups").await;
 
     browser.driver.quit().await.expect("the session ends");
 }

@@ -166,7 +166,7 @@ export function tokensView(ctx) {
   }
 
   function createForm() {
-    const name = h("input", { id: "token-name", name: "name", required: true, maxlength: 100, autocomplete: "off", placeholder: "wall display" });
+    const name = h("input", { id: "token-name", name: "name", required: true, maxlength: 100, autocomplete: "off", placeholder: "e.g. night shift" });
     const role = h("select", { id: "token-role", name: "role" },
       ROLES.map((value) => h("option", { value, selected: value === "viewer" }, value)));
     const expires = h("input", { id: "token-expires", name: "expiresAt", type: "datetime-local" });
@@ -292,27 +292,28 @@ export function auditView(ctx, query) {
 
   function actorCell(actor) {
     const kind = actor?.kind ?? "token";
-    return h("td", { class: "actor" },
+    return h("td", { class: "actor", dataset: { label: "Who" } },
       h("strong", {}, actor?.name ?? "—"), " ",
       actor?.role ? roleBadge(actor.role) : null,
-      kind !== "token" ? [" ", h("span", { class: "badge" }, kind === "cli" ? "command line" : kind)] : null);
+      kind !== "token" && !actor?.role ? [" ", h("span", { class: "badge" }, kind === "cli" ? "command line" : kind)] : null);
   }
 
   function objectCell(object) {
-    if (!object?.kind) return h("td", {}, "—");
+    if (!object?.kind) return h("td", { dataset: { label: "Object" } }, "—");
     const key = object.id ? `${object.kind}:${object.id}` : object.kind;
-    return h("td", { class: "object" },
+    return h("td", { class: "object", dataset: { label: "Object" } },
       h("a", { href: withQuery("#/audit", { ...filter, object: key }), title: `Only entries about ${key}`, dataset: { object: key } },
-        h("span", { class: "kind" }, object.kind), object.id ? [":", h("code", {}, object.id)] : null));
+        // Ids are long (and UUIDv7 ones share their start): the end tells them apart; the whole one on hover.
+        h("span", { class: "kind" }, object.kind), object.id ? [" ", h("code", { title: object.id }, object.id.length > 12 ? `…${object.id.slice(-8)}` : object.id)] : null));
   }
 
   function entryRow(entry) {
     return h("tr", { dataset: { entry: entry.id, object: entry.object?.kind ?? "" } },
-      h("td", { class: "at" }, h("time", { datetime: entry.at, title: entry.at }, new Date(entry.at).toLocaleString()),
+      h("td", { class: "at", dataset: { label: "When" } }, h("time", { datetime: entry.at, title: entry.at }, new Date(entry.at).toLocaleString()),
         h("div", { class: "muted" }, when(entry.at))),
       actorCell(entry.actor),
-      h("td", { class: "client" }, entry.client ? h("code", {}, entry.client) : h("span", { class: "muted" }, entry.actor?.kind === "cli" ? "this host" : "—")),
-      h("td", { class: "what" }, h("div", {}, entry.summary),
+      h("td", { class: "client", dataset: { label: "From" } }, entry.client ? h("code", {}, entry.client) : h("span", { class: "muted" }, entry.actor?.kind === "cli" ? "this host" : "—")),
+      h("td", { class: "what", dataset: { label: "What" } }, h("div", {}, entry.summary),
         h("div", { class: "muted" }, h("code", {}, `${entry.method} ${entry.route}`))),
       objectCell(entry.object));
   }

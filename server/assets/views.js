@@ -70,9 +70,9 @@ export function viewFor(ctx, path, query) {
     case "ticket-types":
       return ticketTypesView(ctx);
     case "tokens":
-      return ctx.may("admin") ? tokensView(ctx) : needsRoleView(ctx, "admin", "Tokens", "The tenant's tokens");
+      return ctx.may("admin") ? tokensView(ctx) : needsRoleView(ctx, "admin", "Tokens", "Managing the tenant's tokens");
     case "audit":
-      return ctx.may("admin") ? auditView(ctx, query) : needsRoleView(ctx, "admin", "Audit", "The audit log");
+      return ctx.may("admin") ? auditView(ctx, query) : needsRoleView(ctx, "admin", "Audit", "Reading the audit log");
     default:
       return notFoundView(path);
   }
