@@ -2124,3 +2124,506 @@ async fn a_person_builds_the_firm_on_the_page_without_typing_json() {
 
     browser.driver.quit().await.expect("the session ends");
 }
+
+/// The write controls on the page now, as a list of what was found (empty: none). A
+/// control that writes is a button named for a write, a form that is not a filter, an
+/// input, select or text area outside a filter that can be typed in, or a link to the
+/// editor.
+const WRITE_CONTROLS: &str = r##"
+const found = [];
+const writes = /^(Pause|Resume|Retry|Cancel|Resolve|Save|Delete|Rename|Remove|Create|Add|Reload|Test|Roll back|Mark|Run again|Start it|Make|Revoke|Stop)/;
+for (const b of document.querySelectorAll('main button')) {
+  if (writes.test(b.innerText.trim())) found.push('button: ' + b.innerText.trim());
+}
+for (const f of document.querySelectorAll('main form:not([role=search])')) found.push('form#' + f.id);
+for (const i of document.querySelectorAll('main input:not([readonly]), main textarea, main select')) {
+  if (!i.closest('form[role=search]')) found.push('control: ' + i.outerHTML.slice(0, 80));
+}
+for (const a of document.querySelectorAll('main a[href="#/automations/new"], main a[data-edit], #bulk')) {
+  found.push('link: ' + a.outerHTML.slice(0, 80));
+}
+return found;
+"##;
+
+/// Sign in on the page with `token` (from the sign-in form) and wait for the role in the header.
+async fn sign_in(browser: &Browser, token: &str, role: &str) {
+    browser.text_of("the sign-in form", "#signin h1").await;
+    browser
+        .type_into("#token", token.to_owned() + Key::Enter)
+        .await;
+    browser
+        .until(
+            &format!("the {role} role in the header"),
+            &format!(
+                "return document.querySelector('#who-role')?.innerText === {} || null",
+                serde_json::to_string(role).expect("a string")
+            ),
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_what_the_role_may_do_and_the_admin_manages_tokens_and_reads_the_audit() {
+    let Some((chromedriver, chromium)) = browser_binaries() else {
+        return;
+    };
+    let shots = output_dir("roles");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_server, address) = serve(&dir.path().join("roles.db"));
+    let base = format!("http://{address}");
+
+    // The firm and one run that opens an incident, through the API; a viewer token for
+    // the wall display, made with the tenant's admin token.
+    let admin = tenant_token(&address, "Acme");
+    let (status, applied) = call(&address, "POST", "/api/apply", Some(&admin), Some(setup()));
+    assert_eq!(status, 200, "the setup applies: {applied}");
+    let (_, automations) = call(&address, "GET", "/api/automations", Some(&admin), None);
+    let automation_id = automations["items"][0]["id"]
+        .as_str()
+        .expect("an automation")
+        .to_owned();
+    let webhook_url = automations["items"][0]["webhookUrl"]
+        .as_str()
+        .expect("a webhook URL")
+        .to_owned();
+    let (status, accepted) = call(
+        &address,
+        "POST",
+        &webhook_url[base.len()..],
+        None,
+        Some(json!({"kind": "order.odd", "data": {"order": {"id": "7001"}}})),
+    );
+    assert_eq!(status, 202, "the webhook is accepted: {accepted}");
+    let run_id = accepted["runId"].as_str().expect("a run id").to_owned();
+    until_api("the run to finish", || {
+        let (_, run) = call(
+            &address,
+            "GET",
+            &format!("/api/runs/{run_id}"),
+            Some(&admin),
+            None,
+        );
+        (run["status"] == "completed").then_some(())
+    })
+    .await;
+    let (status, viewer) = call(
+        &address,
+        "POST",
+        "/api/tokens",
+        Some(&admin),
+        Some(json!({"name": "wall display", "role": "viewer"})),
+    );
+    assert_eq!(status, 201, "a viewer token: {viewer}");
+    let viewer = viewer["token"].as_str().expect("its secret").to_owned();
+
+    let (_chromedriver, browser) = open_browser(&chromedriver, &chromium, shots).await;
+    browser.driver.goto(&base).await.expect("the page opens");
+
+    // 1. The viewer: its name and role in the header, every page read, nothing that writes.
+    sign_in(&browser, &viewer, "viewer").await;
+    let header = browser.text_of("the header's token", "#who").await;
+    assert!(
+        header.contains("wall display") && header.contains("Acme"),
+        "the header names the tenant and the token: {header}"
+    );
+    let sections = browser.text_of("the sections", "#nav").await;
+    assert!(
+        !sections.contains("Tokens") && !sections.contains("Audit"),
+        "no admin sections for a viewer: {sections}"
+    );
+    let pages = [
+        ("#/".to_owned(), "#tiles .tile".to_owned()),
+        (
+            "#/runs".to_owned(),
+            format!("#runs-list tr[data-run='{run_id}']"),
+        ),
+        (format!("#/runs/{run_id}"), "#run-status".to_owned()),
+        (
+            "#/incidents".to_owned(),
+            "#incidents tr[data-incident]".to_owned(),
+        ),
+        (
+            "#/automations".to_owned(),
+            "#automations article".to_owned(),
+        ),
+        (
+            format!("#/automations/{automation_id}"),
+            "#definition".to_owned(),
+        ),
+        ("#/groups".to_owned(), "#groups section.group".to_owned()),
+        (
+            "#/ticket-types".to_owned(),
+            "#ticket-types section.ticket-type".to_owned(),
+        ),
+        ("#/tickets".to_owned(), "#board .card".to_owned()),
+    ];
+    for (hash, shown) in &pages {
+        let hash = hash.as_str();
+        browser
+            .driver
+            .execute(
+                &format!(
+                    "location.hash = {}",
+                    serde_json::to_string(hash).expect("a string")
+                ),
+                Vec::new(),
+            )
+            .await
+            .expect("the page is opened");
+        browser
+            .until(
+                &format!("{hash} for a viewer"),
+                &format!(
+                    "return document.querySelector({}) !== null || null",
+                    serde_json::to_string(shown).expect("a string")
+                ),
+            )
+            .await;
+        let found = browser
+            .driver
+            .execute(WRITE_CONTROLS, Vec::new())
+            .await
+            .expect("the script runs")
+            .json()
+            .clone();
+        assert_eq!(
+            found,
+            json!([]),
+            "a viewer sees nothing that writes on {hash}"
+        );
+        let name = match hash {
+            "#/" => "overview".to_owned(),
+            other if other.starts_with("#/runs/") => "run".to_owned(),
+            other if other.starts_with("#/automations/") => "automation".to_owned(),
+            other => other.trim_start_matches("#/").to_owned(),
+        };
+        if ["overview", "run", "automations", "automation", "groups"].contains(&name.as_str()) {
+            browser.shot(&format!("01-viewer-{name}")).await;
+        }
+        if name == "automation" {
+            let note = browser
+                .text_of("the read-only note", "#read-only-note")
+                .await;
+            assert!(note.contains("viewer"), "the reader says why: {note}");
+        }
+    }
+    // A page of an admin, reached by its address: what it needs, no call made.
+    browser
+        .driver
+        .execute("location.hash = '#/tokens'", Vec::new())
+        .await
+        .expect("the page is opened");
+    let needs = browser
+        .text_of("what the tokens page needs", "#needs-role")
+        .await;
+    assert!(
+        needs.contains("admin") && needs.contains("viewer"),
+        "the page says the role it needs: {needs}"
+    );
+    browser.shot("02-viewer-needs-admin").await;
+    // Should a write be tried all the same, its 403 reads as the role it needs.
+    let refused = browser
+        .driver
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; import('/assets/api.js').then((m) => m.api('POST', '/api/groups', {name: 'x'})).then(() => done('written'), (e) => done(e.describe()));",
+            Vec::new(),
+        )
+        .await
+        .expect("the call is made")
+        .json()
+        .clone();
+    let refused = refused.as_str().unwrap_or_default();
+    assert!(
+        refused.contains("needs an editor token") && refused.contains("viewer token"),
+        "a 403 reads as the role it needs: {refused}"
+    );
+
+    // 2. The admin: Tokens and Audit in the navigation.
+    browser.click("#signout").await;
+    sign_in(&browser, &admin, "admin").await;
+    let sections = browser.text_of("the sections", "#nav").await;
+    assert!(
+        sections.contains("Tokens") && sections.contains("Audit"),
+        "the admin's sections: {sections}"
+    );
+    browser.click("#nav a[href='#/tokens']").await;
+    browser
+        .text_of(
+            "the wall display's row",
+            "#tokens tr[data-token='wall display']",
+        )
+        .await;
+    browser.shot("03-admin-tokens").await;
+    // Make an editor token: the secret once, copyable, kept nowhere by the page.
+    browser.type_into("#token-name", "night shift").await;
+    browser.choose("#token-role", "editor").await;
+    browser.click("#token-make").await;
+    let secret = browser
+        .until(
+            "the new token's secret",
+            "const i = document.querySelector('#new-token-secret'); return i && i.value ? i.value : null;",
+        )
+        .await
+        .as_str()
+        .expect("the secret")
+        .to_owned();
+    let once = browser
+        .text_of("the shown-once note", "#new-token .once")
+        .await;
+    assert!(
+        once.contains("shown only once"),
+        "the box says it is shown once: {once}"
+    );
+    let (status, me) = call(&address, "GET", "/api/me", Some(&secret), None);
+    assert_eq!(status, 200, "the shown secret is the token: {me}");
+    assert_eq!(me["token"]["role"], "editor", "made as an editor");
+    let stored = browser
+        .driver
+        .execute(
+            "return JSON.stringify(sessionStorage) + JSON.stringify(localStorage) + location.href",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert!(
+        !stored.as_str().unwrap_or_default().contains(&secret),
+        "the page stores the secret nowhere"
+    );
+    browser
+        .text_of(
+            "the night shift's row",
+            "#tokens tr[data-token='night shift']",
+        )
+        .await;
+    browser.scroll_to("#new-token").await;
+    browser.shot("04-admin-token-made").await;
+    browser.click("#new-token-copy").await;
+    browser
+        .until(
+            "the copy confirmed",
+            "return document.querySelector('#new-token-copied')?.innerText === 'Copied.' || null",
+        )
+        .await;
+    browser.click("#new-token-hide").await;
+    browser
+        .until(
+            "the secret gone from the page",
+            "return document.querySelector('#new-token-secret') === null || null",
+        )
+        .await;
+    // Bad input: the same name again is refused beside the form, the field marked.
+    browser.type_into("#token-name", "night shift").await;
+    browser.click("#token-make").await;
+    let refusal = browser
+        .until(
+            "the refusal of a taken name",
+            "const s = document.querySelector('#token-form-status'); return s && s.classList.contains('error') ? s.innerText : null;",
+        )
+        .await;
+    let refusal = refusal.as_str().unwrap_or_default();
+    assert!(
+        refusal.contains("name:") && refusal.contains("night shift"),
+        "the refusal names the field: {refusal}"
+    );
+    let marked = browser
+        .driver
+        .execute(
+            "return document.querySelector('#token-name').getAttribute('aria-invalid')",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    assert_eq!(marked, json!("true"), "the name field is marked");
+    assert!(
+        browser
+            .driver
+            .find_all(By::Css("#new-token-secret"))
+            .await
+            .expect("a query")
+            .is_empty(),
+        "no secret for a refused token"
+    );
+    browser.shot("05-admin-token-refused").await;
+    // Revoke it, after a confirmation: the API refuses it at once.
+    browser.click("button[data-revoke='night shift']").await;
+    browser
+        .text_of("the confirmation", "#tokens .confirm")
+        .await;
+    browser.shot("06-admin-token-revoke-confirm").await;
+    browser.click("button[data-revoke-go='night shift']").await;
+    browser
+        .until(
+            "the revoked token's row gone",
+            "return document.querySelector(\"#tokens tr[data-token='night shift']\") === null || null",
+        )
+        .await;
+    let (status, _) = call(&address, "GET", "/api/me", Some(&secret), None);
+    assert_eq!(status, 401, "a revoked token is refused");
+    // The tenant's last admin token is kept: its 409 is said in its row.
+    browser.click("button[data-revoke='admin']").await;
+    browser.click("button[data-revoke-go='admin']").await;
+    let kept = browser
+        .until(
+            "the last admin token kept",
+            "const s = document.querySelector(\"#tokens tr[data-token='admin'] .status.error\"); return s ? s.innerText : null;",
+        )
+        .await;
+    assert!(
+        kept.as_str()
+            .unwrap_or_default()
+            .contains("last admin token"),
+        "the 409 is said: {kept}"
+    );
+    browser.shot("07-admin-last-admin-kept").await;
+
+    // 3. Audit: the entries of the changes above, filtered by object.
+    browser.click("#nav a[href='#/audit']").await;
+    browser
+        .text_of("the audit entries", "#audit tbody tr")
+        .await;
+    let kinds = browser
+        .driver
+        .execute(
+            "return [...document.querySelectorAll('#audit tbody tr')].map((row) => row.dataset.object)",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    let kinds: Vec<&str> = kinds
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        kinds.contains(&"token") && kinds.len() > 2,
+        "the token changes and the setup are in the log: {kinds:?}"
+    );
+    let first = browser.text_of("the newest entry", "#audit tbody tr").await;
+    assert!(
+        first.contains("admin") && first.contains("DELETE"),
+        "the newest entry says who and what (the refused revoke wrote nothing; the revoke did): {first}"
+    );
+    browser.shot("08-admin-audit").await;
+    browser
+        .type_into("#audit-object", "token".to_owned() + Key::Enter)
+        .await;
+    browser
+        .until(
+            "only token entries",
+            "const rows = [...document.querySelectorAll('#audit tbody tr')]; return location.hash.includes('object=token') && rows.length > 0 && rows.every((row) => row.dataset.object === 'token') || null",
+        )
+        .await;
+    let rows = browser.text_of("the token entries", "#audit tbody").await;
+    assert!(
+        rows.contains("night shift"),
+        "the token made and revoked is in the filtered log: {rows}"
+    );
+    browser.shot("09-admin-audit-filtered").await;
+    // An entry's object is a link: only the entries of that one token.
+    browser
+        .click("#audit tbody tr a[data-object^='token:']")
+        .await;
+    let one = browser
+        .until(
+            "the entries of one token",
+            "const rows = [...document.querySelectorAll('#audit tbody tr')]; return location.hash.includes('object=token%3A') && rows.length === 2 ? document.querySelector('#audit tbody').innerText : null",
+        )
+        .await;
+    let one = one.as_str().unwrap_or_default();
+    assert!(
+        one.contains("DELETE") && one.contains("night shift"),
+        "its making and its revocation: {one}"
+    );
+    // A day filter keeps today's entries; one of tomorrow none.
+    let tomorrow = browser
+        .driver
+        .execute(
+            "const d = new Date(); d.setDate(d.getDate() + 1); return d.getFullYear() + '-' + String(d.getMonth() + 1).padStart(2, '0') + '-' + String(d.getDate()).padStart(2, '0');",
+            Vec::new(),
+        )
+        .await
+        .expect("the script runs")
+        .json()
+        .clone();
+    browser
+        .driver
+        .execute(
+            &format!(
+                "location.hash = '#/audit?from={}'",
+                tomorrow.as_str().expect("a date")
+            ),
+            Vec::new(),
+        )
+        .await
+        .expect("the page is opened");
+    browser
+        .until(
+            "no entry from tomorrow",
+            "return document.querySelector('#audit p.muted')?.innerText === 'No entry matches these filters.' || null",
+        )
+        .await;
+
+    // 4. On a phone the pages fit the width.
+    browser
+        .driver
+        .set_window_rect(0, 0, 390, 844)
+        .await
+        .expect("a phone-sized window");
+    browser.click("#audit-clear").await;
+    browser
+        .text_of("the audit entries", "#audit tbody tr")
+        .await;
+    assert!(browser.fits_width().await, "the audit page fits a phone");
+    browser.shot("10-phone-audit").await;
+    browser.click("#nav a[href='#/tokens']").await;
+    browser
+        .text_of("the tokens", "#tokens tr[data-token='wall display']")
+        .await;
+    assert!(browser.fits_width().await, "the tokens page fits a phone");
+    browser.shot("11-phone-tokens").await;
+    browser
+        .driver
+        .set_window_rect(0, 0, 1280, 900)
+        .await
+        .expect("a desktop window");
+
+    // 5. An editor: every write control, but neither Tokens nor Audit.
+    let (status, editor) = call(
+        &address,
+        "POST",
+        "/api/tokens",
+        Some(&admin),
+        Some(json!({"name": "dispatcher", "role": "editor"})),
+    );
+    assert_eq!(status, 201, "an editor token: {editor}");
+    let editor = editor["token"].as_str().expect("its secret").to_owned();
+    browser.click("#signout").await;
+    sign_in(&browser, &editor, "editor").await;
+    let sections = browser.text_of("the sections", "#nav").await;
+    assert!(
+        !sections.contains("Tokens") && !sections.contains("Audit"),
+        "no admin sections for an editor: {sections}"
+    );
+    browser.click("#nav a[href='#/automations']").await;
+    browser
+        .text_of(
+            "the editor's pause button",
+            "#automations button[data-toggle]",
+        )
+        .await;
+    browser
+        .text_of("the new automation link", "#new-automation")
+        .await;
+    browser.click("#nav a[href='#/groups']").await;
+    browser.text_of("the new group form", "#new-group").await;
+    browser.shot("12-editor-groups").await;
+
+    browser.driver.quit().await.expect("the session ends");
+}

@@ -29,22 +29,36 @@ export const session = {
 
 /** A call that did not succeed: the HTTP status (0: no answer), the API's error code and message. */
 export class ApiFailure extends Error {
-  constructor(method, path, status, code, message, retryAfter) {
+  constructor(method, path, status, code, message, retryAfter, error = {}) {
     super(message);
     this.method = method;
     this.path = path;
     this.status = status;
     this.code = code;
     this.retryAfter = retryAfter;
+    /** A 403 `forbidden`: the role the call needs and the token's own. */
+    this.needed = error?.needed;
+    this.role = error?.role;
   }
 
-  /** "GET /api/runs failed: 503 unavailable — the database did not answer". */
+  /**
+   * "GET /api/runs failed: 503 unavailable — the database did not answer"; a refusal for
+   * the token's role says which role it needs ("Not allowed: … needs an editor token").
+   */
   describe() {
     const path = this.path.split("?")[0];
+    if (this.code === "forbidden") return forbiddenText(this.needed, this.role, `${this.method} ${path}`);
     const what = this.status === 0 ? "no answer" : `${this.status} ${this.code}`;
     const wait = this.retryAfter ? ` (retry after ${this.retryAfter} s)` : "";
     return `${this.method} ${path} failed: ${what} — ${this.message}${wait}`;
   }
+}
+
+/** What a 403 `forbidden` says to a person: what was refused, the role it needs, the token's. */
+export function forbiddenText(needed, role, what = "This") {
+  const article = (name) => (/^[aeiou]/.test(name ?? "") ? "an" : "a");
+  if (!needed) return `${what} was refused (403): this token's role does not allow it.`;
+  return `Not allowed: ${what} needs ${article(needed)} ${needed} token (or higher); you are signed in with ${article(role)} ${role ?? "other"} token. Ask an admin of the tenant for a token with that role.`;
 }
 
 /** Listeners told about every 401 (the token was refused: the page signs out). */
@@ -87,6 +101,7 @@ export async function api(method, path, body, { token = session.token, quiet401 
       error?.code ?? `http_${response.status}`,
       error?.message ?? (text.slice(0, 200) || response.statusText),
       response.headers.get("Retry-After"),
+      error,
     );
     if (response.status === 401 && !quiet401) unauthorizedListeners.forEach((listener) => listener(failure));
     throw failure;

@@ -1,8 +1,17 @@
 // The dashboard's shell: sign-in, the data it keeps, the stream, the router.
 //
-// Sign-in takes a token and asks the API who it is: a tenant token reads `GET
-// /api/groups`, the admin token `GET /api/admin/tenants`. Nothing of a tenant is shown
-// before that answer; a 401 later (token revoked) signs out and says why.
+// Sign-in takes a token and asks the API who it is: a tenant token answers `GET /api/me`
+// (its tenant, its name and role, and `may`: the roles its role includes), the admin
+// token `GET /api/admin/tenants`. Nothing of a tenant is shown before that answer; a 401
+// later (token revoked) signs out and says why.
+//
+// Roles: the page shows what the signed-in role may do and hides the rest (not only
+// disables it). `ctx.may("editor")` guards every control that writes (create, edit,
+// delete, pause, resume, retry, cancel, bulk, test, resolve, reload a widget: the
+// `.editor()` routes of the route table); `ctx.may("admin")` the Tokens and Audit pages
+// (`.tenant_admin()`). The header names the token and its role. `/api/me` is asked again
+// when the page is reloaded (the role is not kept in the tab's storage); should a call be
+// refused all the same, its 403 `forbidden` reads as which role it needs (api.js).
 //
 // Tenant session:
 //   1. open `GET /api/stream` (see stream.js); when it is live,
@@ -17,7 +26,7 @@
 // page at `/` and the browser's back button works. Every failed request is said on the
 // page: in the view where its data would be and in the error list under the header.
 
-import { api, session, onUnauthorized, listAll } from "./api.js";
+import { api, session, onUnauthorized, listAll, ApiFailure } from "./api.js";
 import { openStream } from "./stream.js";
 import { h, replace, tickTimes } from "./dom.js";
 import { navFor, viewFor } from "./views.js";
@@ -37,6 +46,7 @@ const nav = document.getElementById("nav");
 const live = document.getElementById("live");
 const errors = document.getElementById("errors");
 const signOutButton = document.getElementById("signout");
+const who = document.getElementById("who");
 
 function emptyData() {
   return {
@@ -58,7 +68,13 @@ function emptyData() {
 
 const ctx = {
   kind: null,
+  /** A tenant token's `GET /api/me` (null until it answers). */
+  me: null,
   data: emptyData(),
+  /** Whether the signed-in tenant token's role includes `role` (`viewer`, `editor`, `admin`). */
+  may(role) {
+    return ctx.kind === "tenant" && Boolean(ctx.me?.may?.includes(role));
+  },
   /** Read the shared data again (after a write of the page) and redraw the view. */
   reload() {
     return load();
@@ -209,6 +225,8 @@ function route() {
   main.replaceChildren();
   if (!session.token) {
     view = signInView();
+  } else if (ctx.kind === "tenant" && !ctx.me) {
+    view = whoAmIView();
   } else {
     const [path, query] = hash.slice(1).split("?");
     view = viewFor(ctx, path, new URLSearchParams(query ?? ""));
@@ -248,10 +266,10 @@ function signInView() {
         message.className = "status";
         message.textContent = "Checking the token…";
         try {
-          const kind = await whoIs(token);
+          const { kind, me } = await whoIs(token);
           input.value = "";
           session.save(token, kind);
-          start();
+          start(me);
           if (location.hash === "#/") route();
           else location.hash = "#/";
         } catch (error) {
@@ -267,28 +285,90 @@ function signInView() {
   };
 }
 
-/** `"tenant"` or `"admin"` for a token the server accepts; throws the refusal otherwise. */
+/**
+ * `{kind: "tenant", me}` (`me`: the answer of `GET /api/me`) or `{kind: "admin"}` for a
+ * token the server accepts; throws the refusal otherwise.
+ */
 async function whoIs(token) {
   try {
-    await api("GET", "/api/groups?limit=1", undefined, { token, quiet401: true });
-    return "tenant";
+    const me = await api("GET", "/api/me", undefined, { token, quiet401: true });
+    return { kind: "tenant", me };
   } catch (error) {
     if (error.status !== 401) throw error;
   }
   await api("GET", "/api/admin/tenants?limit=1", undefined, { token, quiet401: true });
-  return "admin";
+  return { kind: "admin" };
 }
 
-function start() {
+/** The page while a reloaded tab asks `GET /api/me` again (or after that failed). */
+function whoAmIView() {
+  return {
+    title: "Signing in",
+    mount(target) {
+      target.append(h("h1", { tabindex: "-1" }, "Signing in"),
+        meError
+          ? [h("p", { class: "error", role: "alert" }, meError.describe ? meError.describe() : String(meError)),
+            h("p", {}, h("button", { type: "button", id: "me-again", onclick: askWhoAmI }, "Try again"), " ",
+              h("button", { type: "button", class: "link", onclick: () => signOut() }, "Sign in with another token"))]
+          : h("p", { class: "muted" }, "Asking the server what this token may do…"));
+    },
+  };
+}
+
+let meError = null;
+
+/** Ask `GET /api/me` for the session's token (a reloaded tab), then draw the page for its role. */
+async function askWhoAmI() {
+  meError = null;
+  route();
+  try {
+    const me = await api("GET", "/api/me");
+    if (ctx.kind !== "tenant") return;
+    showWho(me);
+  } catch (error) {
+    if (!session.token) return;
+    meError = error instanceof ApiFailure || error instanceof Error ? error : new Error(String(error));
+  }
+  route();
+}
+
+/** The token's name and role in the header, its sections in the navigation. */
+function showWho(me) {
+  ctx.me = me;
+  replace(nav, navFor(ctx.kind, ctx).map(([href, label]) => h("a", { href }, label)));
+  if (!me) {
+    who.replaceChildren();
+    who.hidden = true;
+    return;
+  }
+  const role = me.token?.role ?? "viewer";
+  replace(who,
+    h("span", { class: "tenant-name" }, me.tenant?.name ?? ""), " ",
+    h("span", { class: "token-name", id: "who-token" }, me.token?.name ?? ""), " ",
+    h("span", { class: `badge role role-${role.replace(/[^a-z]/g, "")}`, id: "who-role" }, role));
+  who.title = `Signed in to ${me.tenant?.name} with the token “${me.token?.name}”, role ${role}: ${ROLE_NOTES[role] ?? ""}`;
+  who.hidden = false;
+}
+
+/** What each role may do, as the header's hint says it. */
+const ROLE_NOTES = {
+  viewer: "reads everything, changes nothing.",
+  editor: "reads and changes automations, setup, tickets and runs; not tokens or the audit log.",
+  admin: "everything of the tenant, tokens and the audit log included.",
+};
+
+function start(me) {
   stream?.stop();
   stream = null;
   ctx.kind = session.kind;
   ctx.data = emptyData();
   errors.replaceChildren();
-  replace(nav, navFor(ctx.kind).map(([href, label]) => h("a", { href }, label)));
+  meError = null;
+  showWho(ctx.kind === "tenant" ? me ?? null : null);
   signOutButton.hidden = false;
   signOutButton.textContent = ctx.kind === "admin" ? "Sign out (admin)" : "Sign out";
   if (ctx.kind === "tenant") {
+    if (!me) askWhoAmI();
     stream = openStream(session.token, onEvent, onStreamState);
   } else {
     live.className = "live";
@@ -302,8 +382,12 @@ function signOut(reason) {
   stream = null;
   session.clear();
   ctx.kind = null;
+  ctx.me = null;
+  meError = null;
   ctx.data = emptyData();
   nav.replaceChildren();
+  who.replaceChildren();
+  who.hidden = true;
   live.textContent = "";
   signOutButton.hidden = true;
   if (location.hash === "#/" || location.hash === "") route();

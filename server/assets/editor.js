@@ -950,3 +950,67 @@ export function automationEditor(ctx, id) {
     },
   };
 }
+
+/**
+ * An automation as a token without the editor role sees it (`#/automations/<id>`): the
+ * definition as JSON and its versions with their diffs, nothing that writes (no form, no
+ * check as typed, no save, no test, no roll back, no draft).
+ */
+export function automationReader(ctx, id) {
+  const title = h("h1", { tabindex: "-1" }, "Automation");
+  const body = h("div", { id: "automation-read" }, h("p", { class: "muted" }, "Loading…"));
+  const versions = h("section", { id: "versions" });
+  const diff = h("section", { id: "diff", "aria-live": "polite" });
+
+  async function showDiff(version, against) {
+    try {
+      const answer = await api("GET", `/api/automations/${encodeURIComponent(id)}/versions/${version}/diff?against=${against}`);
+      replace(diff, h("h3", {}, `Version ${against} → ${version}`),
+        answer.changes.length === 0 ? h("p", { class: "muted" }, "No change.") :
+          h("ul", { class: "changes" }, answer.changes.map((change) => h("li", { dataset: { change: change.change } },
+            h("code", {}, change.path), ` ${change.change}`,
+            change.before !== undefined ? [" from ", h("code", {}, JSON.stringify(change.before))] : null,
+            change.after !== undefined ? [" to ", h("code", {}, JSON.stringify(change.after))] : null))));
+    } catch (error) {
+      replace(diff, failed(error));
+    }
+  }
+
+  async function load() {
+    try {
+      const automation = await api("GET", `/api/automations/${encodeURIComponent(id)}`);
+      title.textContent = `Automation ${automation.name}`;
+      document.title = `${automation.name} · fronta`;
+      replace(body, h("pre", { class: "json definition-read", id: "definition", tabindex: "0", "aria-label": `The definition of ${automation.name} as JSON` },
+        JSON.stringify(definitionOf(automation), null, 2)));
+    } catch (error) {
+      replace(body, failed(error));
+    }
+    try {
+      const page = await api("GET", `/api/automations/${encodeURIComponent(id)}/versions`);
+      replace(versions, h("h2", {}, "Versions"),
+        table(["Version", "Saved", "By", ""], page.items.map((item) => h("tr", { dataset: { version: item.version } },
+          h("td", {}, String(item.version), item.current ? " (current)" : ""),
+          h("td", {}, when(item.createdAt)),
+          h("td", {}, item.createdBy),
+          h("td", {}, item.version > 1
+            ? h("button", { type: "button", onclick: () => showDiff(item.version, item.version - 1), dataset: { diff: item.version } }, "Diff with previous")
+            : null)))));
+    } catch (error) {
+      replace(versions, failed(error));
+    }
+  }
+
+  return {
+    title: "Automation",
+    mount(main) {
+      const role = ctx.me?.token?.role ?? "viewer";
+      main.append(h("div", { id: "reader" },
+        h("p", {}, h("a", { href: "#/automations" }, "← Automations")), title,
+        h("p", { class: "muted", id: "read-only-note" }, `Read only: you are signed in with a ${role} token; changing an automation needs an editor token.`),
+        body, versions, diff));
+      load();
+    },
+    update() {},
+  };
+}

@@ -3,11 +3,18 @@
 // first load, after a reload, and on every stream event), `unmount` stops its timers.
 // Views read the data the shell keeps (`ctx.data`, filled by `app.js` and the stream)
 // and fetch what only they need (a run's step log, a ticket's log, webhook help).
-// The automation editor is its own module, `editor.js`, which shares the helpers exported here.
+// The automation editor is its own module, `editor.js`, which shares the helpers exported here;
+// the admin's Tokens and Audit pages are `access.js`.
+//
+// Roles: a control that writes is built only when `ctx.may("editor")` (a viewer's page
+// has no such button, form or link at all); the Tokens and Audit pages only for
+// `ctx.may("admin")`. The server refuses all the same (403), and such a refusal reads as
+// the role it needs.
 
-import { h, replace, when, between, json, badge, select } from "./dom.js";
+import { h, append, replace, when, between, json, badge, select } from "./dom.js";
 import { api, listAll, withQuery } from "./api.js";
-import { automationEditor } from "./editor.js";
+import { automationEditor, automationReader } from "./editor.js";
+import { tokensView, auditView } from "./access.js";
 
 export const RUN_STATUSES = ["scheduled", "queued", "running", "completed", "failed", "cancelled", "suppressed"];
 export const TRIGGERS = ["webhook", "event", "poll", "schedule", "manual", "api"];
@@ -20,8 +27,8 @@ export const CLOSED_TICKETS_MAX = 1000;
 /** How long a detail page waits after a stream event before reading the item again. */
 const REFETCH_DELAY_MS = 150;
 
-/** The sections of the navigation for a kind of session. */
-export function navFor(kind) {
+/** The sections of the navigation for a kind of session (a tenant's: for its role). */
+export function navFor(kind, ctx) {
   if (kind === "admin") {
     return [["#/", "Tenants"], ["#/incidents", "Incidents"]];
   }
@@ -33,6 +40,7 @@ export function navFor(kind) {
     ["#/automations", "Automations"],
     ["#/groups", "Groups"],
     ["#/ticket-types", "Ticket types"],
+    ...(ctx?.may("admin") ? [["#/tokens", "Tokens"], ["#/audit", "Audit"]] : []),
   ];
 }
 
@@ -53,11 +61,18 @@ export function viewFor(ctx, path, query) {
     case "incidents":
       return incidentsView(ctx);
     case "automations":
-      return parts[1] ? automationEditor(ctx, decodeURIComponent(parts[1])) : automationsView(ctx);
+      if (!parts[1]) return automationsView(ctx);
+      if (ctx.may("editor")) return automationEditor(ctx, decodeURIComponent(parts[1]));
+      if (parts[1] === "new") return needsRoleView(ctx, "editor", "New automation", "Writing an automation");
+      return automationReader(ctx, decodeURIComponent(parts[1]));
     case "groups":
       return groupsView(ctx);
     case "ticket-types":
       return ticketTypesView(ctx);
+    case "tokens":
+      return ctx.may("admin") ? tokensView(ctx) : needsRoleView(ctx, "admin", "Tokens", "Managing the tenant's tokens");
+    case "audit":
+      return ctx.may("admin") ? auditView(ctx, query) : needsRoleView(ctx, "admin", "Audit", "Reading the audit log");
     default:
       return notFoundView(path);
   }
@@ -140,6 +155,21 @@ export function table(headers, rows, caption) {
       h("tbody", {}, rows)));
 }
 
+/** A page the signed-in role may not see (an old link, a typed address): what it needs. */
+function needsRoleView(ctx, role, title, what) {
+  const mine = ctx.me?.token?.role ?? "other";
+  return {
+    title,
+    mount(main) {
+      main.append(heading(title),
+        h("p", { class: "error", id: "needs-role" },
+          `${what} needs ${role === "admin" ? "an admin" : "an editor"} token; you are signed in with ${mine === "admin" || mine === "editor" ? "an" : "a"} ${mine} token. `,
+          "Ask an admin of the tenant for a token with that role."),
+        h("p", {}, h("a", { href: "#/" }, "Back to the overview")));
+    },
+  };
+}
+
 function notFoundView(path) {
   return {
     title: "Not found",
@@ -185,12 +215,13 @@ function overviewView(ctx) {
     const status = h("span", { class: "status", role: "status" });
     const fetchedAt = widget.fetchedAt
       ?? (Number.isFinite(widget.ageSec) ? new Date(widgetState.at - widget.ageSec * 1000).toISOString() : null);
-    const reload = actionButton("Reload", async () => {
+    // Calling the connector now is a write (editor): a viewer reads the cache.
+    const reload = ctx.may("editor") ? actionButton("Reload", async () => {
       await api("POST", `/api/widgets/${encodeURIComponent(widget.id)}/refresh`);
       await loadWidgets();
       return "Reloaded.";
-    }, status);
-    reload.setAttribute("aria-label", `Reload ${widget.name}`);
+    }, status) : null;
+    reload?.setAttribute("aria-label", `Reload ${widget.name}`);
     // The server answers its cache: the data's age, whether it is older than ttlSec
     // (the last call failed or is running elsewhere), and the last call's error.
     const notes = [];
@@ -201,7 +232,7 @@ function overviewView(ctx) {
       widget.data === null && !fetchedAt ? h("p", { class: "muted" }, "No data yet.") : widgetData(widget.data),
       h("p", { class: "muted age" }, "fetched ", when(fetchedAt), notes.length ? ` (${notes.join(", ")})` : ""),
       widget.error ? h("p", { class: "widget-error error", role: "status" }, `Last call failed: ${widget.error}`) : null,
-      h("p", {}, reload, " ", status));
+      reload ? h("p", {}, reload, " ", status) : null);
   }
 
   function tile(key, count, label, href, tone = "") {
@@ -369,14 +400,14 @@ function runsView(ctx, query) {
         onchange: (event) => setFilter(name, event.target.value.trim()) }));
   }
 
-  const bulk = bulkPanel(filter, () => load(false));
+  const bulk = ctx.may("editor") ? bulkPanel(filter, () => load(false)) : null;
 
   return {
     title: "Runs",
     mount(main) {
       list = h("div", { id: "runs-list", "aria-live": "polite" });
       filters = h("form", { class: "filters", role: "search", onsubmit: (event) => event.preventDefault() });
-      main.append(heading("Runs"), filters, bulk.element, list);
+      append(main, [heading("Runs"), filters, bulk?.element, list]);
       drawFilters();
       draw();
       load(false);
@@ -397,7 +428,7 @@ function runsView(ctx, query) {
       }
     },
     unmount() {
-      bulk.unmount();
+      bulk?.unmount();
     },
   };
 }
@@ -581,7 +612,9 @@ function runView(ctx, id) {
     const timeline = run.timeline ?? steps.map((step) => ({ ...step, kind: "step", at: step.startedAt }));
     const live = ["scheduled", "queued", "running"].includes(run.status);
     const buttons = [];
-    if (live && !run.cancelRequested) {
+    // Cancel, retry and start again are writes (editor): a viewer sees none of them.
+    const mayAct = ctx.may("editor");
+    if (mayAct && live && !run.cancelRequested) {
       buttons.push(actionButton("Cancel run", async () => {
         const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/cancel`);
         await load();
@@ -590,7 +623,7 @@ function runView(ctx, id) {
           : "Cancelled.";
       }, status));
     }
-    if (run.status === "failed") {
+    if (mayAct && run.status === "failed") {
       buttons.push(actionButton("Retry run", async () => {
         const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
         await load();
@@ -598,10 +631,10 @@ function runView(ctx, id) {
       }, status));
     }
     const finished = ["completed", "failed", "cancelled", "suppressed"].includes(run.status);
-    if (finished && run.kind === "automation") {
+    if (mayAct && finished && run.kind === "automation") {
       buttons.push(actionButton("Run again from the start", () => startAgain({ fromStart: true }), status, { attributes: { id: "run-again" } }));
     }
-    if (run.status === "suppressed") {
+    if (mayAct && run.status === "suppressed") {
       buttons.push(actionButton("Start it anyway", async () => {
         const answer = await api("POST", `/api/runs/${encodeURIComponent(id)}/retry`);
         await load();
@@ -627,7 +660,7 @@ function runView(ctx, id) {
         const item = timelineEntry(entry, steps);
         // A finished automation run starts again from any of its steps (a new run on its
         // version; the steps before it reused).
-        if (finished && run.kind === "automation" && entry.kind === "step" && !["run", "poll"].includes(entry.name)) {
+        if (mayAct && finished && run.kind === "automation" && entry.kind === "step" && !["run", "poll"].includes(entry.name)) {
           item.append(h("p", { class: "actions" }, actionButton("Retry from here", () => startAgain({ fromStep: entry.name }), status,
             { attributes: { "data-from-step": entry.name, "aria-label": `Retry from step ${entry.name}` } })));
         }
@@ -864,7 +897,7 @@ function incidentsView(ctx) {
             h("td", {}, badge(incident.status)),
             h("td", {}, when(incident.createdAt)),
             h("td", {}, when(incident.updatedAt)),
-            h("td", {}, incident.status === "open" ? [actionButton("Resolve", async () => {
+            h("td", {}, incident.status === "open" && ctx.may("editor") ? [actionButton("Resolve", async () => {
               const answer = await api("POST", `/api/incidents/${encodeURIComponent(incident.id)}/resolve`);
               ctx.data.incidents.set(answer.id, answer);
               ctx.changed("incident", answer);
@@ -1008,7 +1041,8 @@ function automationsView(ctx) {
   let list;
   function card(automation, said = "") {
     const status = h("span", { class: "status", role: "status" }, said);
-    const toggle = actionButton(automation.enabled ? "Pause" : "Resume", async () => {
+    const mayEdit = ctx.may("editor");
+    const toggle = mayEdit && actionButton(automation.enabled ? "Pause" : "Resume", async () => {
       const answer = await api("POST", `/api/automations/${encodeURIComponent(automation.id)}/${automation.enabled ? "pause" : "resume"}`);
       ctx.data.automations.set(answer.id, answer);
       // Only this card changes; the button keeps the keyboard focus.
@@ -1017,16 +1051,20 @@ function automationsView(ctx) {
       next.querySelector("button[data-toggle]")?.focus();
       return answer.enabled ? "Resumed." : "Paused.";
     }, status);
-    toggle.setAttribute("aria-label", `${automation.enabled ? "Pause" : "Resume"} ${automation.name}`);
-    toggle.setAttribute("data-toggle", automation.id);
+    if (toggle) {
+      toggle.setAttribute("aria-label", `${automation.enabled ? "Pause" : "Resume"} ${automation.name}`);
+      toggle.setAttribute("data-toggle", automation.id);
+    }
     const article = h("article", { class: "automation", dataset: { automation: automation.id } },
       h("h2", {}, automation.name, " ", badge(automation.enabled ? "enabled" : "paused")),
       h("p", {}, h("strong", {}, "Trigger: "), triggerText(automation.trigger), ` · ${automation.steps?.length ?? 0} ${automation.steps?.length === 1 ? "step" : "steps"}`,
         automation.signed ? " · signed webhooks" : "", " · ",
         h("a", { href: `#/runs?automation=${encodeURIComponent(automation.id)}` }, "its runs"), " · ",
-        h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { edit: automation.name } }, "edit")),
+        mayEdit
+          ? h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { edit: automation.name } }, "edit")
+          : h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { view: automation.name } }, "definition and versions")),
       automation.webhookUrl ? webhookBlock(automation) : null,
-      h("p", { class: "actions" }, toggle, " ", status));
+      toggle ? h("p", { class: "actions" }, toggle, " ", status) : null);
     return article;
   }
   function draw() {
@@ -1035,13 +1073,18 @@ function automationsView(ctx) {
       return;
     }
     const automations = [...ctx.data.automations.values()];
-    replace(list, automations.length === 0 ? h("p", { class: "muted" }, "No automations yet: write one with “New automation”, or send a setup to POST /api/apply.") : automations.map((automation) => card(automation)));
+    const none = ctx.may("editor")
+      ? "No automations yet: write one with “New automation”, or send a setup to POST /api/apply."
+      : "No automations yet.";
+    replace(list, automations.length === 0 ? h("p", { class: "muted" }, none) : automations.map((automation) => card(automation)));
   }
   return {
     title: "Automations",
     mount(main) {
       list = h("div", { id: "automations" });
-      main.append(heading("Automations"), h("p", {}, h("a", { href: "#/automations/new", id: "new-automation" }, "New automation")), list);
+      append(main, [heading("Automations"),
+        ctx.may("editor") ? h("p", {}, h("a", { href: "#/automations/new", id: "new-automation" }, "New automation")) : null,
+        list]);
       draw();
     },
     update(changes) {
@@ -1055,6 +1098,7 @@ function automationsView(ctx) {
 
 /** What a refused write says, for a person: the API's own sentence (an `in_use` answer names what uses it). */
 function refusal(error) {
+  if (error?.code === "forbidden") return described(error);
   if (error && error.code && error.message) return `Not done: ${error.message}`;
   return described(error);
 }
@@ -1096,6 +1140,8 @@ function reloader(ctx, said) {
 
 function groupsView(ctx) {
   let list;
+  // Every control of this page writes (editor): a viewer reads the groups and their load.
+  const mayEdit = ctx.may("editor");
   const said = h("p", { class: "status", role: "status", id: "groups-status" });
   const reloaded = reloader(ctx, said);
   function memberRow(group, member, open) {
@@ -1109,7 +1155,7 @@ function groupsView(ctx) {
       h("td", { class: "availability" }, member.available === false ? "Away" : "Available"),
       h("td", { class: "load" }, `${count} / ${member.capacity}`),
       h("td", {}, h("meter", { min: 0, max: Math.max(member.capacity, 1), value: count, high: Math.max(member.capacity, 1) * 0.8, optimum: 0, "aria-label": `${member.name}: ${count} of ${member.capacity}` })),
-      h("td", { class: "edit" }, capacity, " ",
+      mayEdit && h("td", { class: "edit" }, capacity, " ",
         writeButton("Save capacity", async () => {
           await api("PATCH", base, { capacity: Number(capacity.value) });
           return reloaded(`${member.name} now takes up to ${capacity.value} open tickets.`);
@@ -1135,8 +1181,8 @@ function groupsView(ctx) {
     return h("section", { class: "group", dataset: { group: group.name } },
       h("h2", {}, group.name, " ", h("span", { class: "muted" }, `(${group.members.length} ${group.members.length === 1 ? "member" : "members"})`)),
       group.members.length === 0 ? h("p", { class: "muted" }, "No members.") :
-        table(["Member", "Email", "Takes new work", "Open tickets / capacity", "", "Change"], group.members.map((member) => memberRow(group, member, open))),
-      smallForm(`add-member-${group.name}`, [
+        table(["Member", "Email", "Takes new work", "Open tickets / capacity", "", ...(mayEdit ? ["Change"] : [])], group.members.map((member) => memberRow(group, member, open))),
+      mayEdit && smallForm(`add-member-${group.name}`, [
         field("Name", { name: "name", required: true }),
         field("Email", { name: "email", type: "email" }),
         field("Capacity", { name: "capacity", type: "number", min: 1, value: 5, class: "narrow" }),
@@ -1146,7 +1192,7 @@ function groupsView(ctx) {
         await api("POST", `${base}/members`, body);
         return reloaded(`${values.name} joined ${group.name}.`);
       }),
-      h("p", { class: "actions" }, name, " ",
+      mayEdit && h("p", { class: "actions" }, name, " ",
         writeButton("Rename", async () => {
           await api("PATCH", base, { name: name.value });
           return reloaded(`${group.name} is now ${name.value}.`);
@@ -1160,12 +1206,12 @@ function groupsView(ctx) {
     title: "Groups",
     mount(main) {
       list = h("div", { id: "groups" });
-      const create = smallForm("new-group", [field("Name", { name: "name", required: true })], "Create group", async (values) => {
+      const create = mayEdit && smallForm("new-group", [field("Name", { name: "name", required: true })], "Create group", async (values) => {
         await api("POST", "/api/groups", { name: values.name });
         await ctx.reload();
         return `Group ${values.name} created.`;
       });
-      main.append(heading("Groups"), create, said, list);
+      append(main, [heading("Groups"), create, said, list]);
       this.update();
     },
     update() {
@@ -1202,6 +1248,8 @@ function listText(items) {
 
 function ticketTypesView(ctx) {
   let list;
+  // Every control of this page writes (editor): a viewer reads the types as text.
+  const mayEdit = ctx.may("editor");
   const said = h("p", { class: "status", role: "status", id: "types-status" });
   const reloaded = reloader(ctx, said);
   function typeSection(type) {
@@ -1209,6 +1257,13 @@ function ticketTypesView(ctx) {
     const statuses = h("input", { name: "statuses", value: listText(type.statuses ?? []), "aria-label": `Statuses of ${type.name}`, class: "wide" });
     const fields = h("input", { name: "fields", value: (type.fields ?? []).map((f) => `${f.name}:${f.type}`).join(", "), "aria-label": `Fields of ${type.name}`, class: "wide" });
     const base = `/api/ticket-types/${encodeURIComponent(type.id)}`;
+    if (!mayEdit) {
+      return h("section", { class: "ticket-type", dataset: { type: type.name } },
+        h("h2", {}, type.name),
+        h("dl", { class: "facts" },
+          h("dt", {}, "Statuses"), h("dd", {}, listText(type.statuses ?? []) || "—"),
+          h("dt", {}, "Fields"), h("dd", {}, (type.fields ?? []).map((f) => `${f.name} (${f.type})`).join(", ") || "—")));
+    }
     return h("section", { class: "ticket-type", dataset: { type: type.name } },
       h("h2", {}, type.name),
       h("p", { class: "edit" },
@@ -1231,7 +1286,7 @@ function ticketTypesView(ctx) {
     title: "Ticket types",
     mount(main) {
       list = h("div", { id: "ticket-types" });
-      const create = smallForm("new-type", [
+      const create = mayEdit && smallForm("new-type", [
         field("Name", { name: "name", required: true }),
         field("Statuses (comma-separated)", { name: "statuses", class: "wide" }),
         field("Fields (name:type, …)", { name: "fields", class: "wide", placeholder: "amount:number, note:string" }),
@@ -1244,7 +1299,7 @@ function ticketTypesView(ctx) {
         await ctx.reload();
         return `Ticket type ${values.name} created.`;
       });
-      main.append(heading("Ticket types"), create, said, list);
+      append(main, [heading("Ticket types"), create, said, list]);
       this.update();
     },
     update() {

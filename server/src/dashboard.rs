@@ -53,7 +53,7 @@ const CSS: &str = "text/css; charset=utf-8";
 const SVG: &str = "image/svg+xml";
 
 /// Every file of the page. `/` is the page itself; the rest are loaded by it.
-pub const ASSETS: [Asset; 10] = [
+pub const ASSETS: [Asset; 11] = [
     Asset {
         path: "/",
         content_type: HTML,
@@ -103,6 +103,11 @@ pub const ASSETS: [Asset; 10] = [
         path: "/assets/testpanel.js",
         content_type: JS,
         body: include_bytes!("../assets/testpanel.js"),
+    },
+    Asset {
+        path: "/assets/access.js",
+        content_type: JS,
+        body: include_bytes!("../assets/access.js"),
     },
 ];
 
