@@ -149,6 +149,13 @@ pub async fn revoke(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id: TokenId = parse_id(&id, "token")?;
+    // The entry names the token revoked (its name is read before the revocation commits).
+    if let (Some(scope), Ok(token)) = (
+        fronta_engine::audit::current(),
+        app.access().token_get(tenant.id, id).await,
+    ) {
+        scope.detail(format!("{:?}, role {}", token.name, token.role));
+    }
     let revoked = app
         .access()
         .token_revoke(tenant.id, id)
