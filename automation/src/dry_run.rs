@@ -487,6 +487,7 @@ pub fn unsaved(tenant: TenantId, automation: crate::model::Automation) -> Stored
         automation,
         webhook_token: None,
         signing_secret: None,
+        retired: Vec::new(),
         current_version: 0,
         in_flight: Default::default(),
         created_at: now,

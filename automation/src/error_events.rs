@@ -487,6 +487,7 @@ mod tests {
             automation,
             webhook_token: None,
             signing_secret: None,
+            retired: Vec::new(),
             current_version: 2,
             in_flight: crate::store::InFlight::Finish,
             created_at: now,

@@ -75,6 +75,7 @@ pub mod refs;
 pub mod restart;
 pub mod retention;
 pub mod retry;
+pub mod rotation;
 pub mod run_search;
 pub mod schedule;
 pub mod scheduler;

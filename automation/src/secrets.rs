@@ -106,6 +106,12 @@ pub struct SecretInfo {
 /// - `secrets_get` answers the sealed values of those of `names` that exist (in name
 ///   order); a missing name is simply absent.
 /// - `secret_delete` removes the secret; `NotFound` when there is none.
+/// - `secrets_page` answers every tenant's secrets after `after` (`(tenant, name)`,
+///   exclusive; `None`: from the start) in `(tenant, name)` order, at most `limit`: the
+///   walk of a re-seal ([`reseal_all`]), the port's only cross-tenant read.
+/// - `secret_reseal` replaces the sealed value of the tenant's `name` by `to` only while
+///   it still is `from` (same key version, nonce and ciphertext) and answers whether it
+///   did: a value written meanwhile is kept. `updated_at` stays (the value is the same).
 /// - Stores keep the bytes exactly as given and never log them.
 #[async_trait]
 pub trait SecretStore: Send + Sync + 'static {
@@ -122,6 +128,111 @@ pub trait SecretStore: Send + Sync + 'static {
         names: &[String],
     ) -> StoreResult<Vec<(String, SealedSecret)>>;
     async fn secret_delete(&self, tenant: TenantId, name: &str) -> StoreResult<()>;
+    async fn secrets_page(
+        &self,
+        after: Option<(TenantId, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredSecret>>;
+    async fn secret_reseal(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        from: &SealedSecret,
+        to: SealedSecret,
+    ) -> StoreResult<bool>;
+}
+
+/// One stored secret as a re-seal walks them: whose, which, and its sealed value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSecret {
+    pub tenant: TenantId,
+    pub name: String,
+    pub sealed: SealedSecret,
+}
+
+/// What a re-seal does with one stored secret ([`reseal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reseal {
+    /// Sealed with the current key already: nothing to write.
+    Current,
+    /// Opened with its old key and sealed again with the current one: write this.
+    Sealed(SealedSecret),
+    /// It cannot be opened (its key is not configured, or the value is damaged): it is
+    /// left as it is and reported.
+    Failed(SecretError),
+}
+
+/// The re-seal of one stored secret with `cipher`'s current key: nothing when it is on
+/// the current version already; else opened with its own version's key and sealed
+/// again (the value is held only for that moment).
+pub fn reseal(cipher: &dyn SecretCipher, secret: &StoredSecret) -> Reseal {
+    if secret.sealed.key_version == cipher.current_version() {
+        return Reseal::Current;
+    }
+    let sealed = cipher
+        .open(secret.tenant, &secret.name, &secret.sealed)
+        .and_then(|value| cipher.seal(secret.tenant, &secret.name, &value));
+    match sealed {
+        Ok(sealed) => Reseal::Sealed(sealed),
+        Err(err) => Reseal::Failed(err),
+    }
+}
+
+/// Where a re-seal of every stored secret stands ([`reseal_all`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResealCount {
+    /// Secrets read so far.
+    pub seen: u64,
+    /// Sealed again with the current key.
+    pub resealed: u64,
+    /// On the current key already.
+    pub current: u64,
+    /// Written meanwhile by someone else (then sealed with the current key by the
+    /// writer): left as written.
+    pub changed: u64,
+    /// Those that could not be opened: tenant, name and why (never a value).
+    pub failed: Vec<(TenantId, String, SecretError)>,
+}
+
+/// Re-seals every stored secret of every tenant with `cipher`'s current key, `batch`
+/// secrets at a time (each a compare-and-set, so it is safe while servers write
+/// secrets, and running it again does nothing more); `progress` hears the count after
+/// every batch.
+pub async fn reseal_all(
+    store: &dyn SecretStore,
+    cipher: &dyn SecretCipher,
+    batch: u32,
+    mut progress: impl FnMut(&ResealCount),
+) -> StoreResult<ResealCount> {
+    let mut count = ResealCount::default();
+    let mut after = None;
+    loop {
+        let page = store.secrets_page(after.clone(), batch.max(1)).await?;
+        let Some(last) = page.last() else {
+            return Ok(count);
+        };
+        after = Some((last.tenant, last.name.clone()));
+        for secret in &page {
+            count.seen += 1;
+            match reseal(cipher, secret) {
+                Reseal::Current => count.current += 1,
+                Reseal::Sealed(sealed) => {
+                    if store
+                        .secret_reseal(secret.tenant, &secret.name, &secret.sealed, sealed)
+                        .await?
+                    {
+                        count.resealed += 1;
+                    } else {
+                        count.changed += 1;
+                    }
+                }
+                Reseal::Failed(err) => {
+                    count.failed.push((secret.tenant, secret.name.clone(), err));
+                }
+            }
+        }
+        progress(&count);
+    }
 }
 
 /// Why a secret could not be sealed or opened. Messages never hold a value.

@@ -65,6 +65,10 @@ pub struct StoredAutomation {
     /// Standard Webhooks signing secret, when the tenant asked for signatures.
     #[serde(skip)]
     pub signing_secret: Option<String>,
+    /// Old webhook tokens and signing secrets kept after a rotation, with their expiry
+    /// ([`crate::rotation`]); an expired one may still be listed until a store drops it.
+    #[serde(skip)]
+    pub retired: Vec<crate::rotation::Retired>,
     /// The newest version (see [`crate::versions`]): what new runs are pinned to.
     pub current_version: u32,
     /// While paused: what runs already in flight do ([`InFlight`]).
@@ -191,10 +195,31 @@ pub trait AutomationStore: Send + Sync + 'static {
         version: u32,
     ) -> StoreResult<Version>;
     async fn automation_delete(&self, tenant: TenantId, id: AutomationId) -> StoreResult<()>;
+    /// The webhook automation whose current token is `token`, or whose retired one is
+    /// `token` and still in its grace period at the store's now
+    /// ([`crate::rotation::answers_token`]).
     async fn automation_by_webhook_token(
         &self,
         token: &str,
     ) -> StoreResult<Option<StoredAutomation>>;
+    /// A new webhook token for the tenant's automation `id`; the old one stays valid for
+    /// `grace` ([`crate::rotation::rotate_webhook`]). Expired retired values of the
+    /// automation are dropped in the same write.
+    async fn automation_rotate_webhook(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        grace: TimeDelta,
+    ) -> StoreResult<StoredAutomation>;
+    /// `secret` becomes the signing secret of the tenant's automation `id`; the old one
+    /// keeps verifying for `overlap` ([`crate::rotation::rotate_signing_secret`]).
+    async fn automation_rotate_signing_secret(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        overlap: TimeDelta,
+        secret: String,
+    ) -> StoreResult<StoredAutomation>;
     async fn automations_for_event(
         &self,
         tenant: TenantId,
@@ -289,6 +314,8 @@ pub struct AutomationColumns {
     /// The `webhook_token` column, kept whatever the trigger now is.
     pub webhook_token: Option<String>,
     pub signing_secret: Option<String>,
+    /// The automation's rows of `automation_retired` ([`crate::rotation::parse_retired`]).
+    pub retired: Vec<crate::rotation::Retired>,
     /// The `current_version` column.
     pub current_version: u32,
     /// The `in_flight` column (`finish`, `hold`).
@@ -314,6 +341,7 @@ impl From<AutomationColumns> for StoredAutomation {
             automation,
             webhook_token,
             signing_secret: columns.signing_secret,
+            retired: columns.retired,
             current_version: columns.current_version,
             in_flight: columns.in_flight,
             created_at: columns.created_at,
@@ -763,6 +791,7 @@ mod tests {
             enabled: false,
             webhook_token: Some("wh_kept".into()),
             signing_secret: None,
+            retired: Vec::new(),
             current_version: 1,
             in_flight: InFlight::Finish,
             created_at: at(0),
@@ -784,6 +813,7 @@ mod tests {
             enabled: true,
             webhook_token: None,
             signing_secret: None,
+            retired: Vec::new(),
             current_version: 2,
             in_flight: InFlight::Finish,
             created_at: at(0),

@@ -117,6 +117,22 @@ impl SecretStore for Secrets {
             })
             .collect())
     }
+    async fn secrets_page(
+        &self,
+        _after: Option<(TenantId, String)>,
+        _limit: u32,
+    ) -> StoreResult<Vec<fronta_automation::secrets::StoredSecret>> {
+        Ok(Vec::new())
+    }
+    async fn secret_reseal(
+        &self,
+        _tenant: TenantId,
+        _name: &str,
+        _from: &SealedSecret,
+        _to: SealedSecret,
+    ) -> StoreResult<bool> {
+        Ok(false)
+    }
     async fn secret_delete(&self, _tenant: TenantId, _name: &str) -> StoreResult<()> {
         Ok(())
     }

@@ -18,12 +18,17 @@
 //!
 //! Left out, as on SQLite: validating the step tree (the caller runs
 //! `fronta_automation::validate` before saving), hashing webhook tokens (the token is
-//! shown again in the webhook URL), rotating tokens or signing secrets.
+//! shown again in the webhook URL).
+//!
+//! Rotations (`fronta_automation::rotation`) keep the old token or secret in
+//! `automation_retired` with its expiry; every read of an automation carries its rows
+//! (one subquery of `columns!`); a rotation drops the automation's expired ones.
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use fronta_automation::Automation;
 use fronta_automation::refs::{self, Kind, Ref, Target};
+use fronta_automation::rotation::{self, Rotation};
 use fronta_automation::setup::{SetupApplied, SetupFailure, SetupPlan, Write, Written};
 use fronta_automation::store::{
     AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
@@ -47,7 +52,10 @@ use crate::schema::GUARD_LOCK_CLASS;
 macro_rules! columns {
     () => {
         "id, tenant, definition, enabled, webhook_token, signing_secret, created_at, updated_at, \
-         current_version, in_flight"
+         current_version, in_flight, \
+         (SELECT coalesce(json_agg(json_build_array(r.kind, r.value, \
+             (extract(epoch FROM r.expires_at) * 1000)::bigint)), '[]')::text \
+          FROM automation_retired r WHERE r.automation = automations.id)"
     };
 }
 
@@ -61,6 +69,7 @@ fn automation_of(row: &PgRow) -> DeskSql<StoredAutomation> {
             enabled: row.try_get(3)?,
             webhook_token: row.try_get(4)?,
             signing_secret: row.try_get(5)?,
+            retired: rotation::parse_retired(row.try_get::<Option<&str>, _>(10)?),
             current_version: u32::try_from(row.try_get::<i32, _>(8)?).unwrap_or(1),
             in_flight: InFlight::parse(row.try_get::<&str, _>(9)?),
             created_at: row.try_get(6)?,
@@ -332,6 +341,61 @@ async fn stored_token(
     .await
     .map_err(sql_err)?;
     found.ok_or(DeskError::NotFound(names::AUTOMATION))
+}
+
+/// A rotation of the tenant's automation `id` in the caller's transaction: read it
+/// locked, plan with `plan` at the store's now, drop its expired retired values, keep
+/// the old one the plan retires, and write the new value in `column` (`webhook_token` or
+/// `signing_secret`).
+async fn rotate(
+    db: &mut Db<'_>,
+    tenant: TenantId,
+    id: AutomationId,
+    column: &'static str,
+    plan: impl FnOnce(&StoredAutomation, DateTime<Utc>) -> DeskSql<Rotation>,
+) -> DeskSql<StoredAutomation> {
+    let stored = get(db, tenant, id, true).await?;
+    let now = db.now().await?;
+    let rotation = plan(&stored, now)?;
+    sqlx::query("DELETE FROM automation_retired WHERE automation = $1 AND expires_at <= $2")
+        .bind(id.0)
+        .bind(rotation.drop_before)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+    if let Some(retired) = &rotation.retire {
+        sqlx::query(
+            "INSERT INTO automation_retired (automation, tenant, kind, value, expires_at) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (automation, kind, value) \
+             DO UPDATE SET expires_at = greatest(automation_retired.expires_at, \
+             excluded.expires_at)",
+        )
+        .bind(id.0)
+        .bind(tenant.0)
+        .bind(retired.kind.as_str())
+        .bind(&retired.value)
+        .bind(retired.expires_at)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?;
+    }
+    let written = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE automations SET {column} = $3, updated_at = $4 WHERE tenant = $1 AND id = $2 \
+         RETURNING {}",
+        columns!()
+    )))
+    .bind(tenant.0)
+    .bind(id.0)
+    .bind(&rotation.new_value)
+    .bind(now)
+    .fetch_optional(db.c())
+    .await
+    .map_err(sql_err)?;
+    written
+        .as_ref()
+        .map(automation_of)
+        .transpose()?
+        .ok_or(DeskError::NotFound(names::AUTOMATION))
 }
 
 /// Write `row` over the tenant's automation `id`, with `updated_at = now`, and read the
@@ -756,7 +820,59 @@ impl AutomationStore for PgStore {
         .fetch_optional(db.c())
         .await
         .map_err(sql_err)?;
-        row.as_ref().map(automation_of).transpose()
+        if let Some(row) = row {
+            return automation_of(&row).map(Some);
+        }
+        // An old token, kept by a rotation: found while its grace lasts.
+        let row = sqlx::query(concat!(
+            "SELECT ",
+            columns!(),
+            " FROM automations WHERE trigger_kind = 'webhook' AND id = \
+             (SELECT automation FROM automation_retired \
+              WHERE value = $1 AND kind = 'webhook' LIMIT 1)"
+        ))
+        .bind(token)
+        .fetch_optional(db.c())
+        .await
+        .map_err(sql_err)?;
+        let Some(stored) = row.as_ref().map(automation_of).transpose()? else {
+            return Ok(None);
+        };
+        let now = db.now().await?;
+        Ok(rotation::answers_token(&stored, token, now).then_some(stored))
+    }
+
+    async fn automation_rotate_webhook(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        grace: TimeDelta,
+    ) -> StoreResult<StoredAutomation> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let stored = rotate(&mut db, tenant, id, "webhook_token", |stored, now| {
+            rotation::rotate_webhook(stored, now, grace, mint_webhook_token)
+        })
+        .await?;
+        self.desk_commit(tx).await?;
+        Ok(stored)
+    }
+
+    async fn automation_rotate_signing_secret(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        overlap: TimeDelta,
+        secret: String,
+    ) -> StoreResult<StoredAutomation> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let stored = rotate(&mut db, tenant, id, "signing_secret", |stored, now| {
+            rotation::rotate_signing_secret(stored, now, overlap, secret)
+        })
+        .await?;
+        self.desk_commit(tx).await?;
+        Ok(stored)
     }
 
     async fn automations_for_event(

@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "named tokens with roles, admin tokens, the audit log",
         ACCESS_V23,
     ),
+    (
+        24,
+        "retired webhook tokens and signing secrets",
+        RETIRED_V24,
+    ),
 ];
 
 /// Named tenant tokens with roles, the operator's admin tokens and the audit log, like
@@ -683,6 +688,22 @@ CREATE TRIGGER desk_member_open_delete AFTER DELETE ON desk_tickets
 /// runs, beating by the database clock; each running run names the process that holds
 /// it, so a dead process's runs are found and released at once (the partial index covers
 /// running runs only).
+/// Old webhook tokens and signing secrets an automation keeps after a rotation, each
+/// valid until `expires_at` (`fronta_automation::rotation`). A webhook lookup by an old
+/// token goes through `automation_retired_value`; an automation's rows are read with it
+/// (the primary key) and go with it.
+const RETIRED_V24: &str = r#"
+CREATE TABLE automation_retired (
+    automation  uuid        NOT NULL REFERENCES automations (id) ON DELETE CASCADE,
+    tenant      uuid        NOT NULL,
+    kind        text        NOT NULL,
+    value       text        NOT NULL,
+    expires_at  timestamptz NOT NULL,
+    PRIMARY KEY (automation, kind, value)
+);
+CREATE INDEX automation_retired_value ON automation_retired (value);
+"#;
+
 const PROCESSES_V22: &str = r#"
 CREATE TABLE processes (
     id            uuid        PRIMARY KEY,

@@ -4,7 +4,7 @@
 //! one).
 
 use async_trait::async_trait;
-use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore};
+use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore, StoredSecret};
 use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_desk::{DeskError, TenantId};
 use sqlx::Row;
@@ -120,5 +120,71 @@ impl SecretStore for PgStore {
             .rows_affected();
         deleted(rows, names::SECRET)?;
         self.desk_commit(tx).await
+    }
+
+    async fn secrets_page(
+        &self,
+        after: Option<(TenantId, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredSecret>> {
+        let (tenant, name) = after.unwrap_or((TenantId(uuid::Uuid::nil()), String::new()));
+        let mut conn = self.desk_connection().await?;
+        let mut db = Db::new(&mut conn, self);
+        let rows = sqlx::query(
+            "SELECT tenant, name, key_version, nonce, ciphertext FROM secrets \
+             WHERE (tenant, name) > ($1, $2) ORDER BY tenant, name LIMIT $3",
+        )
+        .bind(tenant.0)
+        .bind(name)
+        .bind(i64::from(limit))
+        .fetch_all(db.c())
+        .await
+        .map_err(sql_err)?;
+        rows.iter()
+            .map(|row| {
+                let version: i32 = row.try_get("key_version").map_err(sql_err)?;
+                Ok(StoredSecret {
+                    tenant: TenantId(row.try_get("tenant").map_err(sql_err)?),
+                    name: row.try_get("name").map_err(sql_err)?,
+                    sealed: SealedSecret {
+                        key_version: u32::try_from(version).map_err(|_| {
+                            DeskError::Internal(format!("key version {version} out of range"))
+                        })?,
+                        nonce: row.try_get("nonce").map_err(sql_err)?,
+                        ciphertext: row.try_get("ciphertext").map_err(sql_err)?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    async fn secret_reseal(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        from: &SealedSecret,
+        to: SealedSecret,
+    ) -> StoreResult<bool> {
+        let mut tx = self.desk_begin().await?;
+        let mut db = Db::new(&mut tx, self);
+        let rows = sqlx::query(
+            "UPDATE secrets SET key_version = $3, nonce = $4, ciphertext = $5 \
+             WHERE tenant = $1 AND name = $2 AND key_version = $6 AND nonce = $7 \
+             AND ciphertext = $8",
+        )
+        .bind(tenant.0)
+        .bind(name)
+        .bind(version_column(to.key_version)?)
+        .bind(to.nonce)
+        .bind(to.ciphertext)
+        .bind(version_column(from.key_version)?)
+        .bind(&from.nonce)
+        .bind(&from.ciphertext)
+        .execute(db.c())
+        .await
+        .map_err(sql_err)?
+        .rows_affected();
+        self.desk_commit(tx).await?;
+        Ok(rows == 1)
     }
 }

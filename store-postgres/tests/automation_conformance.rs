@@ -85,6 +85,19 @@ impl AutomationStoreFactory for PgAutomationFactory {
         )
     }
 
+    async fn open_automations_at(
+        &self,
+        clock: ManualClock,
+    ) -> (Arc<dyn AutomationStore>, Arc<dyn DeskStore>) {
+        let database = TestDb::create().await;
+        let store = database.store(Some(Arc::new(clock))).await;
+        self.databases
+            .lock()
+            .expect("databases lock")
+            .push(database);
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
     async fn open_limits(
         &self,
         clock: ManualClock,

@@ -16,15 +16,19 @@
 //! the guard counts the runs admitted in `(now - window, now]` and later; deleting an
 //! automation deletes its guard rows and its poll cursor.
 //!
+//! Rotations (`fronta_automation::rotation`) keep the old token or secret in
+//! `automation_retired` with its expiry; every read of an automation carries its rows
+//! (one subquery of [`COLUMNS`]); a rotation drops the automation's expired ones.
+//!
 //! Left out: validating the step tree (the caller runs `fronta_automation::validate`
 //! before saving), hashing webhook tokens (the token is shown again in the webhook URL, so
-//! it must be readable), and rotating tokens or signing secrets (the port has no call for
-//! it yet).
+//! it must be readable).
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use fronta_automation::Automation;
 use fronta_automation::refs::{self, Kind, Ref, Target};
+use fronta_automation::rotation::{self, Rotation};
 use fronta_automation::setup::{SetupApplied, SetupFailure, SetupPlan, Write, Written};
 use fronta_automation::store::{
     AutomationColumns, AutomationId, AutomationRow, AutomationStore, Current, Enable,
@@ -44,7 +48,9 @@ use crate::desk::{
 };
 
 const COLUMNS: &str = "id, tenant, definition, enabled, webhook_token, signing_secret, \
-     created_at, updated_at, current_version, in_flight";
+     created_at, updated_at, current_version, in_flight, \
+     (SELECT json_group_array(json_array(r.kind, r.value, r.expires_at)) \
+      FROM automation_retired r WHERE r.automation = automations.id)";
 
 /// A row of [`COLUMNS`] as a saved automation.
 fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
@@ -58,6 +64,7 @@ fn automation_of(row: &Row<'_>) -> rusqlite::Result<StoredAutomation> {
         enabled: row.get::<_, i64>(3)? != 0,
         webhook_token: row.get(4)?,
         signing_secret: row.get(5)?,
+        retired: rotation::parse_retired(row.get::<_, Option<String>>(10)?.as_deref()),
         current_version: row.get(8)?,
         in_flight: InFlight::parse(&row.get::<_, String>(9)?),
         created_at: instant(row.get(6)?),
@@ -318,6 +325,56 @@ fn write_row(
                 row.in_flight.as_str(),
                 row.refs_json(),
             ],
+            automation_of,
+        )
+        .optional()
+    })
+    .map_err(sql_err)?
+    .ok_or(DeskError::NotFound(names::AUTOMATION))
+}
+
+/// A rotation of the tenant's automation `id` in one job: read it, plan with `plan` at
+/// `now`, drop its expired retired values, keep the old one the plan retires, and write
+/// the new value in `column` (`webhook_token` or `signing_secret`).
+fn rotate(
+    conn: &Connection,
+    tenant: TenantId,
+    id: AutomationId,
+    now: i64,
+    column: &str,
+    plan: impl FnOnce(&StoredAutomation, DateTime<Utc>) -> DeskSql<Rotation>,
+) -> DeskSql<StoredAutomation> {
+    let stored = get(conn, tenant, id)?;
+    let rotation = plan(&stored, instant(now))?;
+    conn.prepare_cached(
+        "DELETE FROM automation_retired WHERE automation = ?1 AND expires_at <= ?2",
+    )
+    .and_then(|mut stmt| stmt.execute(params![key(&id.0), rotation.drop_before.timestamp_millis()]))
+    .map_err(sql_err)?;
+    if let Some(retired) = &rotation.retire {
+        conn.prepare_cached(
+            "INSERT INTO automation_retired (automation, tenant, kind, value, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (automation, kind, value) \
+             DO UPDATE SET expires_at = max(expires_at, excluded.expires_at)",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                key(&id.0),
+                key(&tenant.0),
+                retired.kind.as_str(),
+                retired.value,
+                retired.expires_at.timestamp_millis(),
+            ])
+        })
+        .map_err(sql_err)?;
+    }
+    conn.prepare_cached(&format!(
+        "UPDATE automations SET {column} = ?3, updated_at = ?4 WHERE tenant = ?1 AND id = ?2 \
+         RETURNING {COLUMNS}"
+    ))
+    .and_then(|mut stmt| {
+        stmt.query_row(
+            params![key(&tenant.0), key(&id.0), rotation.new_value, now],
             automation_of,
         )
         .optional()
@@ -684,13 +741,57 @@ impl AutomationStore for SqliteStore {
         let Some(token) = webhook_lookup(token).map(str::to_owned) else {
             return Ok(None);
         };
+        let now = self.inner.config.clock.now();
         self.desk_read(move |conn| {
-            conn.prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM automations \
-                 WHERE webhook_token = ?1 AND trigger_kind = 'webhook'"
-            ))
-            .and_then(|mut stmt| stmt.query_row([&token], automation_of).optional())
-            .map_err(sql_err)
+            let current = conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM automations \
+                     WHERE webhook_token = ?1 AND trigger_kind = 'webhook'"
+                ))
+                .and_then(|mut stmt| stmt.query_row([&token], automation_of).optional())
+                .map_err(sql_err)?;
+            if current.is_some() {
+                return Ok(current);
+            }
+            // An old token, kept by a rotation: found while its grace lasts.
+            let retired = conn
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM automations WHERE trigger_kind = 'webhook' AND id = \
+                     (SELECT automation FROM automation_retired \
+                      WHERE value = ?1 AND kind = 'webhook' LIMIT 1)"
+                ))
+                .and_then(|mut stmt| stmt.query_row([&token], automation_of).optional())
+                .map_err(sql_err)?;
+            Ok(retired.filter(|stored| rotation::answers_token(stored, &token, now)))
+        })
+        .await
+    }
+
+    async fn automation_rotate_webhook(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        grace: TimeDelta,
+    ) -> StoreResult<StoredAutomation> {
+        self.desk_write(move |conn, now| {
+            rotate(conn, tenant, id, now, "webhook_token", |stored, now| {
+                rotation::rotate_webhook(stored, now, grace, mint_webhook_token)
+            })
+        })
+        .await
+    }
+
+    async fn automation_rotate_signing_secret(
+        &self,
+        tenant: TenantId,
+        id: AutomationId,
+        overlap: TimeDelta,
+        secret: String,
+    ) -> StoreResult<StoredAutomation> {
+        self.desk_write(move |conn, now| {
+            rotate(conn, tenant, id, now, "signing_secret", |stored, now| {
+                rotation::rotate_signing_secret(stored, now, overlap, secret)
+            })
         })
         .await
     }

@@ -35,6 +35,11 @@ pub const MIGRATIONS: &[(i64, &str, &str)] = &[
         "named tokens with roles, admin tokens, the audit log",
         ACCESS_V20,
     ),
+    (
+        21,
+        "retired webhook tokens and signing secrets",
+        RETIRED_V21,
+    ),
 ];
 
 /// Capacity as a cap (`fronta_desk::plan::assign_least_busy`): a member's `available`
@@ -547,6 +552,22 @@ CREATE TABLE audit_log (
 );
 CREATE INDEX audit_log_tenant ON audit_log (tenant, at, id);
 CREATE INDEX audit_log_at ON audit_log (at, id);
+"#;
+
+/// Old webhook tokens and signing secrets an automation keeps after a rotation, each
+/// valid until `expires_at` (Unix milliseconds; `fronta_automation::rotation`). A webhook
+/// lookup by an old token goes through `automation_retired_value`; an automation's rows
+/// are read with it (the primary key) and go with it.
+const RETIRED_V21: &str = r#"
+CREATE TABLE automation_retired (
+    automation  BLOB    NOT NULL REFERENCES automations (id) ON DELETE CASCADE,
+    tenant      BLOB    NOT NULL,
+    kind        TEXT    NOT NULL,
+    value       TEXT    NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (automation, kind, value)
+);
+CREATE INDEX automation_retired_value ON automation_retired (value);
 "#;
 
 /// Apply the migrations this database lacks. Returns the versions applied now.

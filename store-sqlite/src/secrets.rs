@@ -4,13 +4,13 @@
 //! every other write; `updated_at` is the store clock's now.
 
 use async_trait::async_trait;
-use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore};
+use fronta_automation::secrets::{SealedSecret, SecretInfo, SecretStore, StoredSecret};
 use fronta_automation::store::{StoreResult, deleted, names};
 use fronta_desk::TenantId;
 use rusqlite::{Row, params};
 
 use crate::SqliteStore;
-use crate::desk::{instant, key, many, sql_err, tenant_exists};
+use crate::desk::{instant, key, many, sql_err, tenant_exists, uuid_at};
 
 fn info_of(row: &Row<'_>) -> rusqlite::Result<SecretInfo> {
     Ok(SecretInfo {
@@ -114,6 +114,68 @@ impl SecretStore for SqliteStore {
                 .and_then(|mut stmt| stmt.execute(params![key(&tenant.0), name]))
                 .map_err(sql_err)?;
             deleted(rows as u64, names::SECRET)
+        })
+        .await
+    }
+
+    async fn secrets_page(
+        &self,
+        after: Option<(TenantId, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<StoredSecret>> {
+        let (tenant, name) = after.unwrap_or((TenantId(uuid::Uuid::nil()), String::new()));
+        self.desk_read(move |conn| {
+            many(
+                conn,
+                "SELECT tenant, name, key_version, nonce, ciphertext FROM secrets \
+                 WHERE (tenant, name) > (?1, ?2) ORDER BY tenant, name LIMIT ?3",
+                params![key(&tenant.0), name, limit],
+                |row| {
+                    Ok(StoredSecret {
+                        tenant: TenantId(uuid_at(row, 0)?),
+                        name: row.get(1)?,
+                        sealed: SealedSecret {
+                            key_version: row.get(2)?,
+                            nonce: row.get(3)?,
+                            ciphertext: row.get(4)?,
+                        },
+                    })
+                },
+            )
+        })
+        .await
+    }
+
+    async fn secret_reseal(
+        &self,
+        tenant: TenantId,
+        name: &str,
+        from: &SealedSecret,
+        to: SealedSecret,
+    ) -> StoreResult<bool> {
+        let name = name.to_owned();
+        let from = from.clone();
+        self.desk_write(move |conn, _| {
+            let rows = conn
+                .prepare_cached(
+                    "UPDATE secrets SET key_version = ?3, nonce = ?4, ciphertext = ?5 \
+                     WHERE tenant = ?1 AND name = ?2 AND key_version = ?6 AND nonce = ?7 \
+                     AND ciphertext = ?8",
+                )
+                .and_then(|mut stmt| {
+                    stmt.execute(params![
+                        key(&tenant.0),
+                        name,
+                        to.key_version,
+                        to.nonce,
+                        to.ciphertext,
+                        from.key_version,
+                        from.nonce,
+                        from.ciphertext,
+                    ])
+                })
+                .map_err(sql_err)?;
+            Ok(rows == 1)
         })
         .await
     }

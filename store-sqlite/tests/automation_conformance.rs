@@ -80,6 +80,18 @@ impl AutomationStoreFactory for SqliteAutomationFactory {
         )
     }
 
+    async fn open_automations_at(
+        &self,
+        clock: ManualClock,
+    ) -> (Arc<dyn AutomationStore>, Arc<dyn DeskStore>) {
+        let dir = TempDir::new().expect("a temporary directory");
+        let mut config = SqliteConfig::new(dir.path().join("fronta.db"));
+        config.clock = Arc::new(clock);
+        let store = SqliteStore::open(config).expect("a fresh SQLite store opens");
+        self.dirs.lock().expect("dirs lock").push(dir);
+        (Arc::new(store.clone()), Arc::new(store))
+    }
+
     async fn open_limits(
         &self,
         clock: ManualClock,

@@ -26,12 +26,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use fronta_automation::Automation;
+use fronta_automation::rotation::{self, RetiredKind};
 use fronta_automation::store::{
     AutomationId, AutomationStore, Listener, StoredAutomation, TicketEventSink,
 };
 use fronta_desk::store::{TicketChange, TicketEvent, TicketEventKind, TicketFilter, TicketUpsert};
 use fronta_desk::{DeskError, DeskStore, Origin, TenantId, Ticket, TicketId};
-use fronta_engine::{NewRun, RunFilter, RunId, RunStatus, RunStore};
+use fronta_engine::{Clock, ManualClock, NewRun, RunFilter, RunId, RunStatus, RunStore};
 use serde_json::{Value, json};
 
 use crate::AutomationStoreFactory;
@@ -61,6 +62,19 @@ struct Env {
 impl Env {
     async fn open(factory: &dyn AutomationStoreFactory) -> Self {
         let (automations, desk) = factory.open_automations().await;
+        let (acme, _) = desk.tenant_create("Acme").await.expect("tenant Acme");
+        let (globex, _) = desk.tenant_create("Globex").await.expect("tenant Globex");
+        Self {
+            automations,
+            desk,
+            acme: acme.id,
+            globex: globex.id,
+        }
+    }
+
+    /// As [`Env::open`], on a store whose clock is `clock`.
+    async fn open_at(factory: &dyn AutomationStoreFactory, clock: ManualClock) -> Self {
+        let (automations, desk) = factory.open_automations_at(clock).await;
         let (acme, _) = desk.tenant_create("Acme").await.expect("tenant Acme");
         let (globex, _) = desk.tenant_create("Globex").await.expect("tenant Globex");
         Self {
@@ -851,6 +865,198 @@ pub async fn webhook_automation_gets_a_random_unguessable_token_and_others_none(
 /// The token survives updates, pausing, and a trigger that changes away (while it is not
 /// a webhook the automation shows no token and the token finds nothing) and back (the
 /// same token again). An automation that becomes a webhook gets a token then, kept after.
+/// A rotation gives a new token; the old one still finds the automation (with the new
+/// token and the old one listed with its expiry) until the grace ends, then nothing — on
+/// the store's clock. A grace of 0 stops the old token at once; a manual automation has
+/// no URL to rotate; another tenant's automation answers like an unknown one; a delete
+/// takes the old tokens with it.
+pub async fn a_rotated_webhook_token_answers_for_its_grace_then_finds_nothing(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let start = Utc
+        .with_ymd_and_hms(2026, 3, 1, 12, 0, 0)
+        .single()
+        .expect("a time");
+    let clock = ManualClock::new(start);
+    let env = Env::open_at(factory, clock.clone()).await;
+    let orders = env.create(env.acme, webhook("orders")).await;
+    let first = orders.webhook_token.clone().expect("a token");
+
+    let rotated = env
+        .automations
+        .automation_rotate_webhook(env.acme, orders.id, chrono::TimeDelta::seconds(2))
+        .await
+        .expect("rotated");
+    let second = rotated.webhook_token.clone().expect("a new token");
+    assert_ne!(second, first, "a new token");
+    let listed: Vec<_> = rotation::still_valid(&rotated, RetiredKind::Webhook, start).collect();
+    assert_eq!(listed.len(), 1, "the old token is listed");
+    assert_eq!(listed[0].value, first, "the old token");
+    assert_eq!(
+        listed[0].expires_at,
+        start + chrono::TimeDelta::seconds(2),
+        "until now + grace"
+    );
+    assert_eq!(
+        env.get(env.acme, orders.id).await.retired,
+        rotated.retired,
+        "a read shows the same"
+    );
+    for token in [&first, &second] {
+        let found = env.by_token(token).await.expect("found in the grace");
+        assert_eq!(found.id, orders.id, "the same automation");
+        assert_eq!(
+            found.webhook_token.as_deref(),
+            Some(second.as_str()),
+            "answering its current token"
+        );
+    }
+
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(env.by_token(&first).await, None, "the grace is over");
+    assert_eq!(
+        env.by_token(&second).await.map(|found| found.id),
+        Some(orders.id),
+        "the new token stays"
+    );
+
+    let third = env
+        .automations
+        .automation_rotate_webhook(env.acme, orders.id, chrono::TimeDelta::zero())
+        .await
+        .expect("rotated at once");
+    assert!(
+        third.retired.is_empty(),
+        "grace 0 keeps nothing, and the expired row is gone"
+    );
+    assert_eq!(
+        env.by_token(&second).await,
+        None,
+        "grace 0: the old token stops at once"
+    );
+    let third_token = third.webhook_token.clone().expect("a token");
+    assert!(
+        env.by_token(&third_token).await.is_some(),
+        "the newest works"
+    );
+
+    let hand = env.create(env.acme, manual("hand")).await;
+    let refused = env
+        .automations
+        .automation_rotate_webhook(env.acme, hand.id, chrono::TimeDelta::zero())
+        .await
+        .expect_err("a manual automation has no URL");
+    assert!(matches!(refused, DeskError::Conflict(_)), "{refused:?}");
+    assert_eq!(
+        env.automations
+            .automation_rotate_webhook(env.globex, orders.id, chrono::TimeDelta::zero())
+            .await,
+        Err(DeskError::NotFound("automation")),
+        "another tenant's automation answers like an unknown one"
+    );
+
+    let kept = env
+        .automations
+        .automation_rotate_webhook(env.acme, orders.id, chrono::TimeDelta::days(7))
+        .await
+        .expect("rotated for a week");
+    assert!(env.by_token(&third_token).await.is_some(), "in its week");
+    env.automations
+        .automation_delete(env.acme, orders.id)
+        .await
+        .expect("deleted");
+    assert_eq!(
+        env.by_token(&third_token).await,
+        None,
+        "gone with its automation"
+    );
+    let newest = kept.webhook_token.expect("a token");
+    assert_eq!(env.by_token(&newest).await, None, "and its current token");
+}
+
+/// A signing secret rotation keeps the old secret with its overlap's end; both are the
+/// ones [`rotation::signing_secrets`] verifies with until then, only the new after. An
+/// unsigned automation has no secret to rotate, and a refused rotation changes nothing.
+pub async fn a_rotated_signing_secret_is_kept_for_its_overlap_and_refusals_change_nothing(
+    factory: &dyn AutomationStoreFactory,
+) {
+    let start = Utc
+        .with_ymd_and_hms(2026, 3, 1, 12, 0, 0)
+        .single()
+        .expect("a time");
+    let clock = ManualClock::new(start);
+    let env = Env::open_at(factory, clock.clone()).await;
+    let signed = env
+        .automations
+        .automation_create(
+            env.acme,
+            webhook("signed"),
+            Some("whsec_old".into()),
+            fronta_automation::versions::BY_TENANT,
+        )
+        .await
+        .expect("created");
+    let rotated = env
+        .automations
+        .automation_rotate_signing_secret(
+            env.acme,
+            signed.id,
+            chrono::TimeDelta::seconds(60),
+            "whsec_new".into(),
+        )
+        .await
+        .expect("rotated");
+    assert_eq!(rotated.signing_secret.as_deref(), Some("whsec_new"));
+    assert_eq!(
+        rotated.webhook_token, signed.webhook_token,
+        "the URL is untouched"
+    );
+    let found = env
+        .by_token(signed.webhook_token.as_deref().expect("a token"))
+        .await
+        .expect("found by its token");
+    assert_eq!(
+        rotation::signing_secrets(&found, clock.now()),
+        ["whsec_new", "whsec_old"],
+        "both verify in the overlap"
+    );
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(
+        rotation::signing_secrets(&env.get(env.acme, signed.id).await, clock.now()),
+        ["whsec_new"],
+        "only the new one after it"
+    );
+
+    let again = env
+        .automations
+        .automation_rotate_signing_secret(
+            env.acme,
+            signed.id,
+            chrono::TimeDelta::zero(),
+            "whsec_new".into(),
+        )
+        .await
+        .expect_err("the same secret again");
+    assert!(matches!(again, DeskError::Invalid(_)), "{again:?}");
+    let plain = env.create(env.acme, webhook("plain")).await;
+    let refused = env
+        .automations
+        .automation_rotate_signing_secret(
+            env.acme,
+            plain.id,
+            chrono::TimeDelta::zero(),
+            "whsec_x".into(),
+        )
+        .await
+        .expect_err("nothing to rotate");
+    assert!(matches!(refused, DeskError::Conflict(_)), "{refused:?}");
+    assert_eq!(
+        env.get(env.acme, plain.id).await.signing_secret,
+        None,
+        "still unsigned"
+    );
+}
+
 pub async fn webhook_token_is_kept_across_updates_also_when_the_trigger_changes_away_and_back(
     factory: &dyn AutomationStoreFactory,
 ) {
@@ -1870,6 +2076,184 @@ fn sealed(version: u32, fill: u8) -> fronta_automation::secrets::SealedSecret {
 
 /// Put creates or replaces, list shows names and versions only (by name), get answers
 /// the bytes as given for the names that exist, delete removes (and says when nothing).
+/// A toy cipher for the re-seal cases: "sealing" stores the value's bytes behind the
+/// version; it opens only the versions it is given. Enough to see which key a value is on.
+struct VersionCipher {
+    current: u32,
+    known: Vec<u32>,
+}
+
+impl fronta_automation::secrets::SecretCipher for VersionCipher {
+    fn seal(
+        &self,
+        _tenant: TenantId,
+        name: &str,
+        value: &str,
+    ) -> Result<fronta_automation::secrets::SealedSecret, fronta_automation::secrets::SecretError>
+    {
+        Ok(fronta_automation::secrets::SealedSecret {
+            key_version: self.current,
+            nonce: name.as_bytes().to_vec(),
+            ciphertext: format!("{}:{value}", self.current).into_bytes(),
+        })
+    }
+
+    fn open(
+        &self,
+        _tenant: TenantId,
+        _name: &str,
+        sealed: &fronta_automation::secrets::SealedSecret,
+    ) -> Result<String, fronta_automation::secrets::SecretError> {
+        if !self.known.contains(&sealed.key_version) {
+            return Err(fronta_automation::secrets::SecretError::UnknownKeyVersion(
+                sealed.key_version,
+            ));
+        }
+        let text = String::from_utf8(sealed.ciphertext.clone()).unwrap_or_default();
+        let (_, value) = text.split_once(':').unwrap_or(("", ""));
+        Ok(value.to_owned())
+    }
+
+    fn current_version(&self) -> u32 {
+        self.current
+    }
+}
+
+/// `secrets_page` walks every tenant's secrets in `(tenant, name)` order; `secret_reseal`
+/// replaces a value only while it is still the one read; [`reseal_all`] re-seals every
+/// value on an older key in batches, counts, keeps what it cannot open and, run again,
+/// finds everything current — after which the old key is not needed to open anything.
+///
+/// [`reseal_all`]: fronta_automation::secrets::reseal_all
+pub async fn secrets_are_resealed_with_the_current_key_in_batches_and_again_changes_nothing(
+    factory: &dyn AutomationStoreFactory,
+) {
+    use fronta_automation::secrets::{SecretCipher, reseal_all};
+    let (secrets, desk) = factory.open_secrets().await;
+    let old = VersionCipher {
+        current: 1,
+        known: vec![1],
+    };
+    let mut tenants = Vec::new();
+    for name in ["Acme", "Globex", "Initech"] {
+        tenants.push(desk.tenant_create(name).await.expect("tenant").0.id);
+    }
+    for (at, tenant) in tenants.iter().enumerate() {
+        for name in ["a", "b", "c"] {
+            let sealed = old
+                .seal(*tenant, name, &format!("value-{at}-{name}"))
+                .expect("sealed");
+            secrets
+                .secret_put(*tenant, name, sealed)
+                .await
+                .expect("put");
+        }
+    }
+    let mut walked = Vec::new();
+    let mut after = None;
+    loop {
+        let page = secrets
+            .secrets_page(after.clone(), 4)
+            .await
+            .expect("a page");
+        assert!(page.len() <= 4, "at most the limit");
+        let Some(last) = page.last() else { break };
+        after = Some((last.tenant, last.name.clone()));
+        walked.extend(page.into_iter().map(|s| (s.tenant, s.name)));
+    }
+    let mut expected: Vec<(TenantId, String)> = tenants
+        .iter()
+        .flat_map(|t| ["a", "b", "c"].map(|n| (*t, n.to_owned())))
+        .collect();
+    expected.sort();
+    assert_eq!(
+        walked, expected,
+        "every secret once, in (tenant, name) order"
+    );
+
+    // A value replaced after the walk read it is kept.
+    let read = secrets
+        .secrets_get(tenants[0], &["a".to_owned()])
+        .await
+        .expect("get")
+        .remove(0)
+        .1;
+    let newer = VersionCipher {
+        current: 2,
+        known: vec![1, 2],
+    };
+    secrets
+        .secret_put(
+            tenants[0],
+            "a",
+            newer
+                .seal(tenants[0], "a", "written-meanwhile")
+                .expect("sealed"),
+        )
+        .await
+        .expect("put");
+    let stale = secrets
+        .secret_reseal(
+            tenants[0],
+            "a",
+            &read,
+            newer.seal(tenants[0], "a", "stale").expect("sealed"),
+        )
+        .await
+        .expect("reseal answers");
+    assert!(!stale, "a value written meanwhile is not replaced");
+
+    // An unknown version is kept and reported.
+    secrets
+        .secret_put(tenants[1], "lost", sealed(9, 1))
+        .await
+        .expect("put");
+    let mut batches = 0;
+    let count = reseal_all(secrets.as_ref(), &newer, 4, |_| batches += 1)
+        .await
+        .expect("resealed");
+    assert_eq!(count.seen, 10, "nine plus the lost one");
+    assert_eq!(
+        count.resealed, 8,
+        "all on version 1 but the one written meanwhile"
+    );
+    assert_eq!(
+        count.current, 1,
+        "the one written meanwhile is on version 2"
+    );
+    assert_eq!(count.failed.len(), 1, "the lost one");
+    assert_eq!(count.failed[0].1, "lost");
+    assert_eq!(batches, 3, "ten secrets in batches of four");
+
+    let again = reseal_all(secrets.as_ref(), &newer, 4, |_| {})
+        .await
+        .expect("again");
+    assert_eq!(
+        (again.resealed, again.current),
+        (0, 9),
+        "nothing more to do"
+    );
+
+    let only_new = VersionCipher {
+        current: 2,
+        known: vec![2],
+    };
+    for (at, tenant) in tenants.iter().enumerate() {
+        let names = ["a", "b", "c"].map(str::to_owned).to_vec();
+        for (name, sealed) in secrets.secrets_get(*tenant, &names).await.expect("get") {
+            assert_eq!(sealed.key_version, 2, "{name} is on version 2");
+            let value = only_new
+                .open(*tenant, &name, &sealed)
+                .expect("opens without the old key");
+            if at == 0 && name == "a" {
+                assert_eq!(value, "written-meanwhile");
+            } else {
+                assert_eq!(value, format!("value-{at}-{name}"), "the same value");
+            }
+        }
+    }
+}
+
 pub async fn secrets_are_put_listed_read_replaced_and_deleted(
     factory: &dyn AutomationStoreFactory,
 ) {

@@ -104,6 +104,13 @@ pub trait AutomationStoreFactory: Send + Sync {
         Arc<dyn fronta_desk::DeskStore>,
     );
 
+    /// A fresh, empty store whose clock is `clock` (a rotated webhook token's or signing
+    /// secret's grace is judged by it); both handles are the same database.
+    async fn open_automations_at(
+        &self,
+        clock: ManualClock,
+    ) -> (Arc<dyn AutomationStore>, Arc<dyn fronta_desk::DeskStore>);
+
     /// A fresh, empty store's service limits port whose clock is `clock` (slot leases and
     /// cool-downs are judged by it); both handles are the same database.
     async fn open_limits(
@@ -401,6 +408,8 @@ macro_rules! automation_conformance_suite {
             // Webhook tokens.
             webhook_automation_gets_a_random_unguessable_token_and_others_none,
             webhook_token_is_kept_across_updates_also_when_the_trigger_changes_away_and_back,
+            a_rotated_webhook_token_answers_for_its_grace_then_finds_nothing,
+            a_rotated_signing_secret_is_kept_for_its_overlap_and_refusals_change_nothing,
             // Event listeners.
             automations_for_event_answers_the_enabled_listeners_oldest_first,
             disabling_an_automation_removes_it_from_its_event_and_get_shows_it,
@@ -421,6 +430,7 @@ macro_rules! automation_conformance_suite {
             // Secrets.
             secrets_are_put_listed_read_replaced_and_deleted,
             another_tenants_secret_answers_exactly_like_a_missing_one,
+            secrets_are_resealed_with_the_current_key_in_batches_and_again_changes_nothing,
             // Service limits.
             limits_cap_admits_up_to_the_limit_and_a_release_frees_a_slot,
             limits_two_concurrent_acquirers_for_the_last_slot_admit_exactly_one,
