@@ -85,6 +85,19 @@ pub fn verify(
     now: DateTime<Utc>,
     tolerance: Duration,
 ) -> Result<(), SignatureError> {
+    verify_any(&[secret], headers, body, now, tolerance)
+}
+
+/// Checks a request against several secrets (a rotation's overlap,
+/// `fronta_automation::rotation::signing_secrets`): it passes when any `v1` signature
+/// sent verifies with any of them.
+pub fn verify_any(
+    secrets: &[&str],
+    headers: SignedHeaders<'_>,
+    body: &[u8],
+    now: DateTime<Utc>,
+    tolerance: Duration,
+) -> Result<(), SignatureError> {
     let id = headers.id.ok_or(SignatureError::Missing("webhook-id"))?;
     let timestamp = headers
         .timestamp
@@ -100,15 +113,29 @@ pub fn verify(
     if now.timestamp().abs_diff(seconds) > tolerance_secs {
         return Err(SignatureError::Stale(tolerance_secs));
     }
-    let key = secret_key(secret).ok_or(SignatureError::BadSecret)?;
-    let mut mac = HmacSha256::new_from_slice(&key).map_err(|_| SignatureError::BadSecret)?;
-    mac.update(format!("{id}.{seconds}.").as_bytes());
-    mac.update(body);
-    let matched = signatures
+    let macs: Vec<HmacSha256> = secrets
+        .iter()
+        .filter_map(|secret| secret_key(secret))
+        .filter_map(|key| HmacSha256::new_from_slice(&key).ok())
+        .map(|mut mac| {
+            mac.update(format!("{id}.{seconds}.").as_bytes());
+            mac.update(body);
+            mac
+        })
+        .collect();
+    if macs.is_empty() {
+        return Err(SignatureError::BadSecret);
+    }
+    let candidates: Vec<Vec<u8>> = signatures
         .split(' ')
         .filter_map(|entry| entry.strip_prefix("v1,"))
         .filter_map(|encoded| STANDARD.decode(encoded).ok())
-        .any(|candidate| mac.clone().verify_slice(&candidate).is_ok());
+        .collect();
+    let matched = macs.iter().any(|mac| {
+        candidates
+            .iter()
+            .any(|candidate| mac.clone().verify_slice(candidate).is_ok())
+    });
     if matched {
         Ok(())
     } else {
@@ -206,6 +233,35 @@ mod tests {
             verify(SECRET, missing, body, now, tolerance),
             Err(SignatureError::Missing("webhook-timestamp")),
             "missing header"
+        );
+    }
+
+    #[test]
+    fn during_an_overlap_either_secret_verifies_and_after_it_only_the_new_one() {
+        let (old, new) = (SECRET, generate_secret());
+        let body = b"{}";
+        let now = DateTime::from_timestamp(1_700_000_000, 0).expect("a time");
+        let ts = now.timestamp().to_string();
+        let tolerance = Duration::from_secs(300);
+        let by_old = sign(old, "m1", now.timestamp(), body).expect("signs");
+        let by_new = sign(&new, "m1", now.timestamp(), body).expect("signs");
+        let both = format!("{by_new} {by_old}");
+        for sent in [&by_old, &by_new, &both] {
+            assert_eq!(
+                verify_any(&[&new, old], headers("m1", &ts, sent), body, now, tolerance),
+                Ok(()),
+                "in the overlap: {sent}"
+            );
+        }
+        assert_eq!(
+            verify_any(&[&new], headers("m1", &ts, &by_old), body, now, tolerance),
+            Err(SignatureError::Mismatch),
+            "after it the old secret's signature is refused"
+        );
+        assert_eq!(
+            verify_any(&[&new], headers("m1", &ts, &both), body, now, tolerance),
+            Ok(()),
+            "a sender still signing with both passes"
         );
     }
 

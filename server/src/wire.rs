@@ -8,12 +8,16 @@
 //!   times — never `detail` nor `cause` (the cause names automation and step ids).
 //! - An automation is its definition plus `id`, `webhookUrl` (webhook triggers),
 //!   `signed` (whether webhooks must be signed), `currentVersion`, `inFlight` (while
-//!   paused) and times; the token and the signing secret are never shown after creation.
+//!   paused) and times; the token and the signing secret are never shown after creation
+//!   (or rotation). After a rotation, `previousWebhooks` (`url`, `expiresAt`) lists the
+//!   old URLs still in their grace period and `previousSigningSecrets` (`expiresAt`
+//!   only) the old secrets still verifying; absent when there are none.
 //!
 //! Left out: request bodies (next to the routes that read them).
 
 use chrono::{DateTime, Utc};
 use fronta_automation::executor::{AttemptStart, RunPayload, StepLog};
+use fronta_automation::rotation::{RetiredKind, still_valid};
 use fronta_automation::store::StoredAutomation;
 use fronta_desk::{
     FieldDef, Group, Incident, IncidentStatus, Member, Tenant, Ticket, TicketLogEntry, TicketType,
@@ -334,6 +338,21 @@ pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
             map.insert("webhookUrl".into(), json!(webhook_url(base, token)));
         }
         map.insert("signed".into(), json!(stored.signing_secret.is_some()));
+        let now = Utc::now();
+        if fronta_automation::executor::is_webhook(&stored.automation) {
+            let previous: Vec<Value> = still_valid(stored, RetiredKind::Webhook, now)
+                .map(|old| json!({"url": webhook_url(base, &old.value), "expiresAt": old.expires_at}))
+                .collect();
+            if !previous.is_empty() {
+                map.insert("previousWebhooks".into(), Value::Array(previous));
+            }
+        }
+        let previous: Vec<Value> = still_valid(stored, RetiredKind::SigningSecret, now)
+            .map(|old| json!({"expiresAt": old.expires_at}))
+            .collect();
+        if !previous.is_empty() {
+            map.insert("previousSigningSecrets".into(), Value::Array(previous));
+        }
         map.insert("currentVersion".into(), json!(stored.current_version));
         if !stored.automation.enabled {
             map.insert("inFlight".into(), json!(stored.in_flight.as_str()));
@@ -346,10 +365,12 @@ pub fn automation_view(stored: &StoredAutomation, base: &str) -> Value {
 
 /// The fields of an automation's answer that a client may send back but that are not
 /// part of the definition: stripped before a PUT body is parsed.
-pub const AUTOMATION_READ_ONLY: [&str; 8] = [
+pub const AUTOMATION_READ_ONLY: [&str; 10] = [
     "id",
     "webhookUrl",
+    "previousWebhooks",
     "signed",
+    "previousSigningSecrets",
     "currentVersion",
     "inFlight",
     "createdAt",

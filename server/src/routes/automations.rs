@@ -8,9 +8,13 @@
 //!   `updatedAt`) are stripped from a body before it is parsed, on `POST` and `PUT`, so a
 //!   client may send back what it read.
 //! - Signatures: `POST` takes `"signingSecret": "whsec_<base64>"` (16–128 key bytes), or
-//!   `true` to have one generated — then the answer shows it, once. It cannot be changed
-//!   later (the port has no way to yet): a `PUT` naming another secret is a 422, never
-//!   silently ignored.
+//!   `true` to have one generated — then the answer shows it, once. A `PUT` naming another
+//!   secret is a 422, never silently ignored: a secret changes by
+//!   `POST …/rotate-signing-secret {"overlapSec", "signingSecret"?}` (the old one keeps
+//!   verifying for the overlap; the new one is shown once).
+//! - `POST …/rotate-webhook {"graceSec"}` gives a new webhook URL; the old one keeps
+//!   working for the grace (0 to 7 days, default 0) and is listed in `previousWebhooks`
+//!   until then (`fronta_automation::rotation`). A non-webhook automation is a 409.
 //! - Manual runs (`POST /api/automations/{id}/runs`, trigger `manual`): an optional JSON
 //!   body becomes `_body`; for a webhook automation the body is also read through its
 //!   contract, so templates see the same parameters as a webhook run (400 when it does
@@ -36,6 +40,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use fronta_automation::executor;
 use fronta_automation::refs;
+use fronta_automation::rotation;
 use fronta_automation::store::{AutomationId, StoredAutomation};
 use fronta_automation::validate::validate;
 use fronta_automation::{Automation, Problem, Trigger, ValidationContext, contract};
@@ -182,8 +187,8 @@ pub(crate) fn secret_change_problem(
     (!unchanged).then(|| {
         Problem::new(
             join(prefix, "signingSecret"),
-            "the signing secret is set when the automation is created and cannot be changed; \
-             create a new automation for a new secret",
+            "a save cannot change the signing secret; rotate it with \
+             POST /api/automations/{id}/rotate-signing-secret",
         )
     })
 }
@@ -608,6 +613,85 @@ pub async fn resume(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     set_enabled(&app, tenant.id, &id, &headers, true, InFlight::Finish).await
+}
+
+/// The optional body of `POST /api/automations/{id}/rotate-webhook`: how long the old
+/// URL keeps working (seconds, 0 to 7 days; default 0: it stops at once).
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RotateWebhookBody {
+    #[serde(default)]
+    grace_sec: Option<i64>,
+}
+
+/// `POST /api/automations/{id}/rotate-webhook`: a new webhook URL; the old one answers
+/// for `graceSec` more seconds and is listed in `previousWebhooks` until then.
+pub async fn rotate_webhook(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let body: RotateWebhookBody = optional_body(request, &app).await?.unwrap_or_default();
+    let grace = rotation::check_grace("graceSec", body.grace_sec)?;
+    let id: AutomationId = parse_id(&id, "automation")?;
+    let stored = app
+        .automations()
+        .automation_rotate_webhook(tenant.id, id, grace)
+        .await
+        .map_err(|err| ApiError::desk(err, "automation"))?;
+    tracing::info!(automation = %stored.id, grace_sec = grace.num_seconds(), "webhook URL rotated");
+    Ok(Json(automation_view(
+        &stored,
+        &base_url(app.config(), &headers),
+    )))
+}
+
+/// The optional body of `POST /api/automations/{id}/rotate-signing-secret`: how long the
+/// old secret keeps verifying (seconds, 0 to 7 days; default 0), and the new secret
+/// (`whsec_<base64>`; default: one is generated).
+#[derive(schemars::JsonSchema, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RotateSigningSecretBody {
+    #[serde(default)]
+    overlap_sec: Option<i64>,
+    #[serde(default)]
+    signing_secret: Option<String>,
+}
+
+/// `POST /api/automations/{id}/rotate-signing-secret`: a new signing secret, shown once
+/// in the answer (`signingSecret`); the old one verifies for `overlapSec` more seconds.
+pub async fn rotate_signing_secret(
+    TenantAuth(tenant): TenantAuth,
+    State(app): State<App>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    let body: RotateSigningSecretBody = optional_body(request, &app).await?.unwrap_or_default();
+    let overlap = rotation::check_grace("overlapSec", body.overlap_sec)?;
+    let secret = match body.signing_secret {
+        Some(secret) if secret_key(&secret).is_some() => secret,
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "signingSecret must be \"whsec_<base64 of 16 to 128 bytes>\", or absent to have one generated",
+            ));
+        }
+        None => generate_secret(),
+    };
+    let id: AutomationId = parse_id(&id, "automation")?;
+    let stored = app
+        .automations()
+        .automation_rotate_signing_secret(tenant.id, id, overlap, secret.clone())
+        .await
+        .map_err(|err| ApiError::desk(err, "automation"))?;
+    tracing::info!(automation = %stored.id, overlap_sec = overlap.num_seconds(), "signing secret rotated");
+    let mut view = automation_view(&stored, &base_url(app.config(), &headers));
+    if let Value::Object(map) = &mut view {
+        map.insert("signingSecret".into(), json!(secret));
+    }
+    Ok(Json(view))
 }
 
 pub async fn start_run(

@@ -128,17 +128,20 @@ pub async fn receive(
     }
     let headers = request.headers().clone();
     let body = read_body(request, app.config().body_limit).await?;
-    if let Some(secret) = &stored.signing_secret {
+    if stored.signing_secret.is_some() {
         let signed = SignedHeaders {
             id: header(&headers, "webhook-id"),
             timestamp: header(&headers, "webhook-timestamp"),
             signature: header(&headers, "webhook-signature"),
         };
-        signature::verify(
-            secret,
+        let now = app.inner().clock.now();
+        // The current secret and, after a rotation, the old ones still in their overlap.
+        let secrets = fronta_automation::rotation::signing_secrets(&stored, now);
+        signature::verify_any(
+            &secrets,
             signed,
             &body,
-            app.inner().clock.now(),
+            now,
             app.config().signature_tolerance,
         )
         .map_err(|err| {
