@@ -21,6 +21,7 @@ mod demo_engine;
 mod duration;
 mod kinds;
 mod leadership;
+mod secrets;
 mod serve;
 
 use std::path::PathBuf;
@@ -151,6 +152,9 @@ enum Command {
     /// The operator's named admin tokens on the database: new, list, revoke.
     #[command(subcommand)]
     AdminToken(access::AdminTokenCommand),
+    /// Work on the stored secrets (on the database).
+    #[command(subcommand)]
+    Secrets(secrets::SecretsCommand),
     /// Send a whole setup (groups, ticket types, automations) to a running server.
     Apply(apply::ApplyArgs),
     /// Show the engine's promises on a fresh database, check by check.
@@ -687,6 +691,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             None => runs(&cli.db, command).await,
         },
         Command::AdminToken(command) => access::admin_token(&cli.db, command).await,
+        Command::Secrets(command) => secrets::run(&cli.db, command).await,
         Command::Bench(args) => bench::run(&cli.db, args).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Apply(args) => apply::run(args).await,
