@@ -20,7 +20,7 @@ import { described, failed, table, writeButton } from "./views.js";
 import { testPanel } from "./testpanel.js";
 
 /** The fields of an automation's answer that are not part of its definition. */
-const READ_ONLY = ["id", "webhookUrl", "signed", "currentVersion", "inFlight", "createdAt", "updatedAt", "warnings"];
+const READ_ONLY = ["id", "webhookUrl", "previousWebhooks", "signed", "previousSigningSecrets", "currentVersion", "inFlight", "createdAt", "updatedAt", "warnings"];
 /** How long typing may pause before the definition is checked. */
 const CHECK_DELAY_MS = 400;
 const DRAFT_KEY = "fronta.draft.";

@@ -999,12 +999,29 @@ async function copyText(text, input) {
   }
 }
 
-function webhookBlock(automation) {
+/** How long the old URL keeps working after "Rotate URL" (`graceSec`). */
+const ROTATE_GRACES = [["0", "stops at once"], ["3600", "works 1 more hour"], ["86400", "works 1 more day"], ["604800", "works 7 more days"]];
+
+function webhookBlock(automation, onRotated) {
   const id = `url-${automation.id}`;
   const input = h("input", { id, class: "url", type: "text", readonly: true, value: automation.webhookUrl, size: 60, "aria-label": `Webhook URL of ${automation.name}` });
   const status = h("span", { class: "status", role: "status" });
   const copy = actionButton("Copy URL", () => copyText(automation.webhookUrl, input), status);
   copy.setAttribute("data-copy", automation.id);
+  // A leaked URL is replaced (editors: `onRotated` given): the old one keeps working for the
+  // grace chosen, then answers 404.
+  const grace = onRotated && h("select", { "aria-label": `After rotating, the old URL of ${automation.name}` },
+    ROTATE_GRACES.map(([value, text]) => h("option", { value }, `old URL ${text}`)));
+  const rotate = onRotated && actionButton("Rotate URL", async () => {
+    const said = grace.selectedOptions[0]?.textContent ?? "";
+    if (!window.confirm(`Give “${automation.name}” a new webhook URL? The ${said}.`)) return "Not rotated.";
+    const answer = await api("POST", `/api/automations/${encodeURIComponent(automation.id)}/rotate-webhook`, { graceSec: Number(grace.value) });
+    onRotated(answer);
+    return "Rotated: send to the new URL.";
+  }, status);
+  rotate?.setAttribute("data-rotate", automation.id);
+  const previous = (automation.previousWebhooks ?? []).map((old) =>
+    h("li", {}, h("code", {}, old.url), ` works until ${new Date(old.expiresAt).toLocaleString()}`));
   const help = h("div", { class: "help" }, loading());
   // Same-origin path of the URL: the help is served by this server whatever host the URL names.
   let path = null;
@@ -1021,6 +1038,8 @@ function webhookBlock(automation) {
   return h("div", { class: "webhook" },
     h("p", {}, h("strong", {}, "Method: "), h("code", { class: "method" }, "POST")),
     h("p", { class: "copy" }, h("label", { for: id }, h("strong", {}, "URL:")), input, copy, status),
+    rotate ? h("p", { class: "rotate" }, grace, " ", rotate) : null,
+    previous.length ? h("div", {}, h("p", { class: "muted" }, "Old URLs still answering:"), h("ul", {}, previous)) : null,
     help);
 }
 
@@ -1063,7 +1082,10 @@ function automationsView(ctx) {
         mayEdit
           ? h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { edit: automation.name } }, "edit")
           : h("a", { href: `#/automations/${encodeURIComponent(automation.id)}`, dataset: { view: automation.name } }, "definition and versions")),
-      automation.webhookUrl ? webhookBlock(automation) : null,
+      automation.webhookUrl ? webhookBlock(automation, mayEdit ? (answer) => {
+        ctx.data.automations.set(answer.id, answer);
+        article.replaceWith(card(answer, "Rotated: send to the new URL."));
+      } : null) : null,
       toggle ? h("p", { class: "actions" }, toggle, " ", status) : null);
     return article;
   }
