@@ -493,6 +493,49 @@ async fn every_write_of_the_route_table_leaves_one_audit_entry_and_no_secret() {
         Some(json!({"version": 1})),
     )
     .await;
+    walk.write(
+        (
+            M::POST,
+            "/api/automations/{id}/rotate-webhook",
+            &at("/rotate-webhook"),
+        ),
+        &token,
+        "admin",
+        "automation",
+        Some(json!({"graceSec": 60})),
+    )
+    .await;
+    let mut signed = orders_automation();
+    signed["name"] = json!("Signed orders");
+    signed["signingSecret"] = json!(true);
+    let signed = walk
+        .write(
+            (M::POST, "/api/automations", "/api/automations"),
+            &token,
+            "admin",
+            "automation",
+            Some(signed),
+        )
+        .await
+        .text("id");
+    let rotated = walk
+        .write(
+            (
+                M::POST,
+                "/api/automations/{id}/rotate-signing-secret",
+                &format!("/api/automations/{signed}/rotate-signing-secret"),
+            ),
+            &token,
+            "admin",
+            "automation",
+            Some(json!({"overlapSec": 60})),
+        )
+        .await;
+    let secret = rotated.text("signingSecret");
+    assert!(
+        !format!("{:?}", walk.all().await).contains(&secret),
+        "no entry holds the new signing secret"
+    );
     walk.writes_nothing(
         M::POST,
         "/api/automations/{id}/test",

@@ -387,6 +387,19 @@ fn matrix() -> Vec<(&'static str, &'static str, Vec<Entry>)> {
         ),
         (
             "POST",
+            "/api/automations/{id}/rotate-webhook",
+            vec![ids(&[("id", "automation")], Some(json!({"graceSec": 60})))],
+        ),
+        (
+            "POST",
+            "/api/automations/{id}/rotate-signing-secret",
+            vec![ids(
+                &[("id", "automation")],
+                Some(json!({"overlapSec": 60})),
+            )],
+        ),
+        (
+            "POST",
             "/api/automations/{id}/runs",
             vec![ids(&[("id", "automation")], Some(json!({"orderId": "9"})))],
         ),
