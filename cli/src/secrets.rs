@@ -75,7 +75,15 @@ async fn reseal(db: &DbArgs, args: ResealArgs) -> anyhow::Result<()> {
         keyring.versions(),
         args.batch
     );
-    let count = reseal_all(secrets.as_ref(), &keyring, args.batch, |count| {
+    // The operator's change: one audit entry, written with the first secret resealed.
+    let scope = crate::access::cli_scope(
+        "secrets reseal",
+        "secret",
+        None,
+        "Re-seal every stored secret with the current key",
+    );
+    scope.detail(format!("to key version {version}"));
+    let walk = reseal_all(secrets.as_ref(), &keyring, args.batch, |count| {
         println!(
             "  {} read: {} resealed, {} already on version {version}, {} failed",
             count.seen,
@@ -83,9 +91,10 @@ async fn reseal(db: &DbArgs, args: ResealArgs) -> anyhow::Result<()> {
             count.current + count.changed,
             count.failed.len()
         );
-    })
-    .await
-    .map_err(|err| anyhow!("reading or writing the secrets failed: {err}"))?;
+    });
+    let count = fronta_engine::audit::scoped(scope, walk)
+        .await
+        .map_err(|err| anyhow!("reading or writing the secrets failed: {err}"))?;
     report(&count, version)
 }
 

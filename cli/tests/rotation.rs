@@ -400,6 +400,26 @@ fn reseal_repro(server: &Server, database: &str) {
         .map(|item| item["keyVersion"].as_u64().expect("a version"))
         .collect();
     assert_eq!(versions, [2, 2, 2, 2, 2], "all on version 2: {listed}");
+    // The operator's audit log: one entry for the reseal that changed something (the
+    // second changed nothing and wrote nothing), no value in it.
+    let audit = server.ok(
+        "GET",
+        "/api/admin/audit?actor=fronta%20secrets%20reseal",
+        ADMIN,
+        None,
+    );
+    let entries = audit["items"].as_array().expect("entries");
+    assert_eq!(entries.len(), 1, "{audit}");
+    assert_eq!(
+        entries[0]["summary"], "Re-seal every stored secret with the current key: to key version 2",
+        "{audit}"
+    );
+    for (_, value) in VALUES {
+        assert!(
+            !audit.to_string().contains(value),
+            "no secret's value in the log"
+        );
+    }
 }
 
 /// Every stored secret of `secrets` opens with key 2 alone, to the value written.
