@@ -20,7 +20,8 @@ use fronta_engine::store::{
 use fronta_engine::{Dispatcher, NewRun, Run, RunId, RunStore, StoreError};
 use serde_json::{Value, json};
 use support::{
-    ADMIN, Harness, order_body, order_type, orders_automation, test_config, webhook_path,
+    ADMIN, Harness, failing_automation, order_body, order_type, orders_automation, test_config,
+    webhook_path,
 };
 use tokio::sync::Notify;
 
@@ -1011,17 +1012,6 @@ async fn incidents_hide_detail_from_the_tenant_and_show_it_to_the_admin() {
     );
     assert_eq!(resolved.json["status"], "resolved", "status resolved");
     assert!(resolved.json.get("detail").is_none(), "still no detail");
-}
-
-/// A webhook automation whose step fails fatally: `ticket/close` of a ticket reference
-/// that is not a ticket id.
-fn failing_automation() -> Value {
-    json!({
-        "name": "Close by reference",
-        "trigger": {"type": "webhook", "params": [
-            {"name": "ref", "path": "ref", "type": "string", "required": true}]},
-        "steps": [{"name": "close", "op": "ticket/close", "input": {"ticket": "{{ref}}"}}]
-    })
 }
 
 #[tokio::test]

@@ -15,7 +15,10 @@ use fronta_desk::access::{AccessStore, AuditFilter};
 use fronta_engine::audit::AuditEntry;
 use fronta_server::openapi::Caller;
 use serde_json::{Value, json};
-use support::{ADMIN, Harness, Reply, order_body, order_type, orders_automation, webhook_path};
+use support::{
+    ADMIN, Harness, Reply, failing_automation, order_body, order_type, orders_automation,
+    webhook_path,
+};
 
 /// Routes that take a write method but write nothing, with the reason.
 const WRITE_NOTHING: [(&str, &str, &str); 3] = [
@@ -120,15 +123,6 @@ impl<'h> Walk<'h> {
         );
         self.covered.insert((method.to_string(), route.to_owned()));
     }
-}
-
-fn failing_automation() -> Value {
-    json!({
-        "name": "Close by reference",
-        "trigger": {"type": "webhook", "params": [
-            {"name": "ref", "path": "ref", "type": "string", "required": true}]},
-        "steps": [{"name": "close", "op": "ticket/close", "input": {"ticket": "{{ref}}"}}]
-    })
 }
 
 #[tokio::test]

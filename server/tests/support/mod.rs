@@ -402,6 +402,16 @@ pub fn webhook_path(automation: &Value) -> String {
     url[at..].to_owned()
 }
 
+/// A webhook automation whose run fails: it closes a ticket the body names, and none is.
+pub fn failing_automation() -> Value {
+    json!({
+        "name": "Close by reference",
+        "trigger": {"type": "webhook", "params": [
+            {"name": "ref", "path": "ref", "type": "string", "required": true}]},
+        "steps": [{"name": "close", "op": "ticket/close", "input": {"ticket": "{{ref}}"}}]
+    })
+}
+
 /// The orders automation of API.md.
 pub fn orders_automation() -> Value {
     json!({
