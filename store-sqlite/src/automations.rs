@@ -18,7 +18,7 @@
 //!
 //! Rotations (`fronta_automation::rotation`) keep the old token or secret in
 //! `automation_retired` with its expiry; every read of an automation carries its rows
-//! (one subquery of [`COLUMNS`]); a rotation drops the automation's expired ones.
+//! (one subquery of `COLUMNS`); a rotation drops the automation's expired ones.
 //!
 //! Left out: validating the step tree (the caller runs `fronta_automation::validate`
 //! before saving), hashing webhook tokens (the token is shown again in the webhook URL, so
