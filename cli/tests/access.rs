@@ -17,6 +17,10 @@
 //! 6. Guessing is slow: past the burst of failed authentications the address gets 429
 //!    with `Retry-After`, even with a good token.
 //!
+//! 7. Every writing route of the route table, called once through the binary, leaves
+//!    exactly one entry (the in-process walk of `server/tests/audit.rs` on the stores'
+//!    commit paths of Postgres too).
+//!
 //! Every wait is for a state, bounded by a generous deadline.
 
 mod support;
@@ -69,6 +73,12 @@ fn open_stream(address: &str, token: &str) -> std::sync::mpsc::Receiver<Result<I
         .expect("the stream answered")
         .expect("the stream opened");
     ended_rx
+}
+
+/// A manual automation whose run waits a minute (a cancel finds it still going).
+fn waiting_automation() -> Value {
+    json!({"name": "Waits", "trigger": {"type": "manual"},
+           "steps": [{"name": "wait", "op": "flow/pause", "input": {"seconds": 60}}]})
 }
 
 fn tokens_and_roles(server: &Server, database: &str) -> Vec<String> {
@@ -255,9 +265,28 @@ fn tokens_and_roles(server: &Server, database: &str) -> Vec<String> {
         &ops_secret,
         Some(json!({})),
     );
+    // The cancel finds a run still going: one that waits a minute.
+    let waits = server.ok(
+        "POST",
+        "/api/automations",
+        &ops_secret,
+        Some(waiting_automation()),
+    );
+    let waiting = server.ok(
+        "POST",
+        &format!(
+            "/api/automations/{}/runs",
+            waits["id"].as_str().unwrap_or_default()
+        ),
+        &ops_secret,
+        Some(json!({})),
+    )["runId"]
+        .as_str()
+        .expect("a run")
+        .to_owned();
     server.ok(
         "POST",
-        &format!("/api/runs/{run}/cancel"),
+        &format!("/api/runs/{waiting}/cancel"),
         &ops_secret,
         None,
     );
@@ -391,4 +420,451 @@ fn tokens_roles_audit_through_fronta_serve_on_sqlite() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_roles_audit_through_fronta_serve_on_postgres() {
     support::on_postgres_with(ADMIN, &[], scenario).await;
+}
+
+/// Every writing route of the route table, called once through the real binary as a
+/// person would: each leaves exactly one audit entry with its route and method, read back
+/// through `GET /api/admin/audit` (the route-by-route walk of `server/tests/audit.rs`
+/// runs in process on SQLite; this one proves the Postgres store's commit paths too).
+fn every_write_is_audited(server: &Server, _database: &str) {
+    let mut seen = 0;
+    let mut covered = std::collections::BTreeSet::new();
+    let mut write = |token: &str, method: &str, route: &str, path: &str, body: Option<Value>| {
+        let (status, reply) = server.call(method, path, token, body);
+        assert!(
+            (200..300).contains(&status),
+            "{method} {path}: {status} {reply}"
+        );
+        let log = server.ok("GET", "/api/admin/audit?limit=500", ADMIN, None);
+        let items = log["items"].as_array().expect("entries");
+        assert_eq!(
+            items.len(),
+            seen + 1,
+            "{method} {route} leaves one entry: {}",
+            items[0]
+        );
+        assert_eq!(
+            (items[0]["method"].as_str(), items[0]["route"].as_str()),
+            (Some(method), Some(route)),
+            "the newest entry is this call's"
+        );
+        assert!(
+            items[0]["object"]["id"].is_string(),
+            "names its object: {}",
+            items[0]
+        );
+        seen += 1;
+        covered.insert((method.to_owned(), route.to_owned()));
+        reply
+    };
+    let tenant = write(
+        ADMIN,
+        "POST",
+        "/api/admin/tenants",
+        "/api/admin/tenants",
+        Some(json!({"name": "Walk"})),
+    );
+    let (tenant_id, t) = (
+        tenant["id"].as_str().expect("an id").to_owned(),
+        tenant["token"].as_str().expect("a token").to_owned(),
+    );
+    let t = t.as_str();
+    write(
+        ADMIN,
+        "PUT",
+        "/api/admin/tenants/{id}/retention",
+        &format!("/api/admin/tenants/{tenant_id}/retention"),
+        Some(json!({"completed": "7d"})),
+    );
+    let token = write(
+        t,
+        "POST",
+        "/api/tokens",
+        "/api/tokens",
+        Some(json!({"name": "spare", "role": "viewer"})),
+    );
+    write(
+        t,
+        "DELETE",
+        "/api/tokens/{id}",
+        &format!("/api/tokens/{}", token["id"].as_str().unwrap_or_default()),
+        None,
+    );
+    write(
+        t,
+        "POST",
+        "/api/ticket-types",
+        "/api/ticket-types",
+        Some(json!({"name": "order", "statuses": ["new", "shipped"]})),
+    );
+    let spare = write(
+        t,
+        "POST",
+        "/api/ticket-types",
+        "/api/ticket-types",
+        Some(json!({"name": "spare", "statuses": ["x"]})),
+    );
+    let spare = format!(
+        "/api/ticket-types/{}",
+        spare["id"].as_str().unwrap_or_default()
+    );
+    write(
+        t,
+        "PATCH",
+        "/api/ticket-types/{id}",
+        &spare,
+        Some(json!({"name": "spare parts"})),
+    );
+    write(t, "DELETE", "/api/ticket-types/{id}", &spare, None);
+    let group = write(
+        t,
+        "POST",
+        "/api/groups",
+        "/api/groups",
+        Some(json!({"name": "night"})),
+    );
+    let group = format!("/api/groups/{}", group["id"].as_str().unwrap_or_default());
+    write(
+        t,
+        "PATCH",
+        "/api/groups/{id}",
+        &group,
+        Some(json!({"name": "late"})),
+    );
+    let member = write(
+        t,
+        "POST",
+        "/api/groups/{id}/members",
+        &format!("{group}/members"),
+        Some(json!({"name": "Eva"})),
+    );
+    let member = format!(
+        "{group}/members/{}",
+        member["id"].as_str().unwrap_or_default()
+    );
+    write(
+        t,
+        "PATCH",
+        "/api/groups/{id}/members/{member_id}",
+        &member,
+        Some(json!({"capacity": 2})),
+    );
+    write(
+        t,
+        "DELETE",
+        "/api/groups/{id}/members/{member_id}",
+        &member,
+        None,
+    );
+    write(t, "DELETE", "/api/groups/{id}", &group, None);
+    write(
+        t,
+        "POST",
+        "/api/apply",
+        "/api/apply",
+        Some(json!({"groups": [{"name": "warehouse"}]})),
+    );
+    write(
+        t,
+        "PUT",
+        "/api/secrets/{name}",
+        "/api/secrets/smtp",
+        Some(json!({"value": "walk-secret-value"})),
+    );
+    write(
+        t,
+        "DELETE",
+        "/api/secrets/{name}",
+        "/api/secrets/smtp",
+        None,
+    );
+    let mcp = json!({"transport": {"type": "http", "url": "https://mcp.example.com/mcp"}});
+    write(
+        t,
+        "POST",
+        "/api/mcp-servers",
+        "/api/mcp-servers",
+        Some(json!({"name": "crm", "transport": mcp["transport"]})),
+    );
+    write(
+        t,
+        "PUT",
+        "/api/mcp-servers/{name}",
+        "/api/mcp-servers/crm",
+        Some(mcp),
+    );
+    write(
+        t,
+        "DELETE",
+        "/api/mcp-servers/{name}",
+        "/api/mcp-servers/crm",
+        None,
+    );
+    let mail = json!({"host": "mail.example.com", "from": "desk@example.com"});
+    write(
+        t,
+        "POST",
+        "/api/mail-servers",
+        "/api/mail-servers",
+        Some(json!({"name": "relay", "host": "mail.example.com", "from": "desk@example.com"})),
+    );
+    write(
+        t,
+        "PUT",
+        "/api/mail-servers/{name}",
+        "/api/mail-servers/relay",
+        Some(mail),
+    );
+    write(
+        t,
+        "DELETE",
+        "/api/mail-servers/{name}",
+        "/api/mail-servers/relay",
+        None,
+    );
+    let widget = write(
+        t,
+        "POST",
+        "/api/widgets",
+        "/api/widgets",
+        Some(json!({"name": "Count", "op": "http/request",
+        "input": {"url": "https://api.example.com/count"}, "ttlSec": 3600})),
+    );
+    let widget = format!("/api/widgets/{}", widget["id"].as_str().unwrap_or_default());
+    write(
+        t,
+        "PATCH",
+        "/api/widgets/{id}",
+        &widget,
+        Some(json!({"name": "Open count"})),
+    );
+    write(t, "DELETE", "/api/widgets/{id}", &widget, None);
+    let automation = write(
+        t,
+        "POST",
+        "/api/automations",
+        "/api/automations",
+        Some(json!({
+        "name": "Orders", "trigger": {"type": "webhook", "params": [
+            {"name": "orderId", "path": "order.id", "type": "string", "required": true}]},
+        "steps": [{"name": "ticket", "op": "ticket/upsert", "input": {"externalId": "order-{{orderId}}",
+            "title": "Order {{orderId}}", "type": "order", "status": "new"}}]})),
+    );
+    let id = automation["id"].as_str().expect("an id").to_owned();
+    let at = |tail: &str| format!("/api/automations/{id}{tail}");
+    let mut definition = server.ok("GET", &at(""), t, None);
+    definition["name"] = json!("Orders (v2)");
+    write(t, "PUT", "/api/automations/{id}", &at(""), Some(definition));
+    write(
+        t,
+        "POST",
+        "/api/automations/{id}/pause",
+        &at("/pause"),
+        Some(json!({})),
+    );
+    write(
+        t,
+        "POST",
+        "/api/automations/{id}/resume",
+        &at("/resume"),
+        None,
+    );
+    write(
+        t,
+        "POST",
+        "/api/automations/{id}/rollback",
+        &at("/rollback"),
+        Some(json!({"version": 1})),
+    );
+    write(
+        t,
+        "POST",
+        "/api/automations/{id}/rotate-webhook",
+        &at("/rotate-webhook"),
+        Some(json!({"graceSec": 60})),
+    );
+    let run = write(
+        t,
+        "POST",
+        "/api/automations/{id}/runs",
+        &at("/runs"),
+        Some(json!({"order": {"id": "7"}})),
+    );
+    let ticket = server.until(t, "/api/tickets", "a ticket", DEADLINE, |page| {
+        page["items"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty())
+    })["items"][0]["id"]
+        .as_str()
+        .expect("a ticket id")
+        .to_owned();
+    write(
+        t,
+        "PATCH",
+        "/api/tickets/{id}",
+        &format!("/api/tickets/{ticket}"),
+        Some(json!({"status": "shipped"})),
+    );
+    let _ = run;
+    // A run that waits a minute: a cancel that finds it still going.
+    let waits = write(
+        t,
+        "POST",
+        "/api/automations",
+        "/api/automations",
+        Some(waiting_automation()),
+    );
+    let waiting = write(
+        t,
+        "POST",
+        "/api/automations/{id}/runs",
+        &format!(
+            "/api/automations/{}/runs",
+            waits["id"].as_str().unwrap_or_default()
+        ),
+        Some(json!({})),
+    );
+    let waiting = waiting["runId"].as_str().expect("a run").to_owned();
+    write(
+        t,
+        "POST",
+        "/api/runs/{id}/cancel",
+        &format!("/api/runs/{waiting}/cancel"),
+        None,
+    );
+    let failing = write(
+        t,
+        "POST",
+        "/api/automations",
+        "/api/automations",
+        Some(json!({
+        "name": "Fails", "trigger": {"type": "manual"},
+        "steps": [{"name": "close", "op": "ticket/close", "input": {"ticket": "TK-999"}}]})),
+    );
+    let failed = write(
+        t,
+        "POST",
+        "/api/automations/{id}/runs",
+        &format!(
+            "/api/automations/{}/runs",
+            failing["id"].as_str().unwrap_or_default()
+        ),
+        Some(json!({})),
+    );
+    let failed = failed["runId"].as_str().expect("a run").to_owned();
+    server.until(
+        t,
+        &format!("/api/runs/{failed}"),
+        "failed",
+        DEADLINE,
+        |run| run["status"] == "failed",
+    );
+    let incident = server.until(t, "/api/incidents", "an incident", DEADLINE, |page| {
+        page["items"]
+            .as_array()
+            .is_some_and(|items| !items.is_empty())
+    })["items"][0]["id"]
+        .as_str()
+        .expect("an incident id")
+        .to_owned();
+    write(
+        t,
+        "POST",
+        "/api/runs/{id}/retry",
+        &format!("/api/runs/{failed}/retry"),
+        Some(json!({})),
+    );
+    let bulk = write(
+        t,
+        "POST",
+        "/api/runs/bulk",
+        "/api/runs/bulk",
+        Some(json!({"action": "cancel", "filter": {"status": "queued"}})),
+    );
+    write(
+        t,
+        "POST",
+        "/api/runs/bulk/{id}/cancel",
+        &format!(
+            "/api/runs/bulk/{}/cancel",
+            bulk["id"].as_str().unwrap_or_default()
+        ),
+        None,
+    );
+    write(
+        t,
+        "POST",
+        "/api/incidents/{id}/resolve",
+        &format!("/api/incidents/{incident}/resolve"),
+        None,
+    );
+    let signed = write(
+        t,
+        "POST",
+        "/api/automations",
+        "/api/automations",
+        Some(json!({
+        "name": "Signed", "signingSecret": true,
+        "trigger": {"type": "webhook", "params": []}, "steps": []})),
+    );
+    write(
+        t,
+        "POST",
+        "/api/automations/{id}/rotate-signing-secret",
+        &format!(
+            "/api/automations/{}/rotate-signing-secret",
+            signed["id"].as_str().unwrap_or_default()
+        ),
+        Some(json!({})),
+    );
+    write(t, "DELETE", "/api/automations/{id}", &at(""), None);
+
+    // Every writing route of the table but those that write nothing and the one whose
+    // answer depends on the network.
+    let left_out = [
+        ("POST", "/api/automations/test"),
+        ("POST", "/api/automations/validate"),
+        ("POST", "/api/automations/{id}/test"),
+        ("POST", "/api/widgets/{id}/refresh"),
+    ];
+    let missing: Vec<String> = fronta_server::routes::route_docs()
+        .into_iter()
+        .flat_map(|route| {
+            route.ops.into_iter().filter_map(move |op| {
+                let writes = op.method != "GET"
+                    && op.caller(route.path) != fronta_server::openapi::Caller::Anyone;
+                writes.then(|| (op.method.to_owned(), route.path.to_owned()))
+            })
+        })
+        .filter(|key| !covered.contains(key))
+        .filter(|(method, path)| !left_out.contains(&(method.as_str(), path.as_str())))
+        .map(|(method, path)| format!("{method} {path}"))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "writing routes the binary walk does not call: {missing:?}"
+    );
+    let log = server
+        .ok("GET", "/api/admin/audit?limit=500", ADMIN, None)
+        .to_string();
+    assert!(
+        !log.contains("walk-secret-value"),
+        "no secret's value in the log"
+    );
+    println!("binary audit walk: {seen} writes, one entry each");
+}
+
+const SECRET_KEY_FLAG: [&str; 2] = [
+    "--secret-key",
+    "QUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUE=",
+];
+
+#[test]
+fn every_write_is_audited_through_fronta_serve_on_sqlite() {
+    support::on_sqlite_with("walk.db", ADMIN, &SECRET_KEY_FLAG, every_write_is_audited);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_write_is_audited_through_fronta_serve_on_postgres() {
+    support::on_postgres_with(ADMIN, &SECRET_KEY_FLAG, every_write_is_audited).await;
 }
