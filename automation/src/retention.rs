@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::store::AutomationStore;
 use fronta_desk::access::{AUDIT_PURGE_BATCH, AccessStore};
 use fronta_desk::{DeskStore, Keep, TenantRetention};
 use fronta_engine::retention::{PruneCounters, Retention};
@@ -72,6 +73,9 @@ pub struct RetentionService {
     /// The audit log and how long its entries are kept (`--audit-retention`); `None`:
     /// audit entries are not deleted by this service.
     pub audit: Option<(Arc<dyn AccessStore>, Duration)>,
+    /// Where rotated webhook tokens and signing secrets are kept: those past their grace
+    /// (they stopped working then) are deleted; `None`: left to the next rotation.
+    pub retired: Option<Arc<dyn AutomationStore>>,
 }
 
 impl RetentionService {
@@ -99,6 +103,7 @@ impl RetentionService {
     /// it deleted.
     pub async fn pass(&self, stop: &CancellationToken) -> Result<u64, String> {
         self.audit_pass(stop).await?;
+        self.retired_pass(stop).await?;
         let keep = self.kept_by_incidents().await?;
         let prefixes: Vec<String> = TIMED_KEY_PREFIXES.iter().map(|p| (*p).to_owned()).collect();
         let own = self
@@ -176,6 +181,34 @@ impl RetentionService {
             tracing::info!(
                 deleted = total,
                 "retention: audit entries past their retention deleted"
+            );
+        }
+        Ok(total)
+    }
+
+    /// Deletes rotated webhook tokens and signing secrets past their grace; how many.
+    pub async fn retired_pass(&self, stop: &CancellationToken) -> Result<u64, String> {
+        let Some(automations) = &self.retired else {
+            return Ok(0);
+        };
+        let now = self.clock.now();
+        let limit = self.config.batch.max(1);
+        let mut total = 0;
+        while !stop.is_cancelled() {
+            let deleted = automations
+                .retired_purge(now, limit)
+                .await
+                .map_err(|err| format!("deleting rotated values past their grace: {err}"))?;
+            total += deleted;
+            if (deleted as usize) < limit {
+                break;
+            }
+            tokio::time::sleep(self.config.pause).await;
+        }
+        if total > 0 {
+            tracing::info!(
+                deleted = total,
+                "retention: rotated webhook tokens and signing secrets past their grace deleted"
             );
         }
         Ok(total)

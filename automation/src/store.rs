@@ -211,6 +211,9 @@ pub trait AutomationStore: Send + Sync + 'static {
         id: AutomationId,
         grace: TimeDelta,
     ) -> StoreResult<StoredAutomation>;
+    /// Delete retired webhook tokens and signing secrets whose grace ended at or before
+    /// `before`, at most `limit` (the retention service; they stopped working then).
+    async fn retired_purge(&self, before: DateTime<Utc>, limit: usize) -> StoreResult<u64>;
     /// `secret` becomes the signing secret of the tenant's automation `id`; the old one
     /// keeps verifying for `overlap` ([`crate::rotation::rotate_signing_secret`]).
     async fn automation_rotate_signing_secret(

@@ -164,6 +164,7 @@ impl Leadership {
             },
             counters: pruned.clone(),
             audit: Some((store.access(), args.audit_retention)),
+            retired: Some(automations.clone()),
         };
         tracing::info!(policy = ?retention.policy, config = ?retention.config, "retention of finished runs");
         tasks.push(tokio::spawn(

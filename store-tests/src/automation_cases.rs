@@ -961,6 +961,28 @@ pub async fn a_rotated_webhook_token_answers_for_its_grace_then_finds_nothing(
         .await
         .expect("rotated for a week");
     assert!(env.by_token(&third_token).await.is_some(), "in its week");
+    assert_eq!(
+        env.automations
+            .retired_purge(clock.now(), 100)
+            .await
+            .expect("a purge"),
+        0,
+        "the retention keeps a token in its grace"
+    );
+    clock.advance(Duration::from_secs(8 * 24 * 3600));
+    assert_eq!(
+        env.automations
+            .retired_purge(clock.now(), 100)
+            .await
+            .expect("a purge"),
+        1,
+        "and deletes it once the grace is over"
+    );
+    assert!(
+        env.get(env.acme, orders.id).await.retired.is_empty(),
+        "its row is gone"
+    );
+    assert_eq!(env.by_token(&third_token).await, None, "past its week");
     env.automations
         .automation_delete(env.acme, orders.id)
         .await
