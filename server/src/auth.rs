@@ -204,7 +204,7 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
         &path,
         &kind,
         id.clone(),
-        access.summary,
+        audit_summary(access.summary),
         client,
     );
     let (actor, tenant) = actor;
@@ -372,6 +372,12 @@ pub fn object_of(path: &str, params: &[(String, String)]) -> (String, Option<Str
     (singular(collection), id)
 }
 
+/// What an audit entry says a route did: the route's description without its
+/// parenthetical notes ("Cancel a run (two-phase)" → "Cancel a run").
+fn audit_summary(summary: &str) -> &str {
+    summary.split(" (").next().unwrap_or(summary).trim_end()
+}
+
 /// Collections nested under an object whose `POST` makes an object of their own.
 const SUB_COLLECTIONS: [&str; 1] = ["members"];
 
@@ -446,6 +452,16 @@ mod tests {
         assert!(constant_time_eq(b"abc", b"abc"), "equal");
         assert!(!constant_time_eq(b"abc", b"abd"), "last byte differs");
         assert!(!constant_time_eq(b"abc", b"abcd"), "lengths differ");
+    }
+
+    #[test]
+    fn audit_summaries_leave_the_notes_out() {
+        assert_eq!(audit_summary("Cancel a run (two-phase)"), "Cancel a run");
+        assert_eq!(
+            audit_summary("Make a named API token with a role (its secret is shown once)"),
+            "Make a named API token with a role"
+        );
+        assert_eq!(audit_summary("Rename a group"), "Rename a group");
     }
 
     #[test]

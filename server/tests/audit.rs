@@ -192,7 +192,7 @@ async fn every_write_of_the_route_table_leaves_one_audit_entry_and_no_secret() {
     .await;
     assert_eq!(
         walk.all().await[0].summary,
-        "Revoke a token at once (the tenant's last admin token is kept): \"ops\", role editor",
+        "Revoke a token at once: \"ops\", role editor",
         "the revocation names the token"
     );
 
