@@ -150,6 +150,9 @@ struct State {
     summary: String,
     details: Vec<String>,
     written: bool,
+    /// The write being committed changed nothing (a cancel of a finished run): it
+    /// carries no entry; the scope's next write may.
+    unchanged: bool,
 }
 
 impl Scope {
@@ -176,6 +179,7 @@ impl Scope {
                 summary: summary.to_owned(),
                 details: Vec::new(),
                 written: false,
+                unchanged: false,
             }),
         })
     }
@@ -221,7 +225,7 @@ impl Scope {
     /// is no actor or it was taken already. A store calls it inside its transaction.
     pub fn take_entry(&self, at: DateTime<Utc>) -> Option<AuditEntry> {
         let mut state = self.lock();
-        if state.written {
+        if std::mem::take(&mut state.unchanged) || state.written {
             return None;
         }
         let actor = state.actor.clone()?;
@@ -301,6 +305,14 @@ pub fn current() -> Option<Arc<Scope>> {
 pub fn created(id: &dyn std::fmt::Display) {
     if let Some(scope) = current() {
         scope.set_created(id);
+    }
+}
+
+/// Say that the write being made changed nothing (a cancel of a run already finished, a
+/// retry of a run that has not failed): the commit it is in carries no entry.
+pub fn unchanged() {
+    if let Some(scope) = current() {
+        scope.lock().unchanged = true;
     }
 }
 
@@ -389,6 +401,34 @@ mod tests {
             &current().expect("the outer scope again"),
             &outer
         ));
+    }
+
+    #[test]
+    fn a_write_that_changed_nothing_carries_no_entry_and_the_next_may() {
+        let scope = Scope::new(
+            "POST",
+            "/api/runs/{id}/cancel",
+            "run",
+            None,
+            "Cancel a run",
+            None,
+        );
+        scope.set_actor(
+            Actor::Cli {
+                command: "runs cancel".into(),
+            },
+            None,
+        );
+        let _guard = on_thread(Some(scope.clone()));
+        unchanged();
+        assert!(
+            scope.take_entry(Utc::now()).is_none(),
+            "nothing changed, no entry"
+        );
+        assert!(
+            scope.take_entry(Utc::now()).is_some(),
+            "the next write carries it"
+        );
     }
 
     #[test]

@@ -735,7 +735,13 @@ impl RunStore for PgStore {
                     .await
                     .map_err(map_err)?;
             }
-            self.commit_tx(tx).await?;
+            if matches!(reply, CancelReply::Cancelled | CancelReply::Requested) {
+                self.commit_tx(tx).await?;
+            } else {
+                // Nothing was cancelled: nothing to commit, no audit entry.
+                self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+                tx.rollback().await.map_err(map_err)?;
+            }
             return Ok(reply);
         }
         let mut conn = self.connection().await?;
@@ -815,9 +821,13 @@ impl RunStore for PgStore {
             // A person's retry commits with its audit entry.
             let mut tx = self.begin_tx().await?;
             let reply = manual_retry::retry(&mut tx, self.ctx(), id).await?;
-            self.commit_tx(tx).await?;
             if reply == RetryReply::Requeued {
+                self.commit_tx(tx).await?;
                 self.inner.signal.notify_waiters();
+            } else {
+                // Nothing was retried: nothing to commit, no audit entry.
+                self.inner.round_trips.fetch_add(1, Ordering::Relaxed);
+                tx.rollback().await.map_err(map_err)?;
             }
             return Ok(reply);
         }

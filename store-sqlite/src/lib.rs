@@ -484,10 +484,17 @@ impl RunStore for SqliteStore {
         let asked = ids.clone();
         let replies = self
             .write(move |_, conn, now| {
-                Ok(ids
+                let replies = ids
                     .iter()
                     .map(|id| runs::request_cancel(conn, *id, now))
-                    .collect::<Vec<_>>())
+                    .collect::<Vec<_>>();
+                if !replies.iter().any(|reply| {
+                    matches!(reply, Ok(CancelReply::Cancelled | CancelReply::Requested))
+                }) {
+                    // Nothing was cancelled: a person's request leaves no audit entry.
+                    fronta_engine::audit::unchanged();
+                }
+                Ok(replies)
             })
             .await?;
         for (id, reply) in asked.iter().zip(&replies) {
@@ -510,8 +517,15 @@ impl RunStore for SqliteStore {
     }
 
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
-        self.write(move |state, conn, now| runs::retry(state, conn, id, now))
-            .await
+        self.write(move |state, conn, now| {
+            let reply = runs::retry(state, conn, id, now);
+            if !matches!(reply, Ok(RetryReply::Requeued)) {
+                // Nothing was retried: a person's request leaves no audit entry.
+                fronta_engine::audit::unchanged();
+            }
+            reply
+        })
+        .await
     }
 
     async fn run_get(&self, id: RunId) -> StoreResult<Option<Run>> {
