@@ -165,25 +165,13 @@ impl RetentionService {
         };
         let before =
             self.clock.now() - chrono::Duration::from_std(*kept).unwrap_or(chrono::Duration::MAX);
-        let mut total = 0;
-        while !stop.is_cancelled() {
-            let deleted = access
-                .audit_purge(before, AUDIT_PURGE_BATCH)
-                .await
-                .map_err(|err| format!("deleting old audit entries: {err}"))?;
-            total += deleted;
-            if (deleted as usize) < AUDIT_PURGE_BATCH {
-                break;
-            }
-            tokio::time::sleep(self.config.pause).await;
-        }
-        if total > 0 {
-            tracing::info!(
-                deleted = total,
-                "retention: audit entries past their retention deleted"
-            );
-        }
-        Ok(total)
+        self.in_batches(
+            stop,
+            AUDIT_PURGE_BATCH,
+            "audit entries past their retention",
+            || access.audit_purge(before, AUDIT_PURGE_BATCH),
+        )
+        .await
     }
 
     /// Deletes rotated webhook tokens and signing secrets past their grace; how many.
@@ -193,12 +181,33 @@ impl RetentionService {
         };
         let now = self.clock.now();
         let limit = self.config.batch.max(1);
+        self.in_batches(
+            stop,
+            limit,
+            "rotated webhook tokens and signing secrets past their grace",
+            || automations.retired_purge(now, limit),
+        )
+        .await
+    }
+
+    /// Calls `delete` (at most `limit` rows each) until a call deletes fewer, pausing
+    /// between two, or the stop; how many rows went in all (`what`: for the log line).
+    async fn in_batches<F, Fut>(
+        &self,
+        stop: &CancellationToken,
+        limit: usize,
+        what: &str,
+        delete: F,
+    ) -> Result<u64, String>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<u64, fronta_desk::DeskError>>,
+    {
         let mut total = 0;
         while !stop.is_cancelled() {
-            let deleted = automations
-                .retired_purge(now, limit)
+            let deleted = delete()
                 .await
-                .map_err(|err| format!("deleting rotated values past their grace: {err}"))?;
+                .map_err(|err| format!("deleting {what}: {err}"))?;
             total += deleted;
             if (deleted as usize) < limit {
                 break;
@@ -206,10 +215,7 @@ impl RetentionService {
             tokio::time::sleep(self.config.pause).await;
         }
         if total > 0 {
-            tracing::info!(
-                deleted = total,
-                "retention: rotated webhook tokens and signing secrets past their grace deleted"
-            );
+            tracing::info!(deleted = total, "retention: {what} deleted");
         }
         Ok(total)
     }

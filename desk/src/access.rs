@@ -301,7 +301,8 @@ pub trait AccessStore: Send + Sync + 'static {
     async fn token_get(&self, tenant: TenantId, id: TokenId) -> DeskResult<ApiToken>;
     /// Revoke (delete) a token, refused by [`plan_revoke`] for the last admin token.
     async fn token_revoke(&self, tenant: TenantId, id: TokenId) -> DeskResult<ApiToken>;
-    /// Record a use of the token (its `lastUsedAt`).
+    /// Record a use of the token, a tenant's or an admin token (its `lastUsedAt`; ids are
+    /// unique across both).
     async fn token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()>;
 
     /// A new admin token of the operator; 409 when the name is taken.
@@ -310,7 +311,6 @@ pub trait AccessStore: Send + Sync + 'static {
     /// Revoke an admin token by id or name.
     async fn admin_token_revoke(&self, id_or_name: &str) -> DeskResult<AdminToken>;
     async fn admin_token_by_token(&self, token: &str) -> DeskResult<Option<AdminToken>>;
-    async fn admin_token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()>;
 
     /// Audit entries matching `filter`, newest first, at most `filter.limit`.
     async fn audit_list(

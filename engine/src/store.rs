@@ -237,6 +237,14 @@ pub enum CancelReply {
     AlreadyFinished(RunStatus),
 }
 
+impl CancelReply {
+    /// Whether the cancel changed the run (a person's request that did not leaves no
+    /// audit entry, `crate::audit::unchanged`).
+    pub fn changed(&self) -> bool {
+        !matches!(self, CancelReply::AlreadyFinished(_))
+    }
+}
+
 /// What a manual retry of a run did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RetryReply {
@@ -244,6 +252,13 @@ pub enum RetryReply {
     Requeued,
     /// Only failed and suppressed runs are retried: nothing changed.
     NotFailed(RunStatus),
+}
+
+impl RetryReply {
+    /// Whether the retry changed the run (see [`CancelReply::changed`]).
+    pub fn changed(&self) -> bool {
+        *self == RetryReply::Requeued
+    }
 }
 
 /// Which runs [`RunStore::run_list`] answers, newest first: every given condition must

@@ -52,7 +52,7 @@ use axum::http::{HeaderMap, Method};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use fronta_desk::Tenant;
-use fronta_desk::access::{Principal, Role, touch_due};
+use fronta_desk::access::{Principal, Role, TokenId, touch_due};
 use fronta_engine::audit::{self, Actor, Scope};
 
 use crate::app::App;
@@ -156,19 +156,18 @@ fn is_write(method: &Method) -> bool {
 
 /// The middleware of every route of the table (see the module's diagram).
 pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Response {
-    let Some(path) = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|path| path.as_str().to_owned())
-    else {
+    // `MatchedPath` is an `Arc<str>`: its clone allocates nothing (a webhook pays one
+    // table lookup here, no more).
+    let Some(matched) = request.extensions().get::<MatchedPath>().cloned() else {
         return next.run(request).await;
     };
+    let path = matched.as_str();
     let method = if request.method() == Method::HEAD {
         "GET"
     } else {
         request.method().as_str()
     };
-    let Some(access) = TABLE.get(&(path.as_str(), method)).copied() else {
+    let Some(access) = TABLE.get(&(path, method)).copied() else {
         return next.run(request).await;
     };
     if access.caller == Caller::Anyone {
@@ -176,7 +175,7 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
     }
     let client = client_address(&app, &request);
     let (mut parts, body) = request.into_parts();
-    let actor = match authenticate(&app, &mut parts, access, client.as_deref(), &path).await {
+    let actor = match authenticate(&app, &mut parts, access, client.as_deref(), path).await {
         Ok(actor) => actor,
         Err(err) => return err.into_response(),
     };
@@ -191,7 +190,7 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default();
-        Some(object_of(&path, &params))
+        Some(object_of(path, &params))
     } else {
         None
     };
@@ -201,7 +200,7 @@ pub async fn guard(State(app): State<App>, request: Request, next: Next) -> Resp
     };
     let scope = Scope::new(
         request.method().as_str(),
-        &path,
+        path,
         &kind,
         id.clone(),
         audit_summary(access.summary),
@@ -275,17 +274,7 @@ async fn tenant(app: &App, parts: &mut Parts) -> Result<(Actor, Option<uuid::Uui
         .principal_by_token(token)
         .await?
         .ok_or_else(|| ApiError::unauthorized("unknown, expired or revoked token"))?;
-    let now = app.inner().clock.now();
-    if touch_due(principal.token.last_used_at, now) {
-        let access = app.inner().ports.access.clone();
-        let id = principal.token.id;
-        // A task of its own: outside the request's audit scope, and not in its way.
-        tokio::spawn(async move {
-            if let Err(err) = access.token_touch(id, now).await {
-                tracing::debug!(error = %err, "could not record a token's last use");
-            }
-        });
-    }
+    touch_later(app, principal.token.id, principal.token.last_used_at);
     let actor = Actor::Token {
         id: principal.token.id.0,
         name: principal.token.name.clone(),
@@ -317,15 +306,7 @@ async fn admin(app: &App, parts: &mut Parts) -> Result<(Actor, Option<uuid::Uuid
                 .admin_token_by_token(token)
                 .await?
                 .ok_or_else(|| ApiError::unauthorized("this route needs an admin token"))?;
-            let now = app.inner().clock.now();
-            if touch_due(row.last_used_at, now) {
-                let access = app.inner().ports.access.clone();
-                tokio::spawn(async move {
-                    if let Err(err) = access.admin_token_touch(row.id, now).await {
-                        tracing::debug!(error = %err, "could not record an admin token's last use");
-                    }
-                });
-            }
+            touch_later(app, row.id, row.last_used_at);
             AdminCaller {
                 id: Some(row.id.0),
                 name: row.name,
@@ -338,6 +319,22 @@ async fn admin(app: &App, parts: &mut Parts) -> Result<(Actor, Option<uuid::Uuid
     };
     parts.extensions.insert(caller);
     Ok((actor, None))
+}
+
+/// Record a use of token `id` when its last one written is old enough
+/// ([`touch_due`]), from a task of its own: outside the request's audit scope, and not in
+/// its way.
+fn touch_later(app: &App, id: TokenId, last: Option<chrono::DateTime<chrono::Utc>>) {
+    let now = app.inner().clock.now();
+    if !touch_due(last, now) {
+        return;
+    }
+    let access = app.inner().ports.access.clone();
+    tokio::spawn(async move {
+        if let Err(err) = access.token_touch(id, now).await {
+            tracing::debug!(error = %err, "could not record a token's last use");
+        }
+    });
 }
 
 /// The object a write on `path` is about: its kind, from the path's last collection, and

@@ -218,12 +218,16 @@ impl AccessStore for PgStore {
 
     async fn token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()> {
         let mut conn = self.desk_connection().await?;
-        sqlx::query("UPDATE desk_tenant_tokens SET last_used_at = $2 WHERE id = $1")
-            .bind(id.0)
-            .bind(at)
-            .execute(Db::new(&mut conn, self).c())
-            .await
-            .map_err(sql_err)?;
+        // One statement for both tables: ids are unique across them.
+        sqlx::query(
+            "WITH tenant AS (UPDATE desk_tenant_tokens SET last_used_at = $2 WHERE id = $1) \
+             UPDATE admin_tokens SET last_used_at = $2 WHERE id = $1",
+        )
+        .bind(id.0)
+        .bind(at)
+        .execute(Db::new(&mut conn, self).c())
+        .await
+        .map_err(sql_err)?;
         Ok(())
     }
 
@@ -289,17 +293,6 @@ impl AccessStore for PgStore {
         .await
         .map_err(sql_err)?;
         row.as_ref().map(admin_of).transpose()
-    }
-
-    async fn admin_token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()> {
-        let mut conn = self.desk_connection().await?;
-        sqlx::query("UPDATE admin_tokens SET last_used_at = $2 WHERE id = $1")
-            .bind(id.0)
-            .bind(at)
-            .execute(Db::new(&mut conn, self).c())
-            .await
-            .map_err(sql_err)?;
-        Ok(())
     }
 
     async fn audit_list(&self, filter: &AuditFilter) -> DeskResult<Vec<AuditEntry>> {

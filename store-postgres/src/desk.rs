@@ -357,20 +357,9 @@ impl DeskStore for PgStore {
     }
 
     async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>> {
-        let hash = token::hash(token);
-        let mut conn = self.desk_connection().await?;
-        let mut db = Db::new(&mut conn, self);
-        let row = sqlx::query(
-            "SELECT t.id, t.name, t.created_at FROM desk_tenant_tokens k \
-             JOIN desk_tenants t ON t.id = k.tenant WHERE k.hash = $1 \
-               AND (k.expires_at IS NULL OR k.expires_at > coalesce($2::timestamptz, now()))",
-        )
-        .bind(hash)
-        .bind(self.now())
-        .fetch_optional(db.c())
-        .await
-        .map_err(sql_err)?;
-        row.as_ref().map(tenant_of).transpose()
+        // The live token's principal (`access`): one lookup, one expiry rule.
+        let principal = fronta_desk::access::AccessStore::principal_by_token(self, token).await?;
+        Ok(principal.map(|principal| principal.tenant))
     }
 
     async fn tenant_list(&self) -> DeskResult<Vec<Tenant>> {

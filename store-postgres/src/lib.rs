@@ -735,7 +735,7 @@ impl RunStore for PgStore {
                     .await
                     .map_err(map_err)?;
             }
-            if matches!(reply, CancelReply::Cancelled | CancelReply::Requested) {
+            if reply.changed() {
                 self.commit_tx(tx).await?;
             } else {
                 // Nothing was cancelled: nothing to commit, no audit entry.
@@ -821,7 +821,7 @@ impl RunStore for PgStore {
             // A person's retry commits with its audit entry.
             let mut tx = self.begin_tx().await?;
             let reply = manual_retry::retry(&mut tx, self.ctx(), id).await?;
-            if reply == RetryReply::Requeued {
+            if reply.changed() {
                 self.commit_tx(tx).await?;
                 self.inner.signal.notify_waiters();
             } else {

@@ -21,7 +21,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use uuid::Uuid;
 
 use crate::SqliteStore;
-use crate::desk::{DeskSql, from_store, instant, key, many, sql_err, tenant_of, uuid_at};
+use crate::desk::{DeskSql, from_store, instant, key, many, sql_err, uuid_at};
 
 const TOKEN_COLUMNS: &str =
     "k.id, k.tenant, k.name, k.role, k.created_at, k.expires_at, k.last_used_at";
@@ -240,9 +240,13 @@ impl AccessStore for SqliteStore {
 
     async fn token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()> {
         self.desk_write(move |conn, _| {
-            conn.prepare_cached("UPDATE desk_tenant_tokens SET last_used_at = ?2 WHERE id = ?1")
+            for table in ["desk_tenant_tokens", "admin_tokens"] {
+                conn.prepare_cached(&format!(
+                    "UPDATE {table} SET last_used_at = ?2 WHERE id = ?1"
+                ))
                 .and_then(|mut stmt| stmt.execute(params![key(&id.0), at.timestamp_millis()]))
                 .map_err(sql_err)?;
+            }
             Ok(())
         })
         .await
@@ -314,16 +318,6 @@ impl AccessStore for SqliteStore {
             ))
             .and_then(|mut stmt| stmt.query_row([hash], admin_of).optional())
             .map_err(sql_err)
-        })
-        .await
-    }
-
-    async fn admin_token_touch(&self, id: TokenId, at: DateTime<Utc>) -> DeskResult<()> {
-        self.desk_write(move |conn, _| {
-            conn.prepare_cached("UPDATE admin_tokens SET last_used_at = ?2 WHERE id = ?1")
-                .and_then(|mut stmt| stmt.execute(params![key(&id.0), at.timestamp_millis()]))
-                .map_err(sql_err)?;
-            Ok(())
         })
         .await
     }
@@ -411,19 +405,4 @@ impl AccessStore for SqliteStore {
         })
         .await
     }
-}
-
-/// The tenant of a raw token, for `DeskStore::tenant_by_token`.
-pub(crate) fn tenant_by_hash(
-    conn: &Connection,
-    hash: &str,
-    now: i64,
-) -> DeskSql<Option<fronta_desk::Tenant>> {
-    conn.prepare_cached(
-        "SELECT t.id, t.name, t.created_at FROM desk_tenant_tokens k \
-         JOIN desk_tenants t ON t.id = k.tenant \
-         WHERE k.hash = ?1 AND (k.expires_at IS NULL OR k.expires_at > ?2)",
-    )
-    .and_then(|mut stmt| stmt.query_row(params![hash, now], tenant_of).optional())
-    .map_err(sql_err)
 }

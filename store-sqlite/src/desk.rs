@@ -197,12 +197,9 @@ impl DeskStore for SqliteStore {
     }
 
     async fn tenant_by_token(&self, token: &str) -> DeskResult<Option<Tenant>> {
-        let hash = token::hash(token);
-        self.read_with(
-            move |conn, now| crate::access::tenant_by_hash(conn, &hash, now),
-            from_store,
-        )
-        .await
+        // The live token's principal (`access`): one lookup, one expiry rule.
+        let principal = fronta_desk::access::AccessStore::principal_by_token(self, token).await?;
+        Ok(principal.map(|principal| principal.tenant))
     }
 
     async fn tenant_list(&self) -> DeskResult<Vec<Tenant>> {

@@ -488,9 +488,10 @@ impl RunStore for SqliteStore {
                     .iter()
                     .map(|id| runs::request_cancel(conn, *id, now))
                     .collect::<Vec<_>>();
-                if !replies.iter().any(|reply| {
-                    matches!(reply, Ok(CancelReply::Cancelled | CancelReply::Requested))
-                }) {
+                if !replies
+                    .iter()
+                    .any(|reply| reply.as_ref().is_ok_and(CancelReply::changed))
+                {
                     // Nothing was cancelled: a person's request leaves no audit entry.
                     fronta_engine::audit::unchanged();
                 }
@@ -519,7 +520,7 @@ impl RunStore for SqliteStore {
     async fn run_retry(&self, id: RunId) -> StoreResult<RetryReply> {
         self.write(move |state, conn, now| {
             let reply = runs::retry(state, conn, id, now);
-            if !matches!(reply, Ok(RetryReply::Requeued)) {
+            if !reply.as_ref().is_ok_and(RetryReply::changed) {
                 // Nothing was retried: a person's request leaves no audit entry.
                 fronta_engine::audit::unchanged();
             }

@@ -110,7 +110,11 @@ where
         let Some(op) = self.op.take() else {
             return false;
         };
-        let _scope = audit::on_thread(self.audit.as_ref().map(|(scope, _)| scope.clone()));
+        // Only a caller's job carries a scope: the worker's claims and finishes pay nothing.
+        let _scope = self
+            .audit
+            .as_ref()
+            .map(|(scope, _)| audit::on_thread(Some(scope.clone())));
         let mut result = op(state, conn);
         if result.is_ok()
             && let Some((scope, clock)) = &self.audit

@@ -101,7 +101,14 @@ pub async fn named_tokens_have_roles_and_revocation_is_at_once(factory: &dyn Des
         .token_create(globex.id, new("wall", Role::Viewer))
         .await
         .expect("names are per tenant");
+    let at = Utc::now();
+    access.token_touch(wall.id, at).await.expect("a touch");
     let listed = access.token_list(acme.id).await.expect("a list");
+    assert_eq!(
+        listed[1].last_used_at.map(|t| t.timestamp_millis()),
+        Some(at.timestamp_millis()),
+        "the tenant token's last use"
+    );
     assert_eq!(
         listed.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
         vec!["admin", "wall"],
@@ -224,6 +231,15 @@ pub async fn admin_tokens_are_made_found_and_revoked(factory: &dyn DeskStoreFact
             .map(|t| t.name.as_str())
             .collect::<Vec<_>>(),
         vec!["night", "day"]
+    );
+    // One touch for both kinds of token: the admin token's last use is kept.
+    let at = Utc::now();
+    access.token_touch(day.id, at).await.expect("a touch");
+    let listed = access.admin_token_list().await.expect("a list");
+    assert_eq!(
+        listed[1].last_used_at.map(|t| t.timestamp_millis()),
+        Some(at.timestamp_millis()),
+        "the admin token's last use"
     );
     access.admin_token_revoke("night").await.expect("by name");
     access
