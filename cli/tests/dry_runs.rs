@@ -334,6 +334,12 @@ fn scenario(server: &Server, snapshot: &dyn Fn() -> Snapshot) {
 /// write.
 const BOOKKEEPING: [&str; 2] = ["beat_at", "last_used_at"];
 
+/// Tables the worker keeps on its own: `run_tenants` lists the tenants that may have
+/// pending runs, and the worker forgets a tenant whose queue ran dry when its tidy-up
+/// comes due, which may fall inside the window. A run a dry run enqueued would show in
+/// `runs` (and `run_counts`), which stay in the snapshots.
+const WORKER_INDEXES: [&str; 1] = ["run_tenants"];
+
 /// Every table of a SQLite file, read beside the running server.
 fn sqlite_snapshot(file: &std::path::Path) -> Snapshot {
     let conn =
@@ -345,6 +351,7 @@ fn sqlite_snapshot(file: &std::path::Path) -> Snapshot {
         .expect("the tables");
     tables
         .into_iter()
+        .filter(|table| !WORKER_INDEXES.contains(&table.as_str()))
         .map(|table| {
             let mut stmt = conn
                 .prepare(&format!("SELECT * FROM \"{table}\""))
@@ -382,10 +389,21 @@ async fn postgres_snapshot(url: &str) -> Snapshot {
     .expect("the tables");
     let mut snapshot = Snapshot::new();
     for (table,) in tables {
-        let sql = format!(
-            "SELECT (row_to_json(t)::jsonb - '{}')::text FROM \"{table}\" t",
-            BOOKKEEPING.join("' - '")
-        );
+        if WORKER_INDEXES.contains(&table.as_str()) {
+            continue;
+        }
+        let sql = if table == "run_counts" {
+            // Its shards are per connection, and the retention service folds the shards
+            // of connections that are gone into one: what it means is the sums.
+            "SELECT json_build_array(kind, status, sum(runs), sum(attempts), sum(reclaims), \
+             sum(parks))::text FROM run_counts GROUP BY kind, status HAVING sum(runs) <> 0"
+                .to_owned()
+        } else {
+            format!(
+                "SELECT (row_to_json(t)::jsonb - '{}')::text FROM \"{table}\" t",
+                BOOKKEEPING.join("' - '")
+            )
+        };
         let mut rows: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
             .fetch_all(&pool)
             .await
