@@ -860,6 +860,40 @@ fn every_write_is_audited(server: &Server, _database: &str) {
         !log.contains("walk-secret-value"),
         "no secret's value in the log"
     );
+    // A summary names what changed, as a person reads it.
+    let log: Value = serde_json::from_str(&log).expect("the log is JSON");
+    let summaries: Vec<String> = log["items"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|entry| {
+            format!(
+                "{} {} {}",
+                entry["method"].as_str().unwrap_or(""),
+                entry["route"].as_str().unwrap_or(""),
+                entry["summary"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    for (call, ending) in [
+        ("POST /api/admin/tenants ", ": \"Walk\""),
+        ("POST /api/groups ", ": \"night\""),
+        ("PATCH /api/groups/{id} ", ": to \"late\""),
+        ("POST /api/groups/{id}/members ", ": \"Eva\""),
+        (
+            "PATCH /api/groups/{id}/members/{member_id} ",
+            ": changes capacity",
+        ),
+        ("PATCH /api/ticket-types/{id} ", ": changes name"),
+        ("POST /api/automations ", ": \"Signed\""),
+    ] {
+        assert!(
+            summaries
+                .iter()
+                .any(|line| line.starts_with(call) && line.ends_with(ending)),
+            "no summary of {call}ending in {ending:?}: {summaries:#?}"
+        );
+    }
     println!("binary audit walk: {} writes, one entry each", seen.get());
 }
 

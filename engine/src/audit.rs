@@ -301,6 +301,28 @@ pub fn current() -> Option<Arc<Scope>> {
         .or_else(|| TASK_SCOPE.try_with(Arc::clone).ok())
 }
 
+/// Add a detail to the current scope's summary, if there is a scope (`"Support"`,
+/// `changes status, assignee`). Names and field names only, never a value that may be
+/// a secret.
+pub fn detail(text: impl Into<String>) {
+    if let Some(scope) = current() {
+        scope.detail(text);
+    }
+}
+
+/// The detail of a change: the fields it names, in the order given (`changes name,
+/// capacity`); nothing when it names none.
+pub fn changes(fields: &[(&str, bool)]) {
+    let named: Vec<&str> = fields
+        .iter()
+        .filter(|(_, given)| *given)
+        .map(|(name, _)| *name)
+        .collect();
+    if !named.is_empty() {
+        detail(format!("changes {}", named.join(", ")));
+    }
+}
+
 /// Tell the current scope, if any, the id of the object just made.
 pub fn created(id: &dyn std::fmt::Display) {
     if let Some(scope) = current() {

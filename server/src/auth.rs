@@ -369,10 +369,16 @@ pub fn object_of(path: &str, params: &[(String, String)]) -> (String, Option<Str
     (singular(collection), id)
 }
 
-/// What an audit entry says a route did: the route's description without its
-/// parenthetical notes ("Cancel a run (two-phase)" → "Cancel a run").
+/// What an audit entry says a route did: the route's description up to its first note,
+/// a parenthesis, a `;` or a `:` ("Cancel a run (two-phase)" → "Cancel a run"; "Add a
+/// widget: a connector call whose data is cached ttlSec" → "Add a widget").
 fn audit_summary(summary: &str) -> &str {
-    summary.split(" (").next().unwrap_or(summary).trim_end()
+    let end = [" (", ";", ": "]
+        .iter()
+        .filter_map(|mark| summary.find(mark))
+        .min()
+        .unwrap_or(summary.len());
+    summary[..end].trim_end()
 }
 
 /// Collections nested under an object whose `POST` makes an object of their own.
@@ -459,6 +465,14 @@ mod tests {
             "Make a named API token with a role"
         );
         assert_eq!(audit_summary("Rename a group"), "Rename a group");
+        assert_eq!(
+            audit_summary("Add a widget: a connector call whose data is cached ttlSec"),
+            "Add a widget"
+        );
+        assert_eq!(
+            audit_summary("Retry a failed run from its checkpoint; {\"version\": …} starts anew"),
+            "Retry a failed run from its checkpoint"
+        );
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub async fn tenant_create(
     State(app): State<App>,
     JsonBody(body): JsonBody<NewTenant>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    fronta_engine::audit::detail(format!("{:?}", body.name));
     let (tenant, token) = app.desk().tenant_create(&body.name).await?;
     tracing::info!(tenant = %tenant.id, "tenant created");
     Ok((

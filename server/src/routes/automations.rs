@@ -207,6 +207,7 @@ pub async fn create(
         Some(automation) if problems.is_empty() => automation,
         _ => return Err(ApiError::InvalidAutomation(problems)),
     };
+    fronta_engine::audit::detail(format!("{:?}", automation.name));
     let secret_value = secret_for_create(&secret);
     let stored = app
         .automations()
@@ -353,6 +354,7 @@ pub async fn replace(
         _ => return Err(ApiError::InvalidAutomation(problems)),
     };
     keep_enabled(&value, &mut automation, &existing);
+    fronta_engine::audit::detail(format!("{:?}", automation.name));
     let stored = app
         .automations()
         .automation_update(tenant.id, existing.id, automation, &versions::author())

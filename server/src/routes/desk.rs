@@ -26,6 +26,7 @@ use fronta_desk::store::{TicketChange, TicketFilter};
 use fronta_desk::{
     DeskError, FieldDef, GroupId, IncidentId, MemberId, Origin, TicketId, TicketTypeId,
 };
+use fronta_engine::audit;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
@@ -63,6 +64,7 @@ pub async fn group_create(
     State(app): State<App>,
     JsonBody(body): JsonBody<GroupBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    audit::detail(format!("{:?}", body.name));
     let group = app.desk().group_create(tenant.id, &body.name).await?;
     Ok((StatusCode::CREATED, Json(group_view(&group))))
 }
@@ -104,6 +106,7 @@ pub async fn group_rename(
     JsonBody(body): JsonBody<GroupBody>,
 ) -> Result<Json<Value>, ApiError> {
     let id: GroupId = parse_id(&id, "group")?;
+    audit::detail(format!("to {:?}", body.name));
     let group = app
         .desk()
         .group_rename(tenant.id, id, &body.name)
@@ -154,6 +157,7 @@ pub async fn member_add(
     JsonBody(body): JsonBody<NewMember>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let group: GroupId = parse_id(&group, "group")?;
+    audit::detail(format!("{:?}", body.name));
     let member = app
         .desk()
         .member_add(
@@ -226,6 +230,12 @@ pub async fn member_update(
     JsonBody(body): JsonBody<MemberPatch>,
 ) -> Result<Json<Value>, ApiError> {
     let member = member_in_group(&app, tenant.id, &group, &member).await?;
+    audit::changes(&[
+        ("name", body.name.is_some()),
+        ("email", body.email.is_some()),
+        ("capacity", body.capacity.is_some()),
+        ("available", body.available.is_some()),
+    ]);
     let mut updated = app
         .desk()
         .member_update(
@@ -278,6 +288,7 @@ pub async fn ticket_type_create(
     State(app): State<App>,
     JsonBody(body): JsonBody<NewTicketType>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
+    audit::detail(format!("{:?}", body.name));
     let created = app
         .desk()
         .ticket_type_create(tenant.id, &body.name, &body.statuses, &body.fields)
@@ -330,6 +341,11 @@ pub async fn ticket_type_update(
     JsonBody(body): JsonBody<TicketTypePatch>,
 ) -> Result<Json<Value>, ApiError> {
     let id: TicketTypeId = parse_id(&id, "ticket type")?;
+    audit::changes(&[
+        ("name", body.name.is_some()),
+        ("statuses", body.statuses.is_some()),
+        ("fields", body.fields.is_some()),
+    ]);
     let updated = app
         .desk()
         .ticket_type_update(
@@ -500,6 +516,16 @@ pub async fn ticket_change(
         .ticket_get(tenant.id, id)
         .await
         .map_err(|err| ApiError::desk(err, "ticket"))?;
+    audit::changes(&[
+        ("title", body.title.is_some()),
+        ("type", body.ticket_type.is_some()),
+        ("status", body.status.is_some()),
+        ("closed", body.closed.is_some()),
+        ("tags", body.tags.is_some() || !body.add_tags.is_empty()),
+        ("assignee", body.assignee.is_some()),
+        ("group", body.group.is_some()),
+        ("fields", !body.fields.is_empty()),
+    ]);
     let assignee = match &body.assignee {
         None => None,
         Some(None) => Some(None),

@@ -335,14 +335,14 @@ fn table() -> Routes {
         .add(
             "/api/automations/{id}/rotate-webhook",
             post(automations::rotate_webhook),
-            [op(post_, "A new webhook URL; the old one keeps working for graceSec seconds (default 0, at most 7 days)").editor()
+            [op(post_, "Rotate the webhook URL: a new one; the old one keeps working for graceSec seconds (default 0, at most 7 days)").editor()
                 .optional_body::<automations::RotateWebhookBody>()
                 .answers::<AnyObject>(200)],
         )
         .add(
             "/api/automations/{id}/rotate-signing-secret",
             post(automations::rotate_signing_secret),
-            [op(post_, "A new signing secret, shown once; the old one keeps verifying for overlapSec seconds (default 0, at most 7 days)").editor()
+            [op(post_, "Rotate the signing secret: a new one, shown once; the old one keeps verifying for overlapSec seconds (default 0, at most 7 days)").editor()
                 .optional_body::<automations::RotateSigningSecretBody>()
                 .answers::<AnyObject>(200)],
         )

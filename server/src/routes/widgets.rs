@@ -107,6 +107,7 @@ pub async fn widget_create(
     JsonBody(value): JsonBody<Value>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let def = checked(&app, &value)?;
+    fronta_engine::audit::detail(format!("{:?}", def.name));
     let max = app.config().widgets.max_per_tenant;
     let widget = app
         .widgets()
@@ -226,10 +227,12 @@ pub async fn widget_patch(
         tracing::error!(error = %err, "a stored widget cannot be written as JSON");
         ApiError::Internal
     })?;
+    let changed: Vec<String> = patch.keys().cloned().collect();
     if let Value::Object(fields) = &mut merged {
         fields.extend(patch);
     }
     let def = checked(&app, &merged)?;
+    fronta_engine::audit::detail(format!("{:?}, changes {}", def.name, changed.join(", ")));
     let reset = !current.widget.def.same_call(&def);
     let widget = store
         .widget_update(tenant.id, id, def, reset)
