@@ -17,7 +17,10 @@
 //! that every documented method is routed, every reference resolves, and that the
 //! validation and the schemas agree. `.ci/api-fuzz` holds a live server to the document.
 //!
-//! Left out: the query parameters of the lists (named in the summaries).
+//! A route that reads a query string declares its type with `.query::<T>()`: each field
+//! becomes a query parameter, and the type's `QueryKeys` are what the server takes (any
+//! other key is a 400); server/tests/openapi.rs checks that every route refusing an
+//! unknown key documents its query, and that the document names exactly those keys.
 
 use std::collections::BTreeSet;
 
@@ -40,6 +43,41 @@ pub type SchemaOf = fn(&mut SchemaGenerator) -> Schema;
 
 fn schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
     generator.subschema_for::<T>()
+}
+
+/// The whole schema of `T`, its properties inline (a query type's fields).
+fn root_schema_of<T: JsonSchema>(generator: &mut SchemaGenerator) -> Schema {
+    generator.root_schema_for::<T>()
+}
+
+/// The query parameters of a query type's schema: one per property, none required, each
+/// with the property's schema (without `null`: a query parameter is left out, not null)
+/// and its description.
+pub fn query_parameters(schema: &Value) -> Vec<Value> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut property = property.clone();
+            let description = property
+                .as_object_mut()
+                .and_then(|map| map.remove("description"));
+            if let Some(Value::Array(types)) = property.get_mut("type") {
+                types.retain(|kind| kind != "null");
+                if types.len() == 1 {
+                    property["type"] = types[0].clone();
+                }
+            }
+            let mut parameter = json!({"name": name, "in": "query", "required": false,
+                                        "schema": property});
+            if let Some(description) = description {
+                parameter["description"] = description;
+            }
+            parameter
+        })
+        .collect()
 }
 
 /// Where a created object's id is read, and which routes take it.
@@ -73,6 +111,8 @@ pub struct Op {
     pub creates: Option<Creates>,
     /// Other success answers (`POST /api/runs/bulk`'s preview answers 200).
     pub also: Vec<(u16, SchemaOf)>,
+    /// The query string's type (its fields the parameters) and the keys the server takes.
+    pub query: Option<(SchemaOf, &'static [&'static str])>,
 }
 
 /// A route of the table: a path and its methods.
@@ -95,6 +135,7 @@ pub fn op(method: &'static str, summary: &'static str) -> Op {
         media: "application/json",
         creates: None,
         also: Vec::new(),
+        query: None,
     }
 }
 
@@ -138,6 +179,12 @@ impl Op {
     pub fn optional_body<T: JsonSchema>(mut self) -> Self {
         self.body = Some(schema_of::<T>);
         self.body_optional = true;
+        self
+    }
+
+    /// The query string is a `T`: its fields are the route's query parameters.
+    pub fn query<T: JsonSchema + crate::extract::QueryKeys>(mut self) -> Self {
+        self.query = Some((root_schema_of::<T>, T::KEYS));
         self
     }
 
@@ -301,13 +348,17 @@ fn operation(routes: &[RouteDoc], path: &str, op: &Op, generators: &mut Generato
     let mut operation = Map::new();
     operation.insert("operationId".into(), json!(operation_id(op.method, path)));
     operation.insert("summary".into(), json!(op.summary));
-    let parameters: Vec<Value> = path_parameters(path)
+    let mut parameters: Vec<Value> = path_parameters(path)
         .into_iter()
         .map(|name| {
             json!({"name": name, "in": "path", "required": true,
                    "schema": {"type": "string", "minLength": 1}})
         })
         .collect();
+    if let Some((query, _)) = op.query {
+        let schema = query(&mut generators.bodies);
+        parameters.extend(query_parameters(schema.as_value()));
+    }
     if !parameters.is_empty() {
         operation.insert("parameters".into(), json!(parameters));
     }

@@ -15,9 +15,12 @@ use crate::config::ServerConfig;
 use crate::error::ApiError;
 
 /// `?limit=&cursor=`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 pub struct PageParams {
+    /// Items on the page (default `--page-default`, at most `--page-max`).
+    #[schemars(range(min = 1))]
     pub limit: Option<usize>,
+    /// The `nextCursor` of the page before.
     pub cursor: Option<String>,
 }
 

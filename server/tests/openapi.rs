@@ -131,6 +131,121 @@ async fn every_documented_method_is_routed_and_no_other_is() {
     }
 }
 
+/// The query strings: every route that reads one (it refuses a key it does not take)
+/// documents it, and the document names exactly the keys the server takes, each an
+/// optional query parameter. Every method is called with an unknown key, with the token
+/// its caller needs and the ids of real objects.
+#[tokio::test]
+async fn every_route_that_reads_a_query_documents_exactly_its_keys() {
+    use fronta_server::openapi::Caller;
+    let harness = Harness::new();
+    let (_, token) = harness.tenant("Acme").await;
+    let automation = harness
+        .call(
+            Method::POST,
+            "/api/automations",
+            Some(&token),
+            Some(json!({"name": "Probe", "trigger": {"type": "manual"}, "steps": []})),
+        )
+        .await;
+    assert_eq!(
+        automation.status,
+        StatusCode::CREATED,
+        "{}",
+        automation.json
+    );
+    let id = automation.json["id"].as_str().expect("an id").to_owned();
+    let group = harness
+        .call(
+            Method::POST,
+            "/api/groups",
+            Some(&token),
+            Some(json!({"name": "Probe"})),
+        )
+        .await;
+    let group = group.json["id"].as_str().expect("a group id").to_owned();
+    let document = document(&harness).await;
+    let mut documented = 0;
+    for route in fronta_server::routes::route_docs() {
+        let path = route
+            .path
+            .replace("/api/automations/{id}", &format!("/api/automations/{id}"))
+            .replace("/api/groups/{id}", &format!("/api/groups/{group}"))
+            .replace("{number}", "1")
+            .split('/')
+            .map(|part| if part.starts_with('{') { "x" } else { part })
+            .collect::<Vec<_>>()
+            .join("/");
+        for op in &route.ops {
+            if op.media == "text/event-stream" {
+                // A stream answers once it is over; it takes no query (its route says so).
+                assert!(op.query.is_none(), "{}", route.path);
+                continue;
+            }
+            let auth = match op.caller(route.path) {
+                Caller::Anyone => None,
+                Caller::Tenant => Some(token.as_str()),
+                Caller::Admin => Some(ADMIN),
+            };
+            let body = (op.method != "GET" && op.method != "DELETE").then(|| json!({}));
+            let reply = harness
+                .call(
+                    Method::from_bytes(op.method.as_bytes()).expect("a method"),
+                    &format!("{path}?fronta_probe=1"),
+                    auth,
+                    body,
+                )
+                .await;
+            let refused = reply.status == StatusCode::BAD_REQUEST
+                && reply.json["error"]["message"]
+                    .as_str()
+                    .is_some_and(|message| message.contains("unknown query parameter"));
+            let parameters: Vec<String> = document["paths"][route.path]
+                [op.method.to_ascii_lowercase()]["parameters"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|parameter| parameter["in"] == "query")
+                .map(|parameter| {
+                    assert_eq!(parameter["required"], false, "{parameter}");
+                    parameter["name"].as_str().unwrap_or_default().to_owned()
+                })
+                .collect();
+            match op.query {
+                Some((_, keys)) => {
+                    documented += 1;
+                    assert!(
+                        refused,
+                        "{} {} documents a query but took an unknown key: {} {}",
+                        op.method, route.path, reply.status, reply.json
+                    );
+                    let mut keys: Vec<String> = keys.iter().map(|key| (*key).to_owned()).collect();
+                    let mut parameters = parameters;
+                    keys.sort();
+                    parameters.sort();
+                    assert_eq!(
+                        parameters, keys,
+                        "{} {}: the document names the keys the server takes",
+                        op.method, route.path
+                    );
+                }
+                None => {
+                    assert!(
+                        !refused,
+                        "{} {} reads a query string but documents none: {}",
+                        op.method, route.path, reply.json
+                    );
+                    assert!(parameters.is_empty(), "{} {}", op.method, route.path);
+                }
+            }
+        }
+    }
+    assert!(
+        documented >= 15,
+        "the lists document their queries: {documented}"
+    );
+}
+
 /// The problems of `value` against `schema` (resolving `#/components/schemas/…` in
 /// `document`): the keywords the document uses — `$ref`, `type`, `enum`, `const`,
 /// `required`, `properties`, `additionalProperties`, `items`, `anyOf`, `oneOf`,

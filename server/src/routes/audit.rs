@@ -23,21 +23,52 @@ use crate::error::ApiError;
 use crate::extract::{QueryKeys, QueryParams};
 use crate::pagination::{Page, PageParams};
 
-/// The audit log's query.
-#[derive(Debug, Default, Deserialize)]
+/// A tenant's audit log's query.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub struct AuditQuery {
+    /// Entries at or after: a date or an RFC 3339 instant.
     from: Option<String>,
+    /// Entries before: a date or an RFC 3339 instant.
     to: Option<String>,
+    /// A token's id or the actor's name as shown.
     actor: Option<String>,
+    /// An object's id, a kind (`automation`), or `kind:id`.
     object: Option<String>,
-    tenant: Option<String>,
+    /// Entries on the page.
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
+    /// The `nextCursor` of the page before.
     cursor: Option<String>,
 }
 
 impl QueryKeys for AuditQuery {
+    const KEYS: &'static [&'static str] = &["from", "to", "actor", "object", "limit", "cursor"];
+}
+
+/// The operator's audit log's query: a tenant's, and `tenant` to narrow it to one. (Not
+/// a flattened [`AuditQuery`]: a flattened query string reads every value as text.)
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+pub struct AdminAuditQuery {
+    /// One tenant's entries (its id).
+    tenant: Option<String>,
+    /// Entries at or after: a date or an RFC 3339 instant.
+    from: Option<String>,
+    /// Entries before: a date or an RFC 3339 instant.
+    to: Option<String>,
+    /// A token's id or the actor's name as shown.
+    actor: Option<String>,
+    /// An object's id, a kind (`automation`), or `kind:id`.
+    object: Option<String>,
+    /// Entries on the page.
+    #[schemars(range(min = 1))]
+    limit: Option<usize>,
+    /// The `nextCursor` of the page before.
+    cursor: Option<String>,
+}
+
+impl QueryKeys for AdminAuditQuery {
     const KEYS: &'static [&'static str] =
-        &["from", "to", "actor", "object", "tenant", "limit", "cursor"];
+        &["tenant", "from", "to", "actor", "object", "limit", "cursor"];
 }
 
 /// One entry as the API shows it.
@@ -167,18 +198,13 @@ pub async fn tenant_audit(
     State(app): State<App>,
     QueryParams(query): QueryParams<AuditQuery>,
 ) -> Result<Json<Page<AuditView>>, ApiError> {
-    if query.tenant.is_some() {
-        return Err(ApiError::bad_request(
-            "tenant: the tenant's audit log is its own; only the operator's takes ?tenant=",
-        ));
-    }
     list(&app, query, Some(tenant.id)).await
 }
 
 pub async fn admin_audit(
     _admin: AdminAuth,
     State(app): State<App>,
-    QueryParams(query): QueryParams<AuditQuery>,
+    QueryParams(query): QueryParams<AdminAuditQuery>,
 ) -> Result<Json<Page<AuditView>>, ApiError> {
     let tenant = query
         .tenant
@@ -190,5 +216,22 @@ pub async fn admin_audit(
             })
         })
         .transpose()?;
+    let AdminAuditQuery {
+        from,
+        to,
+        actor,
+        object,
+        limit,
+        cursor,
+        ..
+    } = query;
+    let query = AuditQuery {
+        from,
+        to,
+        actor,
+        object,
+        limit,
+        cursor,
+    };
     list(&app, query, tenant).await
 }

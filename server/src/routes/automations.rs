@@ -536,8 +536,10 @@ pub async fn version_get(
     Ok(Json(version_view(&stored, &version, true)))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct DiffQuery {
+    /// The version compared with (default: the one before).
+    #[schemars(regex(pattern = r"^[1-9][0-9]{0,8}$"))]
     against: Option<String>,
 }
 

@@ -377,15 +377,23 @@ pub async fn ticket_type_delete(
 
 // ---- tickets ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct TicketQuery {
+    /// Tickets in this status.
     status: Option<String>,
+    /// Tickets with this tag.
     tag: Option<String>,
+    /// Closed tickets (`true`) or open ones (`false`).
     closed: Option<bool>,
+    /// Tickets assigned to this member (its id).
     assignee: Option<String>,
+    /// Tickets of this ticket type (its name).
     #[serde(rename = "type")]
     ticket_type: Option<String>,
+    /// Tickets on the page.
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
+    /// The `nextCursor` of the page before.
     cursor: Option<String>,
 }
 

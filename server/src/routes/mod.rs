@@ -106,7 +106,7 @@ fn table() -> Routes {
             "/api/admin/tenants",
             get(admin::tenants).post(admin::tenant_create),
             [
-                op(get_, "List tenants").answers::<PageOf<TenantView>>(200),
+                op(get_, "List tenants").query::<crate::pagination::PageParams>().answers::<PageOf<TenantView>>(200),
                 op(post_, "Create a tenant (its token is shown once)")
                     .body::<admin::NewTenant>()
                     .answers::<TenantView>(201)
@@ -127,7 +127,7 @@ fn table() -> Routes {
         .add(
             "/api/admin/incidents",
             get(admin::incidents),
-            [op(get_, "Every tenant's incidents, with detail").answers::<PageOf<AdminIncidentView>>(200)],
+            [op(get_, "Every tenant's incidents, with detail").query::<crate::pagination::PageParams>().answers::<PageOf<AdminIncidentView>>(200)],
         )
         .add(
             "/api/admin/incidents/{id}",
@@ -137,7 +137,7 @@ fn table() -> Routes {
         .add(
             "/api/admin/audit",
             get(audit::admin_audit),
-            [op(get_, "The audit log of every tenant and the operator, newest first (?from=&to=&actor=&object=&tenant=)")
+            [op(get_, "The audit log of every tenant and the operator, newest first (?from=&to=&actor=&object=&tenant=)").query::<audit::AdminAuditQuery>()
                 .answers::<PageOf<audit::AuditView>>(200)],
         )
         .add(
@@ -151,7 +151,7 @@ fn table() -> Routes {
             "/api/tokens",
             get(tokens::list).post(tokens::create),
             [
-                op(get_, "The tenant's API tokens (never their secrets)")
+                op(get_, "The tenant's API tokens (never their secrets)").query::<crate::pagination::PageParams>()
                     .tenant_admin()
                     .answers::<PageOf<tokens::TokenView>>(200),
                 op(post_, "Make a named API token with a role (its secret is shown once)")
@@ -171,7 +171,7 @@ fn table() -> Routes {
         .add(
             "/api/audit",
             get(audit::tenant_audit),
-            [op(get_, "The tenant's audit log, newest first (?from=&to=&actor=&object=)")
+            [op(get_, "The tenant's audit log, newest first (?from=&to=&actor=&object=)").query::<audit::AuditQuery>()
                 .tenant_admin()
                 .answers::<PageOf<audit::AuditView>>(200)],
         )
@@ -179,7 +179,7 @@ fn table() -> Routes {
             "/api/groups",
             get(desk::groups).post(desk::group_create),
             [
-                op(get_, "List groups").viewer().answers::<PageOf<GroupView>>(200),
+                op(get_, "List groups").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<GroupView>>(200),
                 op(post_, "Create a group").editor()
                     .body::<desk::GroupBody>()
                     .answers::<GroupView>(201)
@@ -203,7 +203,7 @@ fn table() -> Routes {
             "/api/groups/{id}/members",
             get(desk::members).post(desk::member_add),
             [
-                op(get_, "A group's members").viewer().answers::<PageOf<MemberView>>(200),
+                op(get_, "A group's members").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<MemberView>>(200),
                 op(post_, "Add a member").editor()
                     .body::<desk::NewMember>()
                     .answers::<MemberView>(201)
@@ -224,7 +224,7 @@ fn table() -> Routes {
             "/api/ticket-types",
             get(desk::ticket_types).post(desk::ticket_type_create),
             [
-                op(get_, "List ticket types").viewer().answers::<PageOf<TicketTypeView>>(200),
+                op(get_, "List ticket types").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<TicketTypeView>>(200),
                 op(post_, "Create a ticket type").editor()
                     .body::<desk::NewTicketType>()
                     .answers::<TicketTypeView>(201)
@@ -255,7 +255,7 @@ fn table() -> Routes {
             "/api/automations",
             get(automations::list).post(automations::create),
             [
-                op(get_, "List automations").viewer().answers::<PageOf<AnyObject>>(200),
+                op(get_, "List automations").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<AnyObject>>(200),
                 op(post_, "Create an automation").editor()
                     .body::<AnyObject>()
                     .answers::<AnyObject>(201)
@@ -312,7 +312,7 @@ fn table() -> Routes {
         .add(
             "/api/automations/{id}/versions",
             get(automations::versions_list),
-            [op(get_, "An automation's versions, newest first").viewer().answers::<PageOf<AnyObject>>(200)],
+            [op(get_, "An automation's versions, newest first").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<AnyObject>>(200)],
         )
         .add(
             "/api/automations/{id}/versions/{version}",
@@ -322,7 +322,7 @@ fn table() -> Routes {
         .add(
             "/api/automations/{id}/versions/{version}/diff",
             get(automations::version_diff),
-            [op(get_, "What changed from ?against= (default: the version before)").viewer()
+            [op(get_, "What changed from ?against= (default: the version before)").query::<automations::DiffQuery>().viewer()
                 .answers::<AnyObject>(200)],
         )
         .add(
@@ -362,7 +362,7 @@ fn table() -> Routes {
         .add(
             "/api/tickets",
             get(desk::tickets),
-            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").viewer().answers::<PageOf<TicketView>>(200)],
+            [op(get_, "List tickets (?status=&tag=&closed=&assignee=&type=)").query::<desk::TicketQuery>().viewer().answers::<PageOf<TicketView>>(200)],
         )
         .add(
             "/api/tickets/{id}",
@@ -380,13 +380,13 @@ fn table() -> Routes {
             [op(
                 get_,
                 "List runs, newest first (?status=&automation=&trigger=)",
-            ).viewer()
+            ).query::<runs::RunQuery>().viewer()
             .answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/dashboard/runs",
             get(runs::list),
-            [op(get_, "List runs (the dashboard's name)").viewer().answers::<PageOf<RunView>>(200)],
+            [op(get_, "List runs (the dashboard's name)").query::<runs::RunQuery>().viewer().answers::<PageOf<RunView>>(200)],
         )
         .add(
             "/api/runs/bulk",
@@ -428,7 +428,7 @@ fn table() -> Routes {
         .add(
             "/api/incidents",
             get(desk::incidents),
-            [op(get_, "List the tenant's incidents").viewer().answers::<PageOf<IncidentView>>(200)],
+            [op(get_, "List the tenant's incidents").query::<crate::pagination::PageParams>().viewer().answers::<PageOf<IncidentView>>(200)],
         )
         .add(
             "/api/incidents/{id}",

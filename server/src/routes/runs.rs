@@ -44,17 +44,29 @@ use crate::routes::automations::optional_body;
 use crate::wire::RunView;
 
 /// `GET /api/runs`'s query: the search (`fronta_automation::run_search`) and the page.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub struct RunQuery {
+    /// Any of these statuses, comma-separated: `scheduled`, `queued`, `running`,
+    /// `completed`, `failed`, `cancelled`, `suppressed`.
     status: Option<String>,
+    /// An automation's id.
     automation: Option<String>,
+    /// A version number of the automation named.
     version: Option<String>,
+    /// The trigger: `webhook`, `event`, `poll`, `schedule`, `manual`, `api`.
     trigger: Option<String>,
+    /// A ticket (`TK-12`, `12` or its id): the runs that touched it.
     ticket: Option<String>,
+    /// Runs made at or after: a date or an RFC 3339 instant.
     from: Option<String>,
+    /// Runs made before: a date or an RFC 3339 instant.
     to: Option<String>,
+    /// Text in a run's last error or its step messages (case folded).
     q: Option<String>,
+    /// Runs on the page.
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
+    /// The `nextCursor` of the page before.
     cursor: Option<String>,
 }
 
