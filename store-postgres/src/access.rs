@@ -347,16 +347,12 @@ impl AccessStore for PgStore {
     }
 
     async fn audit_purge(&self, before: DateTime<Utc>, limit: usize) -> DeskResult<u64> {
-        let mut conn = self.desk_connection().await?;
-        let gone = sqlx::query(
+        self.purge_batch(
             "DELETE FROM audit_log WHERE id IN \
              (SELECT id FROM audit_log WHERE at < $1 ORDER BY at LIMIT $2)",
+            before,
+            limit,
         )
-        .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(Db::new(&mut conn, self).c())
         .await
-        .map_err(sql_err)?;
-        Ok(gone.rows_affected())
     }
 }

@@ -843,18 +843,14 @@ impl AutomationStore for PgStore {
     }
 
     async fn retired_purge(&self, before: DateTime<Utc>, limit: usize) -> StoreResult<u64> {
-        let mut conn = self.desk_connection().await?;
-        let gone = sqlx::query(
+        self.purge_batch(
             "DELETE FROM automation_retired WHERE (automation, kind, value) IN \
              (SELECT automation, kind, value FROM automation_retired \
               WHERE expires_at <= $1 LIMIT $2)",
+            before,
+            limit,
         )
-        .bind(before)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .execute(Db::new(&mut conn, self).c())
         .await
-        .map_err(sql_err)?;
-        Ok(gone.rows_affected())
     }
 
     async fn automation_rotate_webhook(

@@ -246,6 +246,24 @@ impl PgStore {
     pub(crate) async fn desk_connection(&self) -> DeskResult<sqlx::pool::PoolConnection<Postgres>> {
         self.connection().await.map_err(from_store)
     }
+
+    /// One batch of a retention purge: `sql` deletes at most `$2` rows older than `$1`;
+    /// the rows deleted.
+    pub(crate) async fn purge_batch(
+        &self,
+        sql: &'static str,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: usize,
+    ) -> DeskResult<u64> {
+        let mut conn = self.desk_connection().await?;
+        let gone = sqlx::query(sql)
+            .bind(before)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .execute(Db::new(&mut conn, self).c())
+            .await
+            .map_err(sql_err)?;
+        Ok(gone.rows_affected())
+    }
 }
 
 mod admin;

@@ -13,13 +13,27 @@ use sqlx::postgres::PgRow;
 use crate::PgStore;
 use crate::desk::{Db, DeskSql, sql_err, tenant_exists};
 
-fn info_of(row: &PgRow) -> DeskSql<SecretInfo> {
+/// A row's `key_version`.
+fn key_version_of(row: &PgRow) -> DeskSql<u32> {
     let version: i32 = row.try_get("key_version").map_err(sql_err)?;
+    u32::try_from(version)
+        .map_err(|_| DeskError::Internal(format!("key version {version} out of range")))
+}
+
+fn info_of(row: &PgRow) -> DeskSql<SecretInfo> {
     Ok(SecretInfo {
         name: row.try_get("name").map_err(sql_err)?,
-        key_version: u32::try_from(version)
-            .map_err(|_| DeskError::Internal(format!("key version {version} out of range")))?,
+        key_version: key_version_of(row)?,
         updated_at: row.try_get("updated_at").map_err(sql_err)?,
+    })
+}
+
+/// A sealed value from a row's `key_version`, `nonce` and `ciphertext`.
+fn sealed_of(row: &PgRow) -> DeskSql<SealedSecret> {
+    Ok(SealedSecret {
+        key_version: key_version_of(row)?,
+        nonce: row.try_get("nonce").map_err(sql_err)?,
+        ciphertext: row.try_get("ciphertext").map_err(sql_err)?,
     })
 }
 
@@ -92,19 +106,7 @@ impl SecretStore for PgStore {
         .await
         .map_err(sql_err)?;
         rows.iter()
-            .map(|row| {
-                let version: i32 = row.try_get("key_version").map_err(sql_err)?;
-                Ok((
-                    row.try_get("name").map_err(sql_err)?,
-                    SealedSecret {
-                        key_version: u32::try_from(version).map_err(|_| {
-                            DeskError::Internal(format!("key version {version} out of range"))
-                        })?,
-                        nonce: row.try_get("nonce").map_err(sql_err)?,
-                        ciphertext: row.try_get("ciphertext").map_err(sql_err)?,
-                    },
-                ))
-            })
+            .map(|row| Ok((row.try_get("name").map_err(sql_err)?, sealed_of(row)?)))
             .collect()
     }
 
@@ -142,17 +144,10 @@ impl SecretStore for PgStore {
         .map_err(sql_err)?;
         rows.iter()
             .map(|row| {
-                let version: i32 = row.try_get("key_version").map_err(sql_err)?;
                 Ok(StoredSecret {
                     tenant: TenantId(row.try_get("tenant").map_err(sql_err)?),
                     name: row.try_get("name").map_err(sql_err)?,
-                    sealed: SealedSecret {
-                        key_version: u32::try_from(version).map_err(|_| {
-                            DeskError::Internal(format!("key version {version} out of range"))
-                        })?,
-                        nonce: row.try_get("nonce").map_err(sql_err)?,
-                        ciphertext: row.try_get("ciphertext").map_err(sql_err)?,
-                    },
+                    sealed: sealed_of(row)?,
                 })
             })
             .collect()

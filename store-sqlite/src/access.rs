@@ -389,19 +389,13 @@ impl AccessStore for SqliteStore {
 
     async fn audit_purge(&self, before: DateTime<Utc>, limit: usize) -> DeskResult<u64> {
         self.desk_write(move |conn, _| {
-            let gone = conn
-                .prepare_cached(
-                    "DELETE FROM audit_log WHERE id IN \
-                     (SELECT id FROM audit_log WHERE at < ?1 ORDER BY at LIMIT ?2)",
-                )
-                .and_then(|mut stmt| {
-                    stmt.execute(params![
-                        before.timestamp_millis(),
-                        i64::try_from(limit).unwrap_or(i64::MAX)
-                    ])
-                })
-                .map_err(sql_err)?;
-            Ok(gone as u64)
+            crate::desk::purge_batch(
+                conn,
+                "DELETE FROM audit_log WHERE id IN \
+                 (SELECT id FROM audit_log WHERE at < ?1 ORDER BY at LIMIT ?2)",
+                before,
+                limit,
+            )
         })
         .await
     }

@@ -769,19 +769,13 @@ impl AutomationStore for SqliteStore {
 
     async fn retired_purge(&self, before: DateTime<Utc>, limit: usize) -> StoreResult<u64> {
         self.desk_write(move |conn, _| {
-            let gone = conn
-                .prepare_cached(
-                    "DELETE FROM automation_retired WHERE rowid IN \
-                     (SELECT rowid FROM automation_retired WHERE expires_at <= ?1 LIMIT ?2)",
-                )
-                .and_then(|mut stmt| {
-                    stmt.execute(params![
-                        before.timestamp_millis(),
-                        i64::try_from(limit).unwrap_or(i64::MAX)
-                    ])
-                })
-                .map_err(sql_err)?;
-            Ok(gone as u64)
+            crate::desk::purge_batch(
+                conn,
+                "DELETE FROM automation_retired WHERE rowid IN \
+                 (SELECT rowid FROM automation_retired WHERE expires_at <= ?1 LIMIT ?2)",
+                before,
+                limit,
+            )
         })
         .await
     }

@@ -142,6 +142,25 @@ pub(crate) fn many<T>(
         .map_err(sql_err)
 }
 
+/// One batch of a retention purge: `sql` deletes at most `?2` rows older than `?1`
+/// (milliseconds); the rows deleted.
+pub(crate) fn purge_batch(
+    conn: &Connection,
+    sql: &str,
+    before: chrono::DateTime<chrono::Utc>,
+    limit: usize,
+) -> DeskSql<u64> {
+    conn.prepare_cached(sql)
+        .and_then(|mut stmt| {
+            stmt.execute(params![
+                before.timestamp_millis(),
+                i64::try_from(limit).unwrap_or(i64::MAX)
+            ])
+        })
+        .map(|gone| gone as u64)
+        .map_err(sql_err)
+}
+
 /// The tenant's groups, by name.
 pub(crate) fn groups_of_tenant(conn: &Connection, tenant: TenantId) -> DeskSql<Vec<Group>> {
     many(
